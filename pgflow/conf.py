@@ -1,0 +1,109 @@
+"""pgflow's settings: read lazily from ``settings.PGFLOW``, defaults in one place.
+
+``pgflow_settings.LEASE`` reads the current Django settings each time, so tests that
+override ``PGFLOW`` see their values. ``validate()`` lists what is wrong; the system check
+(``pgflow.E001`` …) reports it at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+DEFAULTS: dict[str, Any] = {
+    "QUEUE": "workflows",  # default queue of step attempts
+    "RETENTION": timedelta(days=30),  # finished/cancelled runs older than this are purged; None keeps them
+    "ERROR_BACKTRACE_LINES": 50,
+    "LEASE": timedelta(seconds=60),  # an attempt whose worker stops heartbeating is re-run after this
+    "MAX_LOST_ATTEMPTS": 3,  # a step that loses its worker this many times in a row pauses the run
+    "ERROR_REPORTER": None,  # dotted path of callable(error, context: dict)
+    "MAX_INPUT_BYTES": 1_048_576,  # a start() input (as JSON) larger than this is refused
+    "HEARTBEAT_INTERVAL": None,  # seconds between heartbeats; None = a third of LEASE
+    "POLL_INTERVAL": timedelta(seconds=5),  # fallback poll when no NOTIFY arrives
+    "SWEEP_INTERVAL": timedelta(seconds=10),
+    "SHUTDOWN_GRACE": timedelta(seconds=30),  # how long SIGTERM lets running bodies finish
+    "FAN_OUT_GRACE": timedelta(minutes=5),  # a finished batch whose callback is lost is resolved after this
+}
+
+_DURATIONS = ("LEASE", "POLL_INTERVAL", "SWEEP_INTERVAL", "SHUTDOWN_GRACE", "FAN_OUT_GRACE")
+
+
+class _Settings:
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"unknown pgflow setting {name!r} (one of {', '.join(DEFAULTS)})")
+        return _user().get(name, DEFAULTS[name])
+
+    def seconds(self, name: str) -> float:
+        """A duration setting in seconds."""
+        value = getattr(self, name)
+        return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        interval = self.HEARTBEAT_INTERVAL
+        if interval is None:
+            return max(self.seconds("LEASE") / 3, 0.05)
+        return interval.total_seconds() if isinstance(interval, timedelta) else float(interval)
+
+    def error_reporter(self) -> Callable[[BaseException, dict[str, Any]], Any] | None:
+        path = self.ERROR_REPORTER
+        if path is None:
+            return None
+        return path if callable(path) else import_string(path)
+
+
+def _user() -> dict[str, Any]:
+    value = getattr(settings, "PGFLOW", None)
+    return value if isinstance(value, dict) else {}
+
+
+pgflow_settings = _Settings()
+
+
+def validate(raw: object) -> list[str]:
+    """Every problem with a ``PGFLOW`` value, as messages naming what is accepted."""
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        return [f"PGFLOW must be a dict, got {type(raw).__name__}"]
+    problems = []
+    for key in raw:
+        if key not in DEFAULTS:
+            problems.append(f"unknown key {key!r} in PGFLOW (accepted: {', '.join(DEFAULTS)})")
+    for key in _DURATIONS:
+        if key in raw and not _positive_duration(raw[key]):
+            problems.append(f"PGFLOW[{key!r}] must be a positive timedelta or number of seconds, got {raw[key]!r}")
+    if "RETENTION" in raw and raw["RETENTION"] is not None and not _positive_duration(raw["RETENTION"]):
+        problems.append(f"PGFLOW['RETENTION'] must be a positive timedelta or None, got {raw['RETENTION']!r}")
+    if "HEARTBEAT_INTERVAL" in raw and raw["HEARTBEAT_INTERVAL"] is not None:
+        if not _positive_duration(raw["HEARTBEAT_INTERVAL"]):
+            problems.append(
+                "PGFLOW['HEARTBEAT_INTERVAL'] must be a positive timedelta, number of seconds or None, "
+                f"got {raw['HEARTBEAT_INTERVAL']!r}"
+            )
+    for key in ("ERROR_BACKTRACE_LINES", "MAX_LOST_ATTEMPTS", "MAX_INPUT_BYTES"):
+        if key in raw and not (type(raw[key]) is int and raw[key] > 0):
+            problems.append(f"PGFLOW[{key!r}] must be a positive whole number, got {raw[key]!r}")
+    if "QUEUE" in raw and not (isinstance(raw["QUEUE"], str) and raw["QUEUE"]):
+        problems.append(f"PGFLOW['QUEUE'] must be a non-empty string, got {raw['QUEUE']!r}")
+    reporter = raw.get("ERROR_REPORTER")
+    if reporter is not None and not callable(reporter):
+        try:
+            import_string(reporter)
+        except (ImportError, TypeError, ValueError) as exc:
+            problems.append(
+                f"PGFLOW['ERROR_REPORTER'] must be None, a callable or the dotted path of one, "
+                f"got {reporter!r} ({exc})"
+            )
+    return problems
+
+
+def _positive_duration(value: object) -> bool:
+    if isinstance(value, timedelta):
+        return value > timedelta(0)
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0

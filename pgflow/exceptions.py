@@ -1,0 +1,35 @@
+"""The exceptions pgflow raises, all under one root so callers can catch them together."""
+
+from __future__ import annotations
+
+
+class PgflowError(Exception):
+    """Root of every exception pgflow raises on purpose."""
+
+
+class DefinitionError(PgflowError, ValueError):
+    """A workflow class is declared wrongly. Raised when the class is created."""
+
+
+class InvalidTransition(PgflowError):
+    """An operator control or a signal does not apply to the run's current status."""
+
+
+class StepTimeout(PgflowError):
+    """A step body ran past its ``timeout``. Goes through the exception policies."""
+
+
+class FanOutFailed(PgflowError):
+    """At least one member of a fan_out batch failed for good, or its batch vanished."""
+
+
+class WorkflowNotFound(PgflowError):
+    """A run's ``workflow_class`` path no longer imports."""
+
+
+class StepNotFound(PgflowError):
+    """A run is scheduled on a step its workflow class no longer defines."""
+
+
+class InputTooLarge(PgflowError, ValueError):
+    """``start()`` was given an input larger than ``PGFLOW["MAX_INPUT_BYTES"]``."""

@@ -1,0 +1,1 @@
+"""pgflow's dashboard: admin pages, the range-bar timeline and the insights window."""
