@@ -1,0 +1,120 @@
+"""Settings of the example project, read from the environment with django-environ.
+
+DATABASE_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS and PGFLOW_* come from the environment (or
+a ``.env`` file beside manage.py). With no DATABASE_URL the project starts its own private
+PostgreSQL cluster in ``.pgdata/`` (see example_project/pgcluster.py) and uses it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env(
+    DEBUG=(bool, True),
+    ALLOWED_HOSTS=(list, ["localhost", "127.0.0.1", "[::1]", "testserver"]),
+)
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+DEBUG = env("DEBUG")
+SECRET_KEY = env("SECRET_KEY", default="pgflow-example-not-secret")  # noqa: S105 - demo only
+ALLOWED_HOSTS = env("ALLOWED_HOSTS")
+
+if "DATABASE_URL" not in os.environ:
+    from example_project import pgcluster
+
+    try:
+        os.environ["DATABASE_URL"] = pgcluster.ensure(env("PGFLOW_PGDATA", default=str(BASE_DIR / ".pgdata")))
+    except pgcluster.ClusterError as exc:
+        sys.exit(f"pgflow example project: cannot start a private PostgreSQL: {exc}")
+
+DATABASES = {"default": env.db("DATABASE_URL")}
+DATABASES["default"].setdefault("TEST", {})
+if os.environ.get("PGFLOW_TEST_DB_NAME"):
+    # A worker subprocess of the acceptance tests connects straight to the test database.
+    DATABASES["default"]["NAME"] = os.environ["PGFLOW_TEST_DB_NAME"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_q",
+    "pgflow",
+    "pgflow_dashboard",
+    "example_project.shop",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "example_project.urls"
+WSGI_APPLICATION = "example_project.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+TIME_ZONE = "UTC"
+LANGUAGE_CODE = "en-us"
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "static"
+
+PGFLOW = {
+    "QUEUE": env("PGFLOW_QUEUE", default="workflows"),
+    "RETENTION": timedelta(days=env.int("PGFLOW_RETENTION_DAYS", default=30)),
+    "LEASE": timedelta(seconds=env.float("PGFLOW_LEASE_SECONDS", default=60)),
+    "MAX_LOST_ATTEMPTS": env.int("PGFLOW_MAX_LOST_ATTEMPTS", default=3),
+    "ERROR_BACKTRACE_LINES": env.int("PGFLOW_ERROR_BACKTRACE_LINES", default=50),
+    "ERROR_REPORTER": env("PGFLOW_ERROR_REPORTER", default=None),
+}
+
+# django-q2 runs fan-out members; the ORM broker keeps them in this same PostgreSQL.
+Q_CLUSTER = {
+    "name": "pgflow-example",
+    "orm": "default",
+    "workers": env.int("Q_WORKERS", default=2),
+    "timeout": 60,
+    "retry": 90,
+    "max_attempts": 1,
+    "ack_failures": True,
+    "catch_up": False,
+    "poll": 0.2,
+    "sync": env.bool("Q_SYNC", default=False),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"pgflow": {"handlers": ["console"], "level": env("PGFLOW_LOG_LEVEL", default="INFO")}},
+}

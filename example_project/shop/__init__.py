@@ -1,0 +1,1 @@
+"""The example domain: a small online shop whose orders run as pgflow workflows."""

@@ -1,0 +1,270 @@
+"""pgflow's tables. Rows are written only by ``pgflow.store`` (one writer of state);
+everything here reads.
+
+A run's row is its lock: every state change of a run happens in a short transaction
+holding ``SELECT … FOR UPDATE`` on it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
+from django.db.models import Q
+
+from .core.states import OPEN_STEP, RunStatus, StepStatus
+
+if TYPE_CHECKING:
+    from .workflow import Workflow
+
+_OPEN_STEP = [s.value for s in OPEN_STEP]
+
+
+class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
+    def open(self) -> WorkflowRunQuerySet:
+        return self.filter(status__in=[RunStatus.RUNNING, RunStatus.PAUSED])
+
+    def for_class(self, workflow: type[Workflow] | str) -> WorkflowRunQuerySet:
+        path = workflow if isinstance(workflow, str) else workflow.workflow_path()
+        return self.filter(workflow_class=path)
+
+
+class WorkflowRun(models.Model):
+    Status = models.TextChoices("Status", [(s.name, s.value) for s in RunStatus])
+
+    workflow_class = models.CharField(max_length=255, help_text="dotted path of the Workflow subclass")
+    status = models.CharField(max_length=16, choices=Status.choices, default=RunStatus.RUNNING)
+    current_step = models.CharField(max_length=200, null=True, blank=True)
+    subject_type = models.ForeignKey(ContentType, null=True, blank=True, on_delete=models.SET_NULL)
+    subject_id = models.CharField(max_length=64, null=True, blank=True)
+    subject = GenericForeignKey("subject_type", "subject_id")
+    input = models.JSONField(default=dict, blank=True)
+    key = models.CharField(max_length=255, null=True, blank=True, help_text="idempotency key, unique per class")
+    definition_digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Why the run is paused, in words, for the dashboard's stuck list.
+    paused_reason = models.TextField(blank=True, default="")
+
+    objects = WorkflowRunQuerySet.as_manager()
+
+    class Meta:
+        db_table = "pgflow_run"
+        verbose_name = "workflow run"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow_class", "key"], condition=Q(key__isnull=False), name="pgflow_run_unique_key"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["created_at"], name="pgflow_run_created"),
+            models.Index(fields=["status", "created_at"], name="pgflow_run_status_created"),
+            models.Index(fields=["workflow_class", "created_at"], name="pgflow_run_class_created"),
+            models.Index(fields=["finished_at"], name="pgflow_run_finished",
+                         condition=Q(finished_at__isnull=False)),
+            models.Index(fields=["subject_type", "subject_id"], name="pgflow_run_subject"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_class.rsplit('.', 1)[-1]} #{self.pk}"
+
+    @property
+    def steps(self) -> models.QuerySet[Step]:
+        return self.step_set.order_by("created_at", "id")
+
+    @property
+    def events(self) -> models.QuerySet[Event]:
+        return self.event_set.order_by("created_at", "id")
+
+    @property
+    def workflow_name(self) -> str:
+        return self.workflow_class.rsplit(".", 1)[-1]
+
+    def workflow(self) -> type[Workflow]:
+        """The run's Workflow class; raises WorkflowNotFound when its path no longer imports."""
+        from .registry import resolve
+
+        return resolve(self.workflow_class)
+
+    # Operator controls: each is one transition under the run's lock, written by the store.
+    def pause(self, actor: Any = None) -> WorkflowRun:
+        from . import store
+
+        return store.pause(self.pk, actor=actor, into=self)
+
+    def resume(self, actor: Any = None) -> WorkflowRun:
+        from . import store
+
+        return store.resume(self.pk, actor=actor, into=self)
+
+    def cancel(self, actor: Any = None) -> WorkflowRun:
+        from . import store
+
+        return store.cancel(self.pk, actor=actor, into=self)
+
+    def skip_step(self, actor: Any = None) -> WorkflowRun:
+        from . import store
+
+        return store.skip_step(self.pk, actor=actor, into=self)
+
+
+class Step(models.Model):
+    """One attempt of one step of a run."""
+
+    Status = models.TextChoices("Status", [(s.name, s.value) for s in StepStatus])
+
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
+    step_name = models.CharField(max_length=200)
+    attempt = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=Status.choices, default=StepStatus.SCHEDULED)
+    outcome = models.CharField(max_length=32, blank=True, default="")
+    queue = models.CharField(max_length=100)
+    priority = models.IntegerField(default=0)
+    created_at = models.DateTimeField()
+    scheduled_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    waiting_since = models.DateTimeField(null=True, blank=True)
+    # A signal wait's deadline (wait_timeout).
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    # The claim: who runs the attempt, until when, and the fencing token every later write checks.
+    worker = models.CharField(max_length=200, blank=True, default="")
+    claim_token = models.UUIDField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The body's own timeout, set at claim.
+    timeout_at = models.DateTimeField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    error_class = models.CharField(max_length=255, null=True, blank=True)
+    error_message = models.TextField(null=True, blank=True)
+    error_backtrace = models.TextField(null=True, blank=True)
+    error_causes = models.JSONField(null=True, blank=True)
+    batch = models.ForeignKey("Batch", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    signal = models.ForeignKey("Signal", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        db_table = "pgflow_step"
+        constraints = [
+            # At most one open attempt per run: the engine's central invariant, held by the database.
+            models.UniqueConstraint(fields=["run"], condition=Q(status__in=_OPEN_STEP), name="pgflow_step_one_open"),
+        ]
+        indexes = [
+            # Shaped like the claim query: due rows of a queue, by priority then due time.
+            models.Index(models.F("queue"), models.F("priority").desc(), models.F("scheduled_at"),
+                         name="pgflow_step_claim", condition=Q(status=StepStatus.SCHEDULED)),
+            models.Index(fields=["lease_expires_at"], name="pgflow_step_lease",
+                         condition=Q(status=StepStatus.IN_PROGRESS)),
+            models.Index(fields=["deadline_at"], name="pgflow_step_deadline",
+                         condition=Q(status=StepStatus.WAITING)),
+            models.Index(fields=["run", "created_at"], name="pgflow_step_run"),
+            models.Index(fields=["created_at"], name="pgflow_step_created"),
+            models.Index(fields=["finished_at"], name="pgflow_step_finished",
+                         condition=Q(finished_at__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step_name} #{self.attempt}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_STEP
+
+
+class Event(models.Model):
+    """The audit trail: every state change of a run writes one, in the same transaction."""
+
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    event = models.CharField(max_length=40)
+    actor = models.CharField(max_length=200, default="system")
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "pgflow_event"
+        indexes = [
+            models.Index(fields=["run", "created_at"], name="pgflow_event_run"),
+            models.Index(fields=["event", "created_at"], name="pgflow_event_kind_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} by {self.actor}"
+
+
+class Signal(models.Model):
+    """The mailbox: a signal waits here until a step waiting for its name consumes it."""
+
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
+    name = models.CharField(max_length=200)
+    payload = models.JSONField(null=True, blank=True)
+    received_at = models.DateTimeField()
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    consumed_by = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        db_table = "pgflow_signal"
+        indexes = [
+            models.Index(fields=["run", "name", "received_at"], name="pgflow_signal_pending",
+                         condition=Q(consumed_at__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} → run {self.run_id}"
+
+
+class Batch(models.Model):
+    """A fan_out step's django-q2 tasks, waited for as one."""
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        FINISHED = "finished"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
+    step = models.ForeignKey(Step, null=True, on_delete=models.SET_NULL, related_name="+")
+    description = models.CharField(max_length=400)
+    properties = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    total = models.PositiveIntegerField(default=0)
+    succeeded = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "pgflow_batch"
+        verbose_name_plural = "batches"
+        indexes = [models.Index(fields=["status", "finished_at"], name="pgflow_batch_status")]
+
+    def __str__(self) -> str:
+        return self.description
+
+
+class BatchMember(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="members")
+    position = models.PositiveIntegerField()
+    func = models.CharField(max_length=300)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    task_id = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "pgflow_batch_member"
+        constraints = [models.UniqueConstraint(fields=["batch", "position"], name="pgflow_member_position")]
+        indexes = [models.Index(fields=["status", "enqueued_at"], name="pgflow_member_pending",
+                                condition=Q(status="pending"))]
+
+    def __str__(self) -> str:
+        return f"{self.func} ({self.status})"
