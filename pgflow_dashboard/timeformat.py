@@ -30,18 +30,16 @@ def duration(seconds: float | int | timedelta | None) -> str:
     value = seconds.total_seconds() if isinstance(seconds, timedelta) else float(seconds)
     if value <= 0:
         return "0s"
-    if value < FINE_BELOW:
-        fine = f"{value:.2f}".rstrip("0").rstrip(".")
-        if fine != str(FINE_BELOW):
-            return f"{fine}s"
-    remaining = math.floor(value + 0.5)  # half up, as people round
-    words: list[str] = []
-    for index, (suffix, size) in enumerate(UNITS):
-        count, remaining = divmod(remaining, size)
-        if count:
-            words.append(f"{count}{suffix}")
-            following = UNITS[index + 1 :][:1]
-            if following and remaining // following[0][1]:
-                words.append(f"{remaining // following[0][1]}{following[0][0]}")
-            break
+    if round(value, 2) < FINE_BELOW:
+        return f"{round(value, 2):g}s"
+    total = math.floor(value + 0.5)  # whole seconds, half up as people round
+    # The largest unit that fits, then the next one down when it is not zero.
+    index = next(i for i, (_, size) in enumerate(UNITS) if total >= size)
+    suffix, size = UNITS[index]
+    count, rest = divmod(total, size)
+    words = [f"{count}{suffix}"]
+    if index + 1 < len(UNITS):
+        next_suffix, next_size = UNITS[index + 1]
+        if rest >= next_size:
+            words.append(f"{rest // next_size}{next_suffix}")
     return " ".join(words)

@@ -1,0 +1,202 @@
+"""Where a workflow run's time went, from its step rows and its audit trail.
+
+Each attempt (one ``Step`` row) splits into up to four phases::
+
+    waited    created_at    -> scheduled_at   the step's wait, or a reattempt's backoff
+    queued    scheduled_at  -> started_at     due, but no worker had claimed it yet
+    ran       started_at    -> finished_at    the body (up to now while it runs)
+    waiting   waiting_since -> ...            parked on a signal or on its fan-out batch
+
+and each pause of the run (a ``paused`` event up to the event that ended it) is a period
+of its own, so a long gap on the chart explains itself. The run page's step table prints
+:func:`durations`; ``/timeline.json`` serves :func:`chart`, which ``charts.js`` draws as
+one bar row per attempt with the paused periods as bands across all rows.
+
+Pure: plain dicts with aware datetimes in, plain JSON-ready dicts out. Step dicts use the
+``Step`` field names; event dicts need ``event`` and ``created_at``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .timeformat import duration
+
+OPEN = frozenset({"scheduled", "waiting", "in_progress"})
+KINDS = ("waited", "queued", "ran", "waiting")
+PAUSE_ENDS = frozenset({"resumed", "cancelled", "finished"})
+
+# A ran phase is coloured by how its attempt ended; any other status is "ran_cancelled".
+RAN_SERIES = {
+    "completed": "ran_ok",
+    "skipped": "ran_ok",
+    "failed": "ran_failed",
+    "in_progress": "ran_open",
+    "waiting": "ran_open",
+}
+
+# Every series the chart draws, in legend order: name -> (colour, label).
+SERIES: dict[str, tuple[str, str]] = {
+    "waited": ("#94a3b8", "waited"),
+    "queued": ("#f59e0b", "queued"),
+    "ran_ok": ("#16a34a", "ran: completed or skipped"),
+    "ran_failed": ("#dc2626", "ran: failed"),
+    "ran_open": ("#2563eb", "running"),
+    "ran_cancelled": ("#7c3aed", "ran: cancelled"),
+    "waiting": ("#0891b2", "waiting for a signal or batch"),
+    "paused": ("#f9a8d4", "run paused"),
+}
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+StepRow = Mapping[str, Any]  # a Step's fields by name
+EventRow = Mapping[str, Any]  # an Event's fields by name
+
+
+def segments(step: StepRow, *, now: datetime) -> list[dict[str, Any]]:
+    """The attempt's phases in time order: ``[{"kind", "from", "to"}]`` with datetimes.
+
+    An open attempt (scheduled, waiting, in progress) runs to ``now``; a closed one ends at
+    its ``finished_at``, and every phase is cut there.
+    """
+    created = step.get("created_at")
+    scheduled = step.get("scheduled_at")
+    started = step.get("started_at")
+    since = step.get("waiting_since")
+    finished = step.get("finished_at")
+    ending = finished if finished is not None else (now if str(step.get("status")) in OPEN else None)
+    if since is not None and scheduled is not None and since < scheduled:
+        # A signal step woken by its signal: the row was scheduled again at the wake and
+        # claimed a second time, so the park came before the (new) scheduled_at.
+        pieces = [
+            ("waited", created, since),
+            ("waiting", since, scheduled),
+            ("queued", scheduled, started),
+            ("ran", started, ending),
+        ]
+    elif since is not None:
+        # Parked after the body ran (a signal not yet there, a fan-out batch open).
+        pieces = [
+            ("waited", created, scheduled),
+            ("queued", scheduled, started),
+            ("ran", started, since),
+            ("waiting", since, ending),
+        ]
+    else:
+        pieces = [
+            ("waited", created, scheduled),
+            ("queued", scheduled, started if started is not None else ending),
+            ("ran", started, ending),
+        ]
+    return _clip(pieces, finished)
+
+
+def durations(step: StepRow, *, now: datetime) -> dict[str, float | None]:
+    """``{"waited", "queued", "ran", "waiting"}`` in seconds; ``None`` for a phase never reached."""
+    totals: dict[str, float | None] = dict.fromkeys(KINDS)
+    for segment in segments(step, now=now):
+        seconds = (segment["to"] - segment["from"]).total_seconds()
+        totals[segment["kind"]] = (totals[segment["kind"]] or 0.0) + seconds
+    return totals
+
+
+def paused_periods(events: Iterable[EventRow], *, status: str, now: datetime) -> list[dict[str, datetime]]:
+    """``[{"from", "to"}]``, oldest first: each ``paused`` event up to the event that ended it.
+
+    A pause ends at the next ``resumed``, ``cancelled`` or ``finished``; a second ``paused``
+    inside an open pause changes nothing. A pause still open runs to ``now``, but only while
+    the run's ``status`` is ``paused``. ``events`` may come in any order.
+    """
+    periods = []
+    opened = None
+    for event in sorted(events, key=lambda event: event["created_at"]):
+        name = str(event["event"])
+        if name == "paused":
+            if opened is None:
+                opened = event["created_at"]
+        elif opened is not None and name in PAUSE_ENDS:
+            periods.append({"from": opened, "to": event["created_at"]})
+            opened = None
+    if opened is not None and str(status) == "paused":
+        periods.append({"from": opened, "to": now})
+    return periods
+
+
+def chart(
+    steps: Iterable[StepRow], events: Iterable[EventRow], *, status: str, now: datetime
+) -> dict[str, Any]:
+    """The range-bar payload: ``{"rows": [...], "paused": [...]}``, JSON-ready.
+
+    One row per attempt, oldest first, labelled ``"name #attempt"``. Each segment has its
+    ``kind``, its ``series`` (a key of :data:`SERIES`: the kind, except that a ran phase is
+    coloured by how the attempt ended), ``from``/``to`` in epoch milliseconds and its
+    ``duration`` in words for the tooltip.
+    """
+    rows = []
+    for step in sorted(steps, key=lambda step: (step["created_at"], int(step.get("attempt") or 0))):
+        rows.append(
+            {
+                "label": f"{step.get('step_name')} #{step.get('attempt')}",
+                "status": _plain(step.get("status")),
+                "outcome": _plain(step.get("outcome")),
+                "error_class": _plain(step.get("error_class")),
+                "segments": [
+                    _chart_segment(segment, series_for(segment["kind"], step))
+                    for segment in segments(step, now=now)
+                ],
+            }
+        )
+    paused = [
+        _chart_segment({"kind": "paused", **period}, "paused")
+        for period in paused_periods(events, status=status, now=now)
+    ]
+    return {"rows": rows, "paused": paused}
+
+
+def series_for(kind: str, step: StepRow) -> str:
+    """The series (colour) of a phase of ``step``."""
+    if kind != "ran":
+        return kind
+    return RAN_SERIES.get(str(step.get("status")), "ran_cancelled")
+
+
+def legend() -> list[dict[str, str]]:
+    """:data:`SERIES` as a JSON-ready list, for the page that draws the chart."""
+    return [{"series": name, "colour": colour, "label": label} for name, (colour, label) in SERIES.items()]
+
+
+def millis(moment: datetime) -> int:
+    """Epoch milliseconds of an aware datetime, rounded half up (whole numbers, no float error)."""
+    microseconds = (moment - _EPOCH) // timedelta(microseconds=1)
+    return (microseconds + 500) // 1000
+
+
+def _chart_segment(segment: Mapping[str, Any], series: str) -> dict[str, Any]:
+    return {
+        "kind": segment["kind"],
+        "series": series,
+        "from": millis(segment["from"]),
+        "to": millis(segment["to"]),
+        "duration": duration(segment["to"] - segment["from"]),
+    }
+
+
+def _clip(pieces: list[tuple[str, Any, Any]], finished: datetime | None) -> list[dict[str, Any]]:
+    # Drops a piece missing an end or of no length, and ends every piece at the attempt's
+    # finished_at: a step cancelled before its scheduled_at did not wait past its end.
+    kept = []
+    for kind, start, end in pieces:
+        if start is None or end is None:
+            continue
+        if finished is not None and finished < end:
+            end = finished
+        if end > start:
+            kept.append({"kind": kind, "from": start, "to": end})
+    return kept
+
+
+def _plain(value: Any) -> Any:
+    # A StrEnum status becomes its plain string value; None stays None.
+    return None if value is None else str(value)
