@@ -1,0 +1,166 @@
+"""Runs one claimed attempt: prepare under the lock, the body outside any transaction,
+then the outcome under the lock again.
+
+The body may run more than once (a lost worker, a timeout); the transitions around it
+happen once, because each is checked against the attempt's claim token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import close_old_connections
+
+from .. import store
+from ..conf import pgflow_settings
+from ..core import errors as error_capture
+from ..core.flow import COMPLETE, FlowControl, Outcome
+from ..core.policy import resolve
+from ..exceptions import StepTimeout
+from ..models import Step, WorkflowRun
+from ..store import Claim, Prepared
+
+logger = logging.getLogger("pgflow")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """What happened to one attempt, for the worker's log line and the tests."""
+
+    claim: Claim
+    outcome: str  # the Step.outcome word, or "ignored" / "ended_before_body" / "parked"
+    applied: bool
+    seconds: float
+
+
+class Runner:
+    """Executes claims; remembers the prepared ones so a timeout can be applied to them."""
+
+    def __init__(self) -> None:
+        self._active: dict[Any, Prepared] = {}
+        self._lock = threading.Lock()
+
+    def execute(self, held: Claim) -> Result:
+        started = time.monotonic()
+        close_old_connections()
+        try:
+            prepared = store.prepare(held)
+            if prepared is None:
+                return self._result(held, "ended_before_body", started, applied=True)
+            with self._lock:
+                self._active[held.token] = prepared
+            try:
+                if prepared.definition.kind == "fan_out":
+                    from .. import fanout
+
+                    return self._result(held, *fanout.execute(prepared), started=started)
+                outcome, output, error = run_body(prepared)
+                if error is not None:
+                    return self._fail(prepared, error, started)
+                applied = store.finish(held, outcome, output=output)
+                return self._result(held, outcome.word if applied else "ignored", started, applied=applied)
+            finally:
+                with self._lock:
+                    self._active.pop(held.token, None)
+        finally:
+            close_old_connections()
+
+    def time_out(self, token: Any) -> Result | None:
+        """Fail a running attempt that passed its ``timeout``; its body's late return is ignored."""
+        with self._lock:
+            prepared = self._active.get(token)
+        if prepared is None:
+            return None
+        seconds = prepared.definition.timeout
+        error = StepTimeout(f"step {prepared.step.step_name!r} ran past its timeout of {seconds:g}s")
+        return self._fail(prepared, error, time.monotonic())
+
+    def _fail(self, prepared: Prepared, error: BaseException, started: float) -> Result:
+        outcome, report = decide(prepared, error)
+        captured = error_capture.capture(error, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES)
+        applied = store.finish(prepared.claim, outcome, error=captured)
+        if applied:
+            for reported in report:  # after the commit: a slow reporter never holds the run lock
+                report_error(reported, prepared, outcome)
+        return self._result(prepared.claim, outcome.word if applied else "ignored", started, applied=applied)
+
+    @staticmethod
+    def _result(held: Claim, outcome: str, started: float, *, applied: bool = True) -> Result:
+        seconds = time.monotonic() - started
+        logger.info("run=%s step=%s attempt=%s outcome=%s duration=%.3fs", held.run_id, held.step_name,
+                    held.attempt, outcome, seconds,
+                    extra={"action": "step", "run_id": held.run_id, "step": held.step_name, "outcome": outcome})
+        return Result(claim=held, outcome=outcome, applied=applied, seconds=seconds)
+
+
+def run_body(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
+    """Call the step body; returns (outcome, output, error). Never raises for the body's sake."""
+    try:
+        returned = prepared.workflow.invoke(prepared.definition, prepared.signal)
+    except FlowControl as control:
+        return control.outcome, None, None
+    except Exception as exc:  # noqa: BLE001 - every body failure goes through the policies
+        return Outcome(kind=COMPLETE), None, exc
+    try:
+        json.dumps(returned, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return Outcome(kind=COMPLETE), None, TypeError(
+            f"step {prepared.definition.name!r} returned a value that is not JSON-serialisable: {exc}")
+    return Outcome(kind=COMPLETE), returned, None
+
+
+def decide(prepared: Prepared, error: BaseException) -> tuple[Outcome, list[BaseException]]:
+    """Resolve the exception policy for ``error``: the outcome and the errors to report."""
+    workflow_class = type(prepared.workflow)
+    policy = resolve(error, step_policies=prepared.definition.on_exception,
+                     class_policies=workflow_class.policies())
+    decision = policy.decide(error, workflow=prepared.workflow,
+                             consecutive_reattempts=lambda: consecutive_reattempts(prepared.step))
+    reported: list[BaseException] = []
+    if decision.report:
+        reported.append(error)
+    if decision.handler_error is not None:
+        reported.append(decision.handler_error)
+    return decision.outcome, reported
+
+
+def consecutive_reattempts(step: Step) -> int:
+    """How many attempts of this step, just before this one, ended in a reattempt."""
+    outcomes = (Step.objects.filter(run_id=step.run_id, step_name=step.step_name, created_at__lte=step.created_at)
+                .exclude(pk=step.pk).order_by("-created_at", "-id").values_list("outcome", flat=True))
+    count = 0
+    for outcome in outcomes:
+        if outcome != "reattempted":
+            break
+        count += 1
+    return count
+
+
+def report_error(error: BaseException, prepared: Prepared, outcome: Outcome,
+                 reporter: Callable[[BaseException, dict[str, Any]], Any] | None = None) -> None:
+    """Hand an error to ERROR_REPORTER (or the ``pgflow`` logger); a reporter that raises is
+    logged and never breaks the worker."""
+    run: WorkflowRun = prepared.run
+    context = {"run_id": run.pk, "workflow_class": run.workflow_class, "step": prepared.step.step_name,
+               "attempt": prepared.step.attempt, "action": outcome.word}
+    try:
+        reporter = reporter or pgflow_settings.error_reporter()
+    except ImportError:
+        logger.exception("ERROR_REPORTER %r does not import", pgflow_settings.ERROR_REPORTER)
+        reporter = None
+    if reporter is None:
+        logger.error("step %s of run %s failed (%s): %s: %s", context["step"], run.pk, outcome.word,
+                     type(error).__name__, error, exc_info=(type(error), error, error.__traceback__),
+                     extra={"action": "step_error", **context})
+        return
+    try:
+        reporter(error, context)
+    except Exception:
+        logger.exception("ERROR_REPORTER raised while reporting an error of run %s", run.pk,
+                         extra={"action": "reporter_failed"})

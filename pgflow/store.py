@@ -1,0 +1,638 @@
+"""The one writer of run and step state.
+
+Every transition happens here, once, in a short transaction that holds the run's row lock
+(``SELECT … FOR UPDATE`` on ``pgflow_run``) and, for a claimed attempt, checks its claim
+token: a worker whose lease was taken over can apply nothing, however late it wakes.
+Each transition writes its ``Event`` in the same transaction. NOTIFY is sent inside the
+transaction, so PostgreSQL delivers it on commit and drops it on rollback.
+
+Callers outside pgflow use the models' methods (``run.pause()`` …), ``Workflow.start()`` and
+``pgflow.signal()``; the worker uses ``claim``/``prepare``/``finish``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.contenttypes.models import ContentType
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Model
+from django.utils import timezone
+
+from .conf import pgflow_settings
+from .core import errors as error_capture
+from .core.flow import CANCEL, COMPLETE, FINISH, PAUSE, REATTEMPT, SKIP, Outcome, attempt_status
+from .core.states import OPEN_STEP, RunStatus, StepStatus, control_error
+from .exceptions import InputTooLarge, InvalidTransition, StepNotFound, WorkflowNotFound
+from .models import Event, Signal, Step, WorkflowRun
+
+if TYPE_CHECKING:
+    from .core.definitions import StepDefinition
+    from .workflow import Workflow
+
+logger = logging.getLogger("pgflow")
+
+CHANNEL = "pgflow"  # the NOTIFY channel; the payload is the queue whose step came due
+SYSTEM = "system"
+_OPEN = [s.value for s in OPEN_STEP]
+
+# Step.outcome words that are not flow-control outcomes.
+LOST = "lost"  # the worker stopped heartbeating; a fresh attempt follows
+HANDED_BACK = "handed_back"  # the worker shut down before the body ended; a fresh attempt follows
+
+
+def now() -> datetime:
+    return timezone.now()
+
+
+def actor_name(actor: Any) -> str:
+    """``None`` -> ``"system"``; a user -> ``"user:<username>"``; anything else its str()."""
+    if actor is None:
+        return SYSTEM
+    if isinstance(actor, Model) and hasattr(actor, "get_username"):
+        return f"user:{actor.get_username()}"
+    return str(actor)[:200]
+
+
+# --- locking ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def locked(run_id: int) -> Iterator[WorkflowRun]:
+    """A transaction holding the run's row lock; raises WorkflowRun.DoesNotExist for no run."""
+    with transaction.atomic():
+        yield WorkflowRun.objects.select_for_update().get(pk=run_id)
+
+
+def open_attempt(run: WorkflowRun) -> Step | None:
+    """The run's open attempt (at most one), locked. Call under ``locked``."""
+    return Step.objects.select_for_update().filter(run=run, status__in=_OPEN).first()
+
+
+def event(run: WorkflowRun, name: str, *, step: Step | None = None, actor: Any = None,
+          at: datetime | None = None, **details: Any) -> Event:
+    return Event.objects.create(run=run, step=step, event=name, actor=actor_name(actor),
+                                details=details, created_at=at or now())
+
+
+def notify(queue: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
+
+
+# --- starting --------------------------------------------------------------------------------
+
+
+def start_run(workflow: type[Workflow], *, subject: Any = None, input: Any = None,
+              key: str | None = None) -> WorkflowRun:
+    """Create a run and its first attempt in the caller's transaction (see Workflow.start)."""
+    payload = _checked_input(input)
+    subject_type, subject_id = _checked_subject(subject)
+    if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+        raise ValueError(f"key must be a non-empty string of at most 255 characters or None, got {key!r}")
+    path = workflow.workflow_path()
+    at = now()
+    with transaction.atomic():
+        if key is not None:
+            existing = WorkflowRun.objects.filter(workflow_class=path, key=key).first()
+            if existing:
+                return existing
+        try:
+            with transaction.atomic():  # a savepoint: a racing start with the same key loses cleanly
+                run = WorkflowRun.objects.create(
+                    workflow_class=path, input=payload, key=key, subject_type=subject_type, subject_id=subject_id,
+                    definition_digest=workflow.definition_digest(), created_at=at, updated_at=at,
+                )
+        except IntegrityError:
+            if key is None:
+                raise
+            return WorkflowRun.objects.get(workflow_class=path, key=key)
+        event(run, "started", at=at, workflow=path, key=key)
+        first = workflow.steps().first()
+        if first is None:
+            _finish_run(run, at, reason="the workflow has no steps")
+            return run
+        instance = workflow(run=run, step_name=first.name, attempt=1, outputs={})
+        _schedule(run, workflow, first, at=at, delay=instance.delay_seconds(first, at))
+        run.save(update_fields=["current_step", "updated_at"])
+    return run
+
+
+def _checked_input(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"input must be a dict (JSON object) or None, got {type(value).__name__}")
+    try:
+        encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"input must be JSON-serialisable: {exc}") from None
+    limit = pgflow_settings.MAX_INPUT_BYTES
+    size = len(encoded.encode())
+    if size > limit:
+        raise InputTooLarge(f"input is {size} bytes as JSON; the limit is {limit} (PGFLOW['MAX_INPUT_BYTES'])")
+    return value
+
+
+def _checked_subject(subject: Any) -> tuple[ContentType | None, str | None]:
+    if subject is None:
+        return None, None
+    if not isinstance(subject, Model):
+        raise TypeError(f"subject must be a saved model instance or None, got {type(subject).__name__}")
+    if subject.pk is None or subject._state.adding:
+        raise ValueError(f"subject must be a saved model instance; this {type(subject).__name__} has no primary key")
+    return ContentType.objects.get_for_model(subject), str(subject.pk)
+
+
+# --- scheduling ------------------------------------------------------------------------------
+
+
+def _schedule(run: WorkflowRun, workflow: type[Workflow], definition: StepDefinition, *, at: datetime,
+              delay: float | None = None, attempt: int | None = None, signal_id: int | None = None) -> Step:
+    """Insert the run's next open attempt of ``definition``; NOTIFY when it is due now."""
+    if attempt is None:
+        attempt = Step.objects.filter(run=run, step_name=definition.name).count() + 1
+    queue = workflow.queue_for(definition.name)
+    due = at + timedelta(seconds=delay) if delay else at
+    step = Step.objects.create(
+        run=run, step_name=definition.name, attempt=attempt, queue=queue,
+        priority=workflow.priority_for(definition.name), created_at=at, scheduled_at=due, signal_id=signal_id,
+    )
+    run.current_step = definition.name
+    run.updated_at = at
+    if due <= at:
+        notify(queue)
+    return step
+
+
+def _reschedule_same(run: WorkflowRun, step: Step, *, at: datetime, delay: float | None = None) -> Step | None:
+    """A fresh attempt of the step ``step`` was an attempt of (a reattempt, a lost worker, a resume).
+
+    Carries a consumed signal over, so a reattempt of a signal step does not wait again.
+    """
+    workflow = _workflow_or_none(run)
+    if workflow is None:
+        return None
+    definition = workflow.steps().get(step.step_name)
+    if definition is None:
+        return None
+    return _schedule(run, workflow, definition, at=at, delay=delay, signal_id=step.signal_id)
+
+
+def _advance(run: WorkflowRun, step_name: str, *, at: datetime, schedule: bool = True) -> None:
+    """Move past ``step_name``: schedule the next step, or finish the run when none is left.
+
+    ``schedule=False`` (a paused run) records the next step as current without an attempt;
+    ``resume()`` schedules it.
+    """
+    workflow = run.workflow()
+    nxt = _next_step(run, workflow, step_name)
+    if nxt is None:
+        _finish_run(run, at)
+        return
+    if not schedule:
+        run.current_step = nxt.name
+        run.updated_at = at
+        run.save(update_fields=["current_step", "updated_at"])
+        return
+    instance = workflow(run=run, step_name=nxt.name, attempt=1, outputs=outputs_of(run))
+    _schedule(run, workflow, nxt, at=at, delay=instance.delay_seconds(nxt, at))
+    run.save(update_fields=["current_step", "updated_at"])
+
+
+def _next_step(run: WorkflowRun, workflow: type[Workflow], step_name: str) -> StepDefinition | None:
+    steps = workflow.steps()
+    if steps.get(step_name) is not None:
+        return steps.next_after(step_name)
+    if step_name in steps.removed:
+        return _after_removed(run, steps)
+    raise StepNotFound(_missing_step_message(run, step_name))
+
+
+def _after_removed(run: WorkflowRun, steps: Any) -> StepDefinition | None:
+    """The step after the place a removed step held: after the last step this run closed
+    that still exists, or the first step when none does."""
+    names = Step.objects.filter(run=run).exclude(status__in=_OPEN).order_by("-created_at", "-id")
+    for name in names.values_list("step_name", flat=True):
+        if steps.get(name) is not None:
+            return steps.next_after(name)
+    return steps.first()
+
+
+def _missing_step_message(run: WorkflowRun, step_name: str) -> str:
+    return (f"step {step_name!r} of run {run.pk} is not defined by {run.workflow_class} any more; "
+            f"declare it in removed_steps to skip it, or restore it")
+
+
+def _finish_run(run: WorkflowRun, at: datetime, *, reason: str | None = None, actor: Any = None) -> None:
+    run.status = RunStatus.FINISHED
+    run.finished_at = at
+    run.updated_at = at
+    run.current_step = None
+    run.paused_reason = ""
+    run.save(update_fields=["status", "finished_at", "updated_at", "current_step", "paused_reason"])
+    details = {"reason": reason} if reason else {}
+    event(run, "finished", at=at, actor=actor, **details)
+
+
+def _workflow_or_none(run: WorkflowRun) -> type[Workflow] | None:
+    try:
+        return run.workflow()
+    except WorkflowNotFound:
+        return None
+
+
+def outputs_of(run: WorkflowRun) -> dict[str, Any]:
+    """``{step_name: output}`` of the run's completed attempts, oldest first."""
+    rows = (Step.objects.filter(run=run, status=StepStatus.COMPLETED)
+            .order_by("created_at", "id").values_list("step_name", "output"))
+    return dict(rows)
+
+
+# --- closing an attempt ----------------------------------------------------------------------
+
+
+def _close(step: Step, *, status: str, outcome: str, at: datetime, output: Any = None,
+           error: dict[str, Any] | None = None) -> None:
+    step.status = status
+    step.outcome = outcome
+    step.finished_at = at
+    step.claim_token = None
+    step.lease_expires_at = None
+    fields = ["status", "outcome", "finished_at", "claim_token", "lease_expires_at"]
+    if output is not None:
+        step.output = output
+        fields.append("output")
+    if error:
+        for column, value in error.items():
+            setattr(step, column, value)
+        fields.extend(error)
+    step.save(update_fields=fields)
+
+
+def apply(run: WorkflowRun, step: Step, outcome: Outcome, *, at: datetime, actor: Any = None,
+          output: Any = None, error: dict[str, Any] | None = None, reason: str = "") -> None:
+    """Close the open attempt ``step`` with ``outcome`` and move the run on. Under ``locked``.
+
+    The one place an attempt's end turns into the run's next state, whoever ended it: the
+    body, a policy, a timeout, a signal wait's deadline, a batch, or an operator.
+    """
+    status = attempt_status(outcome, failed=error is not None)
+    _close(step, status=status, outcome=outcome.word, at=at, output=output, error=error)
+    if error is not None:
+        event(run, "step_failed", step=step, at=at, actor=actor, error_class=error.get("error_class"),
+              action=outcome.word)
+    paused = run.status == RunStatus.PAUSED  # an operator paused it while the body ran
+    if outcome.kind == COMPLETE:
+        event(run, "step_completed", step=step, at=at, actor=actor)
+        _advance_or_pause_on_missing(run, step, at=at, schedule=not paused)
+    elif outcome.kind == SKIP:
+        event(run, "skipped", step=step, at=at, actor=actor, **({"reason": reason} if reason else {}))
+        _advance_or_pause_on_missing(run, step, at=at, schedule=not paused)
+    elif outcome.kind == FINISH:
+        _finish_run(run, at, reason=f"finish() in step {step.step_name}", actor=actor)
+    elif outcome.kind == CANCEL:
+        _cancel_run(run, at, actor=actor, step=step, reason=reason)
+    elif outcome.kind == PAUSE:
+        _pause_run(run, at, actor=actor, step=step, reason=reason or _pause_reason(step, error))
+    elif outcome.kind == REATTEMPT:
+        event(run, "reattempted", step=step, at=at, actor=actor, wait=outcome.wait)
+        if not paused:
+            _reschedule_same(run, step, at=at, delay=outcome.wait)
+            run.save(update_fields=["current_step", "updated_at"])
+
+
+def _advance_or_pause_on_missing(run: WorkflowRun, step: Step, *, at: datetime, schedule: bool) -> None:
+    try:
+        _advance(run, step.step_name, at=at, schedule=schedule)
+    except (StepNotFound, WorkflowNotFound) as exc:
+        _pause_run(run, at, step=step, reason=str(exc))
+
+
+def _pause_reason(step: Step, error: dict[str, Any] | None) -> str:
+    if error:
+        return f"step {step.step_name} #{step.attempt} failed: {error.get('error_class')}: " \
+               f"{(error.get('error_message') or '')[:300]}"
+    return f"step {step.step_name} #{step.attempt} paused the run"
+
+
+def _pause_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step | None = None,
+               reason: str = "") -> None:
+    run.status = RunStatus.PAUSED
+    run.paused_reason = reason[:2000]
+    run.updated_at = at
+    run.save(update_fields=["status", "paused_reason", "updated_at"])
+    event(run, "paused", step=step, at=at, actor=actor, **({"reason": reason[:500]} if reason else {}))
+
+
+def _cancel_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step | None = None,
+                reason: str = "") -> None:
+    run.status = RunStatus.CANCELLED
+    run.finished_at = at
+    run.updated_at = at
+    run.paused_reason = ""
+    run.save(update_fields=["status", "finished_at", "updated_at", "paused_reason"])
+    event(run, "cancelled", step=step, at=at, actor=actor, **({"reason": reason} if reason else {}))
+
+
+# --- the worker's side: claim, prepare, finish ----------------------------------------------
+
+_CLAIM_SQL = """
+WITH due AS (
+    SELECT id FROM pgflow_step
+    WHERE status = 'scheduled' AND queue = ANY(%(queues)s) AND scheduled_at <= %(now)s
+    ORDER BY priority DESC, scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgflow_step AS s
+SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
+    lease_expires_at = %(lease_until)s
+FROM due WHERE s.id = due.id
+RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """An attempt this worker holds: every write for it checks ``token``."""
+
+    step_id: int
+    run_id: int
+    step_name: str
+    attempt: int
+    token: uuid.UUID
+    started_at: datetime
+
+
+def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = None) -> list[Claim]:
+    """Take up to ``limit`` due attempts in one statement (``FOR UPDATE SKIP LOCKED``)."""
+    if limit <= 0:
+        return []
+    at = at or now()
+    lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, {"queues": queues, "now": at, "limit": limit, "worker": worker,
+                                    "lease_until": lease_until})
+        rows = cursor.fetchall()
+    return [Claim(step_id=r[0], run_id=r[1], step_name=r[2], attempt=r[3], token=r[4], started_at=r[5])
+            for r in rows]
+
+
+def heartbeat(tokens: list[uuid.UUID], *, at: datetime | None = None) -> int:
+    """Extend the lease of every attempt still held under ``tokens``; returns how many."""
+    if not tokens:
+        return 0
+    until = (at or now()) + timedelta(seconds=pgflow_settings.seconds("LEASE"))
+    return Step.objects.filter(claim_token__in=tokens, status=StepStatus.IN_PROGRESS).update(lease_expires_at=until)
+
+
+def _held(run: WorkflowRun, held: Claim) -> Step | None:
+    """The claimed attempt, locked, if it is still in progress under our token."""
+    return (Step.objects.select_for_update()
+            .filter(pk=held.step_id, run=run, status=StepStatus.IN_PROGRESS, claim_token=held.token).first())
+
+
+@dataclass(kw_only=True)
+class Prepared:
+    """A claimed attempt cleared to run its body."""
+
+    claim: Claim
+    run: WorkflowRun
+    step: Step
+    definition: StepDefinition
+    workflow: Workflow
+    signal: Signal | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
+    """Before the body, under the run lock: is the attempt still ours and the run running,
+    does a cancel_if or skip_if apply, is the step still defined, is its signal here.
+
+    Returns None when the attempt ended here (skipped, cancelled, parked, or not ours).
+    """
+    from .signals import take_signal
+
+    at = at or now()
+    with locked(held.run_id) as run:
+        step = _held(run, held)
+        if step is None:
+            log_ignored(held, "it is no longer in progress under this claim")
+            return None
+        if run.status != RunStatus.RUNNING:
+            # Not reachable while pause/cancel close open attempts, but never run a stopped run's body.
+            _close(step, status=StepStatus.CANCELLED, outcome="cancelled", at=at)
+            return None
+        try:
+            workflow_class = run.workflow()
+        except WorkflowNotFound as exc:
+            _fail_and_pause(run, step, exc, at=at)
+            return None
+        steps = workflow_class.steps()
+        definition = steps.get(step.step_name)
+        if definition is None:
+            if step.step_name in steps.removed:
+                apply(run, step, Outcome(kind=SKIP), at=at, reason="removed from the workflow")
+            else:
+                _fail_and_pause(run, step, StepNotFound(_missing_step_message(run, step.step_name)), at=at)
+            return None
+        workflow = workflow_class(run=run, step_name=step.step_name, attempt=step.attempt, outputs=outputs_of(run))
+        if workflow.should_cancel():
+            apply(run, step, Outcome(kind=CANCEL), at=at, reason="a cancel_if condition held")
+            return None
+        if definition.skip_if is not None and workflow.should_skip(definition):
+            apply(run, step, Outcome(kind=SKIP), at=at, reason="skip_if")
+            return None
+        signal = None
+        if definition.wait_for:
+            signal = take_signal(run, step, definition, at=at)
+            if signal is None:
+                park(run, step, at=at, deadline=definition.wait_timeout)
+                return None
+        if definition.timeout:
+            step.timeout_at = step.started_at + timedelta(seconds=definition.timeout)
+            step.save(update_fields=["timeout_at"])
+    return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow, signal=signal)
+
+
+def _fail_and_pause(run: WorkflowRun, step: Step, exc: BaseException, *, at: datetime) -> None:
+    captured = error_capture.capture(exc, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES)
+    apply(run, step, Outcome(kind=PAUSE), at=at, error=captured, reason=str(exc))
+
+
+def park(run: WorkflowRun, step: Step, *, at: datetime, deadline: float | None = None,
+         batch_id: Any = None) -> None:
+    """Park the attempt as ``waiting`` on a signal or a batch. Under ``locked``."""
+    step.status = StepStatus.WAITING
+    step.claim_token = None
+    step.lease_expires_at = None
+    fields = ["status", "claim_token", "lease_expires_at"]
+    if step.waiting_since is None:
+        step.waiting_since = at
+        fields.append("waiting_since")
+        if deadline:
+            step.deadline_at = at + timedelta(seconds=deadline)
+            fields.append("deadline_at")
+    if batch_id is not None:
+        step.batch_id = batch_id
+        fields.append("batch")
+    step.save(update_fields=fields)
+
+
+def wake(step: Step, *, at: datetime) -> None:
+    """A waiting attempt becomes due now (its signal arrived). Under ``locked``."""
+    step.status = StepStatus.SCHEDULED
+    step.scheduled_at = at
+    step.save(update_fields=["status", "scheduled_at"])
+    notify(step.queue)
+
+
+def finish(held: Claim, outcome: Outcome, *, output: Any = None, error: dict[str, Any] | None = None,
+           at: datetime | None = None) -> bool:
+    """After the body, under the run lock: apply ``outcome`` if the attempt is still ours.
+
+    Returns False (and logs) for a late completion of an attempt that timed out, was taken
+    over after its lease ran out, or was ended by an operator: it is never applied.
+    """
+    at = at or now()
+    with locked(held.run_id) as run:
+        step = _held(run, held)
+        if step is None:
+            log_ignored(held, "it was ended elsewhere (timed out, lease taken over, or an operator acted)")
+            return False
+        apply(run, step, outcome, at=at, output=output, error=error)
+    return True
+
+
+def log_ignored(held: Claim, why: str) -> None:
+    logger.warning("late completion ignored: run=%s step=%s attempt=%s: %s",
+                   held.run_id, held.step_name, held.attempt, why,
+                   extra={"action": "late_completion_ignored", "run_id": held.run_id})
+
+
+def hand_back(held: list[Claim], *, at: datetime | None = None) -> int:
+    """A shutting-down worker gives its unfinished attempts back: each closes and a fresh
+    attempt is due at once for another worker. Returns how many were handed back."""
+    at = at or now()
+    count = 0
+    for item in held:
+        with locked(item.run_id) as run:
+            step = _held(run, item)
+            if step is None:
+                continue
+            _close(step, status=StepStatus.CANCELLED, outcome=HANDED_BACK, at=at)
+            event(run, "handed_back", step=step, at=at)
+            if run.status == RunStatus.RUNNING:
+                _reschedule_same(run, step, at=at)
+                run.save(update_fields=["current_step", "updated_at"])
+            count += 1
+    return count
+
+
+# --- operator controls -----------------------------------------------------------------------
+
+
+def _check(run: WorkflowRun, control: str) -> None:
+    message = control_error(control, run.status)
+    if message:
+        raise InvalidTransition(f"run {run.pk}: {message}")
+
+
+def _refresh(into: WorkflowRun | None, run: WorkflowRun) -> WorkflowRun:
+    if into is None:
+        return run
+    into.refresh_from_db()
+    return into
+
+
+def pause(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -> WorkflowRun:
+    """Pause a running run. A scheduled or waiting attempt closes; one in progress finishes
+    its body, and the run parks after it."""
+    at = now()
+    with locked(run_id) as run:
+        _check(run, "pause")
+        step = open_attempt(run)
+        if step is not None and step.status != StepStatus.IN_PROGRESS:
+            _close(step, status=StepStatus.CANCELLED, outcome="paused", at=at)
+        _pause_run(run, at, actor=actor, step=step, reason=f"paused by {actor_name(actor)}")
+    return _refresh(into, run)
+
+
+def resume(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -> WorkflowRun:
+    """Resume a paused run: a fresh attempt of its current step, due now."""
+    at = now()
+    with locked(run_id) as run:
+        _check(run, "resume")
+        run.status = RunStatus.RUNNING
+        run.paused_reason = ""
+        run.updated_at = at
+        run.save(update_fields=["status", "paused_reason", "updated_at"])
+        event(run, "resumed", at=at, actor=actor)
+        if open_attempt(run) is None:  # an attempt still in progress will move the run on itself
+            workflow = run.workflow()
+            definition = workflow.steps().get(run.current_step or "")
+            if definition is None:
+                _resume_missing(run, workflow, at=at)
+            else:
+                last = Step.objects.filter(run=run, step_name=definition.name).order_by("-created_at", "-id").first()
+                _schedule(run, workflow, definition, at=at, signal_id=last.signal_id if last else None)
+                run.save(update_fields=["current_step", "updated_at"])
+    return _refresh(into, run)
+
+
+def _resume_missing(run: WorkflowRun, workflow: type[Workflow], *, at: datetime) -> None:
+    name = run.current_step or ""
+    steps = workflow.steps()
+    if name in steps.removed or not name:
+        nxt = _after_removed(run, steps)
+        if nxt is None:
+            _finish_run(run, at)
+            return
+        _schedule(run, workflow, nxt, at=at)
+        run.save(update_fields=["current_step", "updated_at"])
+        return
+    raise StepNotFound(_missing_step_message(run, name))
+
+
+def cancel(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -> WorkflowRun:
+    """Cancel a running or paused run; its open attempt (even one in progress) closes now,
+    so a body still running applies nothing when it returns."""
+    at = now()
+    with locked(run_id) as run:
+        _check(run, "cancel")
+        step = open_attempt(run)
+        if step is not None:
+            _close(step, status=StepStatus.CANCELLED, outcome="cancelled", at=at)
+        _cancel_run(run, at, actor=actor, step=step, reason=f"cancelled by {actor_name(actor)}")
+    return _refresh(into, run)
+
+
+def skip_step(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -> WorkflowRun:
+    """Skip the run's current step and move on; a paused run resumes with the next step."""
+    at = now()
+    with locked(run_id) as run:
+        _check(run, "skip_step")
+        if run.status == RunStatus.PAUSED:
+            run.status = RunStatus.RUNNING
+            run.paused_reason = ""
+            run.save(update_fields=["status", "paused_reason"])
+            event(run, "resumed", at=at, actor=actor)
+        step = open_attempt(run)
+        name = run.current_step
+        if step is not None:
+            _close(step, status=StepStatus.SKIPPED, outcome="skipped", at=at)
+        event(run, "skipped", step=step, at=at, actor=actor, reason=f"skipped by {actor_name(actor)}",
+              step_name=name)
+        if name is None:
+            _finish_run(run, at)
+        else:
+            _advance(run, name, at=at)
+    return _refresh(into, run)
