@@ -1,0 +1,64 @@
+"""``manage.py pgflow_worker``: parse, validate, build a Worker, run it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from pgflow.conf import pgflow_settings
+from pgflow.runtime.worker import Worker
+
+QUEUE_NAME = re.compile(r"^[\w.:-]{1,100}$")
+MAX_CONCURRENCY = 256
+
+
+def queue_list(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one queue name, e.g. --queues workflows,mail")
+    for name in names:
+        if not QUEUE_NAME.match(name):
+            raise argparse.ArgumentTypeError(
+                f"queue names are 1-100 letters, digits, '_', '.', ':' or '-'; got {name!r}")
+    return names
+
+
+def concurrency(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_CONCURRENCY}, got {value!r}")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Run pgflow workflow steps: claim due steps, run them, heartbeat, sweep."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queues", type=queue_list, default=None,
+                            help="comma-separated queues to take steps from (default: PGFLOW['QUEUE'])")
+        parser.add_argument("--concurrency", type=concurrency, default=4,
+                            help="steps run at once, each in its own thread (default: 4)")
+        parser.add_argument("--burst", action="store_true",
+                            help="run until no step is due, then exit 0")
+        parser.add_argument("--name", default=None, help="worker name in logs and leases (default: host:pid:random)")
+
+    def handle(self, *args: Any, queues: list[str] | None, concurrency: int, burst: bool, name: str | None,
+               verbosity: int = 1, **options: Any) -> None:
+        pgflow_logger = logging.getLogger("pgflow")
+        if not pgflow_logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+            pgflow_logger.addHandler(handler)
+        pgflow_logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO if verbosity else logging.WARNING)
+        worker = Worker(queues=queues or [pgflow_settings.QUEUE], concurrency=concurrency, burst=burst, name=name)
+        code = worker.run()
+        if code:
+            sys.exit(code)

@@ -1,0 +1,165 @@
+"""The sweep: repairs what no single worker can see. One worker at a time runs it, under
+an advisory lock, and each repair is its own short transition under the run's lock.
+
+- attempts whose lease ran out (their worker died): a fresh attempt, or a pause after
+  MAX_LOST_ATTEMPTS in a row;
+- signal waits past their deadline: ``on_timeout``;
+- fan-out steps whose batch callback was lost;
+- retention: finished and cancelled runs older than RETENTION, in bounded batches.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+
+from .. import store
+from ..conf import pgflow_settings
+from ..core.states import RunStatus, StepStatus
+from ..models import Step
+
+logger = logging.getLogger("pgflow")
+
+LOCK_KEY = 0x7067_666C_6F77  # "pgflow" — the advisory lock only one sweeping worker holds
+BATCH_SIZE = 100  # repairs of one kind per sweep
+RETENTION_BATCH = 500  # runs deleted per statement
+RETENTION_ROUNDS = 10  # statements per sweep, so one sweep stays short
+
+
+def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
+    """One sweep; returns how many of each repair it made ({} when another worker sweeps)."""
+    at = at or store.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
+        if not cursor.fetchone()[0]:
+            return {}
+    try:
+        counts = {
+            "lost_leases": _each(_expired_leases(at), lambda step_id: recover_lost(step_id, at=at)),
+            "wait_timeouts": _each(_past_deadline(at), lambda step_id: _time_out(step_id, at)),
+            "fan_out_repairs": _repair_fan_outs(at),
+            "purged_runs": purge(at=at),
+        }
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
+    return counts
+
+
+def _each(ids: list[int], repair: object) -> int:
+    done = 0
+    for step_id in ids:
+        try:
+            done += bool(repair(step_id))  # type: ignore[operator]
+        except Exception:
+            # One broken run must not stop the sweep for all the others.
+            logger.exception("sweep: repair of step %s failed", step_id, extra={"action": "sweep_error"})
+    return done
+
+
+def _expired_leases(at: datetime) -> list[int]:
+    return list(Step.objects.filter(status=StepStatus.IN_PROGRESS, lease_expires_at__lt=at)
+                .order_by("lease_expires_at").values_list("pk", flat=True)[:BATCH_SIZE])
+
+
+def _past_deadline(at: datetime) -> list[int]:
+    return list(Step.objects.filter(status=StepStatus.WAITING, deadline_at__lte=at, batch__isnull=True)
+                .order_by("deadline_at").values_list("pk", flat=True)[:BATCH_SIZE])
+
+
+def _time_out(step_id: int, at: datetime) -> bool:
+    from ..signals import time_out
+
+    return time_out(step_id, at=at)
+
+
+def _repair_fan_outs(at: datetime) -> int:
+    try:
+        from .. import fanout
+    except ImportError:
+        return 0
+    repair = getattr(fanout, "repair_lost", None)
+    return repair(at=at) if repair else 0
+
+
+def recover_lost(step_id: int, *, at: datetime) -> bool:
+    """An attempt whose worker stopped heartbeating: close it as lost, then a fresh attempt
+    due now, or a pause once the step lost its worker MAX_LOST_ATTEMPTS times in a row."""
+    run_id = Step.objects.filter(pk=step_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        return False
+    with store.locked(run_id) as run:
+        step = Step.objects.select_for_update().filter(
+            pk=step_id, status=StepStatus.IN_PROGRESS, lease_expires_at__lt=at).first()
+        if step is None:
+            return False  # it finished or heartbeated since we looked
+        error = {
+            "error_class": "pgflow.LeaseExpired",
+            "error_message": f"worker {step.worker or '?'} stopped heartbeating; the lease ran out at "
+                             f"{step.lease_expires_at:%Y-%m-%d %H:%M:%S %Z}",
+            "error_backtrace": "",
+            "error_causes": [],
+        }
+        store._close(step, status=StepStatus.FAILED, outcome=store.LOST, at=at, error=error)
+        lost = _lost_in_a_row(step)
+        limit = pgflow_settings.MAX_LOST_ATTEMPTS
+        store.event(run, "lease_lost", step=step, at=at, worker=step.worker, lost_in_a_row=lost)
+        if run.status != RunStatus.RUNNING:
+            return True  # paused while it ran: resume() schedules the fresh attempt
+        if lost >= limit:
+            reason = (f"step {step.step_name} lost its worker {lost} times in a row "
+                      f"(MAX_LOST_ATTEMPTS={limit}); its body may crash the worker process")
+            store._pause_run(run, at, step=step, reason=reason)
+        else:
+            store._reschedule_same(run, step, at=at)
+            run.save(update_fields=["current_step", "updated_at"])
+    logger.warning("run=%s step=%s attempt=%s lost its worker %s (%d in a row)", run_id, step.step_name,
+                   step.attempt, step.worker, lost, extra={"action": "lease_lost", "run_id": run_id})
+    return True
+
+
+def _lost_in_a_row(step: Step) -> int:
+    outcomes = (Step.objects.filter(run_id=step.run_id, step_name=step.step_name)
+                .order_by("-created_at", "-id").values_list("outcome", flat=True))
+    count = 0
+    for outcome in outcomes:
+        if outcome != store.LOST:
+            break
+        count += 1
+    return count
+
+
+_PURGE = [
+    "DELETE FROM pgflow_event WHERE run_id = ANY(%(ids)s)",
+    "DELETE FROM pgflow_signal WHERE run_id = ANY(%(ids)s)",
+    "DELETE FROM pgflow_batch_member WHERE batch_id IN (SELECT id FROM pgflow_batch WHERE run_id = ANY(%(ids)s))",
+    "DELETE FROM pgflow_batch WHERE run_id = ANY(%(ids)s)",
+    "DELETE FROM pgflow_step WHERE run_id = ANY(%(ids)s)",
+    "DELETE FROM pgflow_run WHERE id = ANY(%(ids)s)",
+]
+
+
+def purge(*, at: datetime) -> int:
+    """Delete finished and cancelled runs older than RETENTION (with their rows)."""
+    retention = pgflow_settings.RETENTION
+    if retention is None:
+        return 0
+    cutoff = at - (retention if isinstance(retention, timedelta) else timedelta(seconds=retention))
+    deleted = 0
+    for _ in range(RETENTION_ROUNDS):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM pgflow_run WHERE status IN ('finished', 'cancelled') AND finished_at < %s "
+                "ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED", [cutoff, RETENTION_BATCH])
+            ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                break
+            for statement in _PURGE:
+                cursor.execute(statement, {"ids": ids})
+            deleted += len(ids)
+        if len(ids) < RETENTION_BATCH:
+            break
+    return deleted
+

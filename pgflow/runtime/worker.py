@@ -1,0 +1,256 @@
+"""The worker: claim due attempts, run them in a thread pool, heartbeat, sweep, shut down.
+
+Life cycle: start the listener and the heartbeat → claim and run until stopped → drain
+within the grace period → hand back what is still running. The main thread claims (one
+statement for all free slots) and sleeps on a wake-up event that NOTIFY, a finished
+attempt or the next due time sets, with a polling fallback, so an idle worker costs the
+database one cheap query per poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
+from types import FrameType
+
+import psycopg
+from django.db import DatabaseError, close_old_connections, connection, connections
+from django.db import InterfaceError as DjangoInterfaceError
+
+from .. import store
+from ..conf import pgflow_settings
+from ..store import Claim
+from . import sweep
+from .runner import Result, Runner
+
+logger = logging.getLogger("pgflow")
+
+RECONNECT_DELAY = 1.0  # seconds between attempts while the database is away
+_LISTEN_KEYS = ("dbname", "user", "password", "host", "port", "sslmode", "options", "sslrootcert", "sslcert", "sslkey")
+
+
+def default_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    def __init__(self, *, queues: list[str] | None = None, concurrency: int = 4, burst: bool = False,
+                 name: str | None = None) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be a positive whole number, got {concurrency!r}")
+        self.queues = queues or [pgflow_settings.QUEUE]
+        self.concurrency = concurrency
+        self.burst = burst
+        self.name = name or default_name()
+        self.runner = Runner()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._running: dict[Future[Result], Claim] = {}
+        self._running_lock = threading.Lock()
+        self._next_sweep = 0.0
+        self._signals = 0
+        self._db_down_since: float | None = None
+        self.completed = 0
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    def run(self, *, install_signals: bool = True) -> int:
+        """Run until stopped (or, with ``burst``, until nothing is due). Returns an exit code."""
+        if install_signals:
+            self._install_signals()
+        logger.info("worker %s starting: queues=%s concurrency=%d%s", self.name, ",".join(self.queues),
+                    self.concurrency, " burst" if self.burst else "", extra={"action": "worker_start"})
+        pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pgflow-step")
+        threads = [threading.Thread(target=self._listen, name="pgflow-listen", daemon=True),
+                   threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True)]
+        for thread in threads:
+            thread.start()
+        try:
+            self._loop(pool)
+        finally:
+            self._stopping.set()
+            handed = self._drain(pool)
+            logger.info("worker %s stopped: %d steps run, %d handed back", self.name, self.completed, handed,
+                        extra={"action": "worker_stop"})
+            close_old_connections()
+        return 0
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    def _install_signals(self) -> None:
+        def handle(signum: int, frame: FrameType | None) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                logger.warning("second signal: exiting now", extra={"action": "worker_kill"})
+                os._exit(1)
+            logger.info("signal %s: stop claiming, let running steps finish", signal.Signals(signum).name,
+                        extra={"action": "worker_stopping"})
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    # --- the claim loop -------------------------------------------------------------------
+
+    def _loop(self, pool: ThreadPoolExecutor) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                claimed = self._claim_and_submit(pool)
+                self._maybe_sweep()
+                wait = self._idle_wait(claimed)
+                self._database_back()
+            except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
+                self._database_away(exc)
+                wait = RECONNECT_DELAY
+                claimed = 0
+            if self.burst and claimed == 0 and not self._running:
+                if not self._due_soon():
+                    return
+            if wait > 0:
+                self._wake.wait(wait)
+
+    def _claim_and_submit(self, pool: ThreadPoolExecutor) -> int:
+        free = self.concurrency - len(self._running)
+        if free <= 0:
+            return 0
+        claims = store.claim(worker=self.name, queues=self.queues, limit=free)
+        for held in claims:
+            future = pool.submit(self.runner.execute, held)
+            with self._running_lock:
+                self._running[future] = held
+            future.add_done_callback(self._done)
+        return len(claims)
+
+    def _done(self, future: Future[Result]) -> None:
+        with self._running_lock:
+            self._running.pop(future, None)
+        if future.exception() is not None:
+            exc = future.exception()
+            logger.error("step runner failed: %s", exc, exc_info=exc, extra={"action": "runner_error"})
+        else:
+            self.completed += 1
+        self._wake.set()
+
+    def _idle_wait(self, claimed: int) -> float:
+        """Seconds to sleep before the next claim: none while slots are free and work was
+        found; up to the next due time or the poll interval otherwise."""
+        free = self.concurrency - len(self._running)
+        if claimed and free > 0:
+            return 0.0
+        if free <= 0:
+            return pgflow_settings.seconds("POLL_INTERVAL")  # a finished step wakes us sooner
+        poll = pgflow_settings.seconds("POLL_INTERVAL")
+        nxt = self._next_due()
+        if nxt is None:
+            return poll
+        return max(0.0, min(poll, (nxt - store.now()).total_seconds()))
+
+    def _next_due(self) -> datetime | None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT min(scheduled_at) FROM pgflow_step WHERE status = 'scheduled' AND queue = ANY(%s)",
+                           [self.queues])
+            row = cursor.fetchone()
+        return row[0] if row else None
+
+    def _due_soon(self) -> bool:
+        nxt = self._next_due()
+        return nxt is not None and nxt <= store.now()
+
+    def _maybe_sweep(self) -> None:
+        if time.monotonic() < self._next_sweep:
+            return
+        self._next_sweep = time.monotonic() + pgflow_settings.seconds("SWEEP_INTERVAL")
+        counts = sweep.run(worker=self.name)
+        if any(counts.values()):
+            logger.info("sweep: %s", ", ".join(f"{k}={v}" for k, v in counts.items() if v),
+                        extra={"action": "sweep", **counts})
+
+    def _database_away(self, exc: BaseException) -> None:
+        if self._db_down_since is None:
+            self._db_down_since = time.monotonic()
+            logger.error("database unavailable, retrying every %.0fs: %s", RECONNECT_DELAY,
+                         " ".join(str(exc).split()), extra={"action": "database_down"})
+        for conn in connections.all(initialized_only=True):
+            conn.close_if_unusable_or_obsolete()
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001,S110 - a dead connection may fail to close; it is gone either way
+                pass
+
+    def _database_back(self) -> None:
+        if self._db_down_since is not None:
+            logger.info("database back after %.1fs", time.monotonic() - self._db_down_since,
+                        extra={"action": "database_up"})
+            self._db_down_since = None
+
+    # --- background threads ---------------------------------------------------------------
+
+    def _listen(self) -> None:
+        """Sets the wake-up event on every NOTIFY for one of our queues; reconnects forever."""
+        while not self._stopping.is_set():
+            try:
+                params = {k: v for k, v in connection.get_connection_params().items() if k in _LISTEN_KEYS}
+                with psycopg.connect(**params, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f"LISTEN {store.CHANNEL}")
+                    self._wake.set()  # anything that came due while we were not listening
+                    while not self._stopping.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            if note.payload in self.queues:
+                                self._wake.set()
+            except psycopg.Error:
+                self._stopping.wait(RECONNECT_DELAY)
+
+    def _heartbeat(self) -> None:
+        """Extends the leases of running attempts and fails those past their timeout."""
+        from ..models import Step
+
+        while not self._stopping.wait(pgflow_settings.heartbeat_seconds):
+            try:
+                with self._running_lock:
+                    tokens = [held.token for held in self._running.values()]
+                if not tokens:
+                    continue
+                store.heartbeat(tokens)
+                overdue = Step.objects.filter(claim_token__in=tokens, status="in_progress",
+                                              timeout_at__lte=store.now()).values_list("claim_token", flat=True)
+                for token in overdue:
+                    self.runner.time_out(token)
+            except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
+                logger.warning("heartbeat failed: %s", " ".join(str(exc).split()),
+                               extra={"action": "heartbeat_failed"})
+                close_old_connections()
+                connection.close()
+
+    # --- shutdown -------------------------------------------------------------------------
+
+    def _drain(self, pool: ThreadPoolExecutor) -> int:
+        """Let running bodies finish within the grace period, then hand the rest back."""
+        deadline = time.monotonic() + pgflow_settings.seconds("SHUTDOWN_GRACE")
+        while self._running and time.monotonic() < deadline:
+            self._wake.clear()
+            self._wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+        with self._running_lock:
+            left = list(self._running.values())
+        handed = 0
+        if left:
+            try:
+                handed = store.hand_back(left)
+            except (DatabaseError, psycopg.Error) as exc:
+                logger.error("could not hand back %d attempts (their leases will expire): %s", len(left), exc)
+        pool.shutdown(wait=not left, cancel_futures=True)
+        if left:
+            # Bodies still running in threads cannot be stopped; their attempts are handed
+            # back, so the process exits without waiting for them.
+            logging.shutdown()
+            os._exit(0)
+        return handed
