@@ -56,17 +56,17 @@ EventRow = Mapping[str, Any]  # an Event's fields by name
 
 
 def segments(step: StepRow, *, now: datetime) -> list[dict[str, Any]]:
-    """The attempt's phases in time order: ``[{"kind", "from", "to"}]`` with datetimes.
+    """The attempt's phases in time order: ``[{"kind", "from", "to"}]``, datetimes in UTC.
 
     An open attempt (scheduled, waiting, in progress) runs to ``now``; a closed one ends at
     its ``finished_at``, and every phase is cut there.
     """
-    created = step.get("created_at")
-    scheduled = step.get("scheduled_at")
-    started = step.get("started_at")
-    since = step.get("waiting_since")
-    finished = step.get("finished_at")
-    ending = finished if finished is not None else (now if str(step.get("status")) in OPEN else None)
+    created = _utc(step.get("created_at"))
+    scheduled = _utc(step.get("scheduled_at"))
+    started = _utc(step.get("started_at"))
+    since = _utc(step.get("waiting_since"))
+    finished = _utc(step.get("finished_at"))
+    ending = finished if finished is not None else (_utc(now) if str(step.get("status")) in OPEN else None)
     if since is not None and scheduled is not None and since < scheduled:
         # A signal step woken by its signal: the row was scheduled again at the wake and
         # claimed a second time, so the park came before the (new) scheduled_at.
@@ -103,7 +103,7 @@ def durations(step: StepRow, *, now: datetime) -> dict[str, float | None]:
 
 
 def paused_periods(events: Iterable[EventRow], *, status: str, now: datetime) -> list[dict[str, datetime]]:
-    """``[{"from", "to"}]``, oldest first: each ``paused`` event up to the event that ended it.
+    """``[{"from", "to"}]`` (UTC), oldest first: each ``paused`` event up to the event that ended it.
 
     A pause ends at the next ``resumed``, ``cancelled`` or ``finished``; a second ``paused``
     inside an open pause changes nothing. A pause still open runs to ``now``, but only while
@@ -111,22 +111,21 @@ def paused_periods(events: Iterable[EventRow], *, status: str, now: datetime) ->
     """
     periods = []
     opened = None
-    for event in sorted(events, key=lambda event: event["created_at"]):
-        name = str(event["event"])
+    # A stable sort: events of one instant keep the order they were given in (their ids).
+    for event in sorted(events, key=lambda event: _utc(event["created_at"])):
+        at, name = _utc(event["created_at"]), str(event["event"])
         if name == "paused":
             if opened is None:
-                opened = event["created_at"]
+                opened = at
         elif opened is not None and name in PAUSE_ENDS:
-            periods.append({"from": opened, "to": event["created_at"]})
+            periods.append({"from": opened, "to": at})
             opened = None
     if opened is not None and str(status) == "paused":
-        periods.append({"from": opened, "to": now})
+        periods.append({"from": opened, "to": _utc(now)})
     return periods
 
 
-def chart(
-    steps: Iterable[StepRow], events: Iterable[EventRow], *, status: str, now: datetime
-) -> dict[str, Any]:
+def chart(steps: Iterable[StepRow], events: Iterable[EventRow], *, status: str, now: datetime) -> dict[str, Any]:
     """The range-bar payload: ``{"rows": [...], "paused": [...]}``, JSON-ready.
 
     One row per attempt, oldest first, labelled ``"name #attempt"``. Each segment has its
@@ -135,7 +134,7 @@ def chart(
     ``duration`` in words for the tooltip.
     """
     rows = []
-    for step in sorted(steps, key=lambda step: (step["created_at"], int(step.get("attempt") or 0))):
+    for step in sorted(steps, key=lambda step: (_utc(step["created_at"]), int(step.get("attempt") or 0))):
         rows.append(
             {
                 "label": f"{step.get('step_name')} #{step.get('attempt')}",
@@ -143,8 +142,7 @@ def chart(
                 "outcome": _plain(step.get("outcome")),
                 "error_class": _plain(step.get("error_class")),
                 "segments": [
-                    _chart_segment(segment, series_for(segment["kind"], step))
-                    for segment in segments(step, now=now)
+                    _chart_segment(segment, series_for(segment["kind"], step)) for segment in segments(step, now=now)
                 ],
             }
         )
@@ -195,6 +193,16 @@ def _clip(pieces: list[tuple[str, Any, Any]], finished: datetime | None) -> list
         if end > start:
             kept.append({"kind": kind, "from": start, "to": end})
     return kept
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    # Python compares and subtracts two datetimes of one zone by their wall clocks, which
+    # is off by an hour across a DST change; in UTC it is real time.
+    if moment is None:
+        return None
+    if moment.utcoffset() is None:
+        raise ValueError(f"the timeline needs aware datetimes, got {moment!r}")
+    return moment.astimezone(UTC)
 
 
 def _plain(value: Any) -> Any:

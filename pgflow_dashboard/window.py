@@ -75,7 +75,9 @@ class WorkflowWindow:
 
     def since(self, reference: datetime | None = None) -> datetime:
         """The window's start: ``seconds`` before ``reference`` (the window's ``now`` by default)."""
-        return (self.now if reference is None else reference) - timedelta(seconds=self.seconds)
+        end = self.now if reference is None else reference
+        # Subtracting in UTC: across a DST change a local wall-clock day is 23 or 25 hours.
+        return (end.astimezone(UTC) - timedelta(seconds=self.seconds)).astimezone(end.tzinfo)
 
     def to_dict(self) -> dict[str, str | int | bool]:
         return {
