@@ -35,7 +35,8 @@ if "DATABASE_URL" not in os.environ:
         sys.exit(f"pgflow example project: cannot start a private PostgreSQL: {exc}")
 
 DATABASES = {"default": env.db("DATABASE_URL")}
-DATABASES["default"].setdefault("TEST", {})
+# Parallel test sessions on one cluster each name their own test database.
+DATABASES["default"]["TEST"] = {"NAME": env("PGFLOW_TEST_DATABASE", default=None)}
 if os.environ.get("PGFLOW_TEST_DB_NAME"):
     # A worker subprocess of the acceptance tests connects straight to the test database.
     DATABASES["default"]["NAME"] = os.environ["PGFLOW_TEST_DB_NAME"]
@@ -95,6 +96,9 @@ PGFLOW = {
     "MAX_LOST_ATTEMPTS": env.int("PGFLOW_MAX_LOST_ATTEMPTS", default=3),
     "ERROR_BACKTRACE_LINES": env.int("PGFLOW_ERROR_BACKTRACE_LINES", default=50),
     "ERROR_REPORTER": env("PGFLOW_ERROR_REPORTER", default=None),
+    "POLL_INTERVAL": timedelta(seconds=env.float("PGFLOW_POLL_SECONDS", default=5)),
+    "SWEEP_INTERVAL": timedelta(seconds=env.float("PGFLOW_SWEEP_SECONDS", default=10)),
+    "SHUTDOWN_GRACE": timedelta(seconds=env.float("PGFLOW_SHUTDOWN_GRACE_SECONDS", default=30)),
 }
 
 # django-q2 runs fan-out members; the ORM broker keeps them in this same PostgreSQL.

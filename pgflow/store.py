@@ -636,3 +636,24 @@ def skip_step(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None
         else:
             _advance(run, name, at=at)
     return _refresh(into, run)
+
+
+# --- helpers for pgflow.testing --------------------------------------------------------------
+
+
+def claim_step(step_id: int, *, worker: str, at: datetime | None = None) -> Claim | None:
+    """Claim one specific scheduled attempt, due or not (``pgflow.testing`` skips waits)."""
+    at = at or now()
+    lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgflow_step SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, "
+            "claim_token = gen_random_uuid(), lease_expires_at = %(lease_until)s, "
+            "scheduled_at = LEAST(scheduled_at, %(now)s) "
+            "WHERE id = %(id)s AND status = 'scheduled' "
+            "RETURNING id, run_id, step_name, attempt, claim_token, started_at",
+            {"id": step_id, "now": at, "worker": worker, "lease_until": lease_until})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Claim(step_id=row[0], run_id=row[1], step_name=row[2], attempt=row[3], token=row[4], started_at=row[5])

@@ -59,7 +59,8 @@ class Runner:
                 if prepared.definition.kind == "fan_out":
                     from .. import fanout
 
-                    return self._result(held, *fanout.execute(prepared), started=started)
+                    word, applied = fanout.execute(prepared)
+                    return self._result(held, word, started, applied=applied)
                 outcome, output, error = run_body(prepared)
                 if error is not None:
                     return self._fail(prepared, error, started)

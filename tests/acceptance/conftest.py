@@ -1,0 +1,80 @@
+"""Real worker processes against the test database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class WorkerProcess:
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.proc = proc
+        self.log = log
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+
+@pytest.fixture
+def marks(tmp_path: Path) -> Path:
+    path = tmp_path / "marks.txt"
+    path.touch()
+    return path
+
+
+@pytest.fixture
+def start_worker(transactional_db: None, tmp_path: Path, marks: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, lease: float = 2.0, env: dict[str, str] | None = None) -> WorkerProcess:
+        log = tmp_path / f"worker-{len(started)}.log"
+        full_env = {
+            **os.environ,
+            "DATABASE_URL": os.environ["DATABASE_URL"],
+            "PGFLOW_TEST_DB_NAME": connection.settings_dict["NAME"],
+            "PGFLOW_TEST_MARKS": str(marks),
+            "PGFLOW_LEASE_SECONDS": str(lease),
+            "PGFLOW_SWEEP_SECONDS": "0.5",
+            "PGFLOW_POLL_SECONDS": "1",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "manage.py", "pgflow_worker", *args], cwd=ROOT, env=full_env,
+                                    stdout=out, stderr=subprocess.STDOUT)
+        worker = WorkerProcess(proc, log)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        if worker.proc.poll() is None:
+            worker.proc.kill()
+            worker.proc.wait(10)
+
+
+def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,69 @@
+"""Real worker subprocesses: many runs on two workers, a kill -9 mid-step, a clean SIGTERM."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from django.db.models import Count
+
+from pgflow.models import Step, WorkflowRun
+from tests import workflows as wf
+from tests.acceptance.conftest import wait_until
+
+
+def finished(count: int) -> bool:
+    return WorkflowRun.objects.filter(status="finished").count() >= count
+
+
+def test_two_workers_finish_500_runs_running_each_attempt_once(start_worker, marks):
+    runs = [wf.ThreeSteps.start() for _ in range(500)]
+    one = start_worker("--concurrency", "4")
+    two = start_worker("--concurrency", "4")
+    wait_until(lambda: finished(500), timeout=240, what="500 runs to finish")
+    assert one.terminate() == 0
+    assert two.terminate() == 0
+    assert WorkflowRun.objects.exclude(status="finished").count() == 0
+    # every run has exactly its three steps, each completed in its first attempt
+    per_run = Step.objects.values("run").annotate(n=Count("id"))
+    assert {row["n"] for row in per_run} == {3}
+    assert set(Step.objects.values_list("status", "attempt").distinct()) == {("completed", 1)}
+    bodies = Counter(marks.read_text().split())
+    assert len(bodies) == 1500
+    assert max(bodies.values()) == 1, "a body ran twice"
+    assert {r.pk for r in runs} == set(WorkflowRun.objects.values_list("pk", flat=True))
+    logs = one.output() + two.output()
+    assert "outcome=completed" in logs
+
+
+def test_kill_9_mid_step_reruns_it_after_the_lease(start_worker, marks):
+    run = wf.Sleeper.start(input={"sleep": 2})
+    victim = start_worker("--concurrency", "1", lease=1.0)
+    wait_until(lambda: f"{run.pk}:nap:1" in marks.read_text(), timeout=30, what="the body to start")
+    victim.kill9()
+    rescuer = start_worker("--concurrency", "1", lease=1.0)
+    wait_until(lambda: finished(1), timeout=60, what="the run to finish after the lease ran out")
+    rescuer.terminate()
+    steps = list(run.steps.values_list("attempt", "status", "outcome", "error_class"))
+    assert steps == [(1, "failed", "lost", "pgflow.LeaseExpired"), (2, "completed", "completed", None)]
+    assert list(run.events.values_list("event", flat=True)) == [
+        "started", "lease_lost", "step_completed", "finished"]
+
+
+def test_sigterm_lets_the_running_step_finish(start_worker, marks):
+    run = wf.Sleeper.start(input={"sleep": 1})
+    worker = start_worker("--concurrency", "2")
+    wait_until(lambda: f"{run.pk}:nap:1" in marks.read_text(), timeout=30, what="the body to start")
+    assert worker.terminate() == 0
+    run.refresh_from_db()
+    assert run.status == "finished"
+    assert "stop claiming, let running steps finish" in worker.output()
+
+
+def test_sigterm_past_the_grace_hands_the_step_back(start_worker, marks):
+    run = wf.Sleeper.start(input={"sleep": 30})
+    worker = start_worker("--concurrency", "1", env={"PGFLOW_SHUTDOWN_GRACE_SECONDS": "0.5"})
+    wait_until(lambda: f"{run.pk}:nap:1" in marks.read_text(), timeout=30, what="the body to start")
+    assert worker.terminate() == 0
+    steps = list(run.steps.values_list("attempt", "status", "outcome"))
+    assert steps == [(1, "cancelled", "handed_back"), (2, "scheduled", "")]
+    assert "1 handed back" in worker.output()

@@ -1,0 +1,145 @@
+"""Workflow classes the integration and acceptance tests run (importable by worker
+subprocesses, since runs store their class's dotted path)."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pgflow
+from pgflow import OnException, step
+
+
+def _mark(name: str) -> None:
+    """Append a line to the file named by PGFLOW_TEST_MARKS (acceptance tests count bodies)."""
+    path = os.environ.get("PGFLOW_TEST_MARKS")
+    if path:
+        with Path(path).open("a") as marks:
+            marks.write(name + "\n")
+
+
+class ThreeSteps(pgflow.Workflow):
+    @step
+    def one(self):
+        _mark(f"{self.run.pk}:one:{self.attempt}")
+        return {"n": 1}
+
+    @step
+    def two(self):
+        _mark(f"{self.run.pk}:two:{self.attempt}")
+        return {"n": self.outputs["one"]["n"] + 1}
+
+    @step
+    def three(self):
+        _mark(f"{self.run.pk}:three:{self.attempt}")
+        return {"n": self.outputs["two"]["n"] + 1}
+
+
+class SlowSteps(pgflow.Workflow):
+    """Bodies that sleep for input["sleep"] seconds (default 0.05)."""
+
+    @step
+    def one(self):
+        _mark(f"{self.run.pk}:one:{self.attempt}")
+        time.sleep(self.input.get("sleep", 0.05))
+
+    @step
+    def two(self):
+        _mark(f"{self.run.pk}:two:{self.attempt}")
+        time.sleep(self.input.get("sleep", 0.05))
+
+    @step
+    def three(self):
+        _mark(f"{self.run.pk}:three:{self.attempt}")
+        time.sleep(self.input.get("sleep", 0.05))
+
+
+class FlowVerbs(pgflow.Workflow):
+    """The first step calls the verb named in input["verb"]."""
+
+    @step
+    def decide(self):
+        verb = self.input.get("verb")
+        if verb == "reattempt" and self.attempt < 3:
+            self.reattempt()
+        if verb in ("pause", "cancel", "skip", "finish"):
+            getattr(self, verb)()
+        return {"attempt": self.attempt}
+
+    @step
+    def after(self):
+        return "after"
+
+
+class Delayed(pgflow.Workflow):
+    @step(wait=timedelta(seconds=3600))
+    def later(self):
+        return "later"
+
+
+class Guarded(pgflow.Workflow):
+    @pgflow.cancel_if
+    def stop_requested(self):
+        return self.input.get("cancel", False)
+
+    def is_skippable(self):
+        return self.input.get("skip", False)
+
+    @step(skip_if="is_skippable")
+    def maybe(self):
+        return "ran"
+
+    @step
+    def last(self):
+        return "last"
+
+
+class Failing(pgflow.Workflow):
+    @step
+    def boom(self):
+        raise RuntimeError("boom")
+
+
+class Retrying(pgflow.Workflow):
+    @step(on_exception=OnException(ConnectionError, action="reattempt", max_reattempts=2, terminal_action="cancel"))
+    def flaky(self):
+        raise ConnectionError("down")
+
+
+class TimesOut(pgflow.Workflow):
+    @step(timeout=timedelta(seconds=0.5))
+    def slow(self):
+        time.sleep(self.input.get("sleep", 3))
+        return "too late"
+
+
+class WaitsForPayment(pgflow.Workflow):
+    @step
+    def order(self):
+        return "ordered"
+
+    @step(wait_for="payment", wait_timeout=timedelta(seconds=3600), on_timeout="cancel")
+    def charge(self, signal):
+        return {"paid": signal.payload}
+
+    @step
+    def ship(self):
+        return "shipped"
+
+
+class Crashes(pgflow.Workflow):
+    """Kills its own worker process: a poison step."""
+
+    @step
+    def crash(self):
+        os._exit(9)
+
+
+class Sleeper(pgflow.Workflow):
+    @step
+    def nap(self):
+        _mark(f"{self.run.pk}:nap:{self.attempt}")
+        time.sleep(self.input.get("sleep", 2))
+        return "rested"
