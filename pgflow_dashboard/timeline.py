@@ -61,11 +61,11 @@ def segments(step: StepRow, *, now: datetime) -> list[dict[str, Any]]:
     An open attempt (scheduled, waiting, in progress) runs to ``now``; a closed one ends at
     its ``finished_at``, and every phase is cut there.
     """
-    created = _utc(step.get("created_at"))
-    scheduled = _utc(step.get("scheduled_at"))
-    started = _utc(step.get("started_at"))
-    since = _utc(step.get("waiting_since"))
-    finished = _utc(step.get("finished_at"))
+    created = _maybe_utc(step.get("created_at"))
+    scheduled = _maybe_utc(step.get("scheduled_at"))
+    started = _maybe_utc(step.get("started_at"))
+    since = _maybe_utc(step.get("waiting_since"))
+    finished = _maybe_utc(step.get("finished_at"))
     ending = finished if finished is not None else (_utc(now) if str(step.get("status")) in OPEN else None)
     if since is not None and scheduled is not None and since < scheduled:
         # A signal step woken by its signal: the row was scheduled again at the wake and
@@ -109,8 +109,8 @@ def paused_periods(events: Iterable[EventRow], *, status: str, now: datetime) ->
     inside an open pause changes nothing. A pause still open runs to ``now``, but only while
     the run's ``status`` is ``paused``. ``events`` may come in any order.
     """
-    periods = []
-    opened = None
+    periods: list[dict[str, datetime]] = []
+    opened: datetime | None = None
     # A stable sort: events of one instant keep the order they were given in (their ids).
     for event in sorted(events, key=lambda event: _utc(event["created_at"])):
         at, name = _utc(event["created_at"]), str(event["event"])
@@ -195,14 +195,16 @@ def _clip(pieces: list[tuple[str, Any, Any]], finished: datetime | None) -> list
     return kept
 
 
-def _utc(moment: datetime | None) -> datetime | None:
+def _utc(moment: datetime) -> datetime:
     # Python compares and subtracts two datetimes of one zone by their wall clocks, which
     # is off by an hour across a DST change; in UTC it is real time.
-    if moment is None:
-        return None
     if moment.utcoffset() is None:
         raise ValueError(f"the timeline needs aware datetimes, got {moment!r}")
     return moment.astimezone(UTC)
+
+
+def _maybe_utc(moment: datetime | None) -> datetime | None:
+    return None if moment is None else _utc(moment)
 
 
 def _plain(value: Any) -> Any:

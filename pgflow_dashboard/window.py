@@ -63,9 +63,7 @@ class WorkflowWindow:
         object.__setattr__(self, "now", now)
 
     @classmethod
-    def parse(
-        cls, value: str | None, *, retention: timedelta | float | None, now: datetime
-    ) -> WorkflowWindow:
+    def parse(cls, value: str | None, *, retention: timedelta | float | None, now: datetime) -> WorkflowWindow:
         """The window named by ``value`` (a query parameter or option); ``None`` or ``""`` is 24h.
 
         ``retention`` is ``PGFLOW["RETENTION"]`` (``None`` keeps runs for ever); ``now`` is
@@ -106,6 +104,4 @@ class WorkflowWindow:
         first = self.bucket_start(self.since()).astimezone(UTC)
         last = self.bucket_start(self.now).astimezone(UTC)
         # Stepping in UTC: adding to a local wall time would drift across a DST change.
-        return [
-            (first + index * size).astimezone(self.now.tzinfo) for index in range((last - first) // size + 1)
-        ]
+        return [(first + index * size).astimezone(self.now.tzinfo) for index in range((last - first) // size + 1)]
