@@ -1,0 +1,84 @@
+"""Find a workflow class from the dotted path a run stores.
+
+Every Workflow subclass with at least one step registers itself under its
+``workflow_path()`` when the class is created; a class created again under the same path
+(a reloaded module, a test) replaces the earlier one. :func:`resolve` looks here first and
+imports the path otherwise, so a worker finds workflows whose modules nothing imported yet.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import TYPE_CHECKING
+
+from .exceptions import WorkflowNotFound
+
+if TYPE_CHECKING:
+    from .workflow import Workflow
+
+_workflows: dict[str, type[Workflow]] = {}
+_lock = threading.Lock()
+
+
+def register(workflow: type[Workflow]) -> None:
+    """Record ``workflow`` under its path (called by ``Workflow.__init_subclass__``)."""
+    with _lock:
+        _workflows[workflow.workflow_path()] = workflow
+
+
+def registered() -> list[type[Workflow]]:
+    """Every registered workflow class, by path."""
+    with _lock:
+        return [_workflows[path] for path in sorted(_workflows)]
+
+
+def resolve(path: str) -> type[Workflow]:
+    """The workflow class at ``path`` (``module.QualName``).
+
+    Raises :class:`~pgflow.exceptions.WorkflowNotFound`, naming the path and why, when the
+    path does not import or names something that is not a Workflow subclass; never any
+    other exception, so a run whose class is gone can be shown and paused, not crash the
+    worker.
+    """
+    with _lock:
+        found = _workflows.get(path) if isinstance(path, str) else None
+    if found is not None:
+        return found
+    if not isinstance(path, str) or "." not in path:
+        raise WorkflowNotFound(f"workflow class path must be 'module.QualName', got {path!r}")
+    try:
+        target = import_path(path)
+    except Exception as exc:  # noqa: BLE001 - whatever the module raised, the class is not there
+        raise WorkflowNotFound(f"workflow class {path!r} does not import: {type(exc).__name__}: {exc}") from exc
+    from .workflow import Workflow
+
+    if not (isinstance(target, type) and issubclass(target, Workflow)) or target is Workflow:
+        raise WorkflowNotFound(f"{path!r} is not a pgflow.Workflow subclass, it is {target!r}")
+    return target
+
+
+def import_path(path: str) -> object:
+    """Import the longest module prefix of ``path`` and follow the rest as attributes.
+
+    The rest may hold dots itself (a nested class's qualified name). A missing module is
+    only skipped when it is the prefix being tried: a module that exists but fails to
+    import one of its own dependencies is that failure, reported as is.
+    """
+    parts = path.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:split])
+        try:
+            found: object = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or ""
+            if split > 1 and (module_name == missing or module_name.startswith(missing + ".")):
+                continue
+            raise
+        for attribute in parts[split:]:
+            try:
+                found = getattr(found, attribute)
+            except AttributeError:
+                raise AttributeError(f"module {module_name!r} has no attribute {'.'.join(parts[split:])!r}") from None
+        return found
+    raise AssertionError("unreachable: a path with a dot has a module prefix")

@@ -1,0 +1,648 @@
+"""The Workflow base class and the ``@step`` / ``@fan_out`` / ``@cancel_if`` decorators.
+
+A workflow is a class whose decorated methods are its steps, run in the order they are
+defined::
+
+    class Onboarding(pgflow.Workflow):
+        queue = "mail"
+        on_exception = [OnException(ConnectionError, action="reattempt", max_reattempts=5)]
+
+        @step
+        def send_welcome(self): ...
+
+        @step(wait=timedelta(days=2), skip_if="is_premium")
+        def send_reminder(self): ...
+
+The decorators only mark the methods; everything is parsed and validated when the class is
+created (``__init_subclass__``), so a wrong declaration fails at import with a
+:class:`~pgflow.exceptions.DefinitionError` naming the class, the step and what to write
+instead. Each class gets its own frozen step list, policies and cancel conditions, built
+from its bases' declarations down the MRO; a base's are never changed.
+
+The instance is what a step body's ``self`` is: the run, its input, subject and outputs,
+and the flow-control verbs. The engine helpers at the bottom (``invoke``, ``should_skip``,
+``should_cancel``, ``delay_seconds``) are plain Python; importing this module touches
+neither the models nor the database.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar, overload
+
+from . import registry
+from .core import flow
+from .core.definitions import FAN_OUT, SIGNAL, StepDefinition, StepList, check_priority, declare, seconds
+from .core.flow import FlowControl, Outcome
+from .core.policy import OnException, coerce_all
+from .exceptions import DefinitionError
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Attributes the decorators set on the functions they mark.
+_STEP_MARK = "__pgflow_step__"
+_CANCEL_MARK = "__pgflow_cancel_if__"
+# Where the metaclass hands __init_subclass__ the names bound twice in the class body.
+_REBOUND = "__pgflow_rebound__"
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StepMark:
+    fan_out: bool
+    options: Mapping[str, Any]
+
+
+# -- decorators ---------------------------------------------------------------------------
+
+
+@overload
+def step(func: F, /) -> F: ...
+@overload
+def step(func: None = None, /, **options: Any) -> Callable[[F], F]: ...
+def step(func: Any = None, /, **options: Any) -> Any:
+    """Mark a method as a step: ``@step`` or ``@step(wait=..., skip_if=..., ...)``.
+
+    The method takes only ``self``; with ``wait_for=`` it takes ``(self, signal)``. The
+    options are those of ``pgflow.core.definitions.STEP_OPTIONS``; they are validated when
+    the class is created.
+    """
+    if func is None:
+        return lambda f: _mark_step(f, fan_out=False, options=options)
+    return _mark_step(func, fan_out=False, options=options)
+
+
+@overload
+def fan_out(func: F, /) -> F: ...
+@overload
+def fan_out(func: None = None, /, *, on_batch_failure: str = "pause", **options: Any) -> Callable[[F], F]: ...
+def fan_out(func: Any = None, /, *, on_batch_failure: str = "pause", **options: Any) -> Any:
+    """Mark a method as a fan_out step: ``@fan_out`` or ``@fan_out(on_batch_failure="cancel", ...)``.
+
+    The method takes ``(self, batch)`` and adds the batch's tasks with ``batch.add``; the
+    step waits until every one has finished. ``on_batch_failure`` (``"pause"``,
+    ``"cancel"``, ``"skip"``) applies when any of them failed. Takes every step option but
+    ``wait_for``, ``wait_timeout`` and ``on_timeout``.
+    """
+    options = {**options, "on_batch_failure": on_batch_failure}
+    if func is None:
+        return lambda f: _mark_step(f, fan_out=True, options=options)
+    return _mark_step(func, fan_out=True, options=options)
+
+
+def cancel_if(func: F, /) -> F:
+    """Mark a method (taking only ``self``) as a cancel condition.
+
+    Every condition is checked under the run lock before each step; any truthy one
+    cancels the run. Conditions are inherited, and a subclass's add to its parent's.
+    """
+    _check_markable(func, "cancel_if")
+    setattr(func, _CANCEL_MARK, True)
+    return func
+
+
+def _mark_step(func: Any, *, fan_out: bool, options: dict[str, Any]) -> Any:
+    decorator = "fan_out" if fan_out else "step"
+    _check_markable(func, decorator)
+    setattr(func, _STEP_MARK, _StepMark(fan_out=fan_out, options=MappingProxyType(dict(options))))
+    return func
+
+
+def _check_markable(func: Any, decorator: str) -> None:
+    if isinstance(func, str):
+        raise DefinitionError(
+            f"@{decorator} takes its options as keywords (@{decorator} or @{decorator}(wait=...)), "
+            f"got {func!r}; a step is named after its method"
+        )
+    if not inspect.isfunction(func):
+        raise DefinitionError(f"@{decorator} decorates a method defined with def, got {func!r}")
+    for mark, name in ((_STEP_MARK, "a step"), (_CANCEL_MARK, "a cancel_if condition")):
+        if getattr(func, mark, None):
+            raise DefinitionError(
+                f"@{decorator} on {func.__qualname__}: it is already declared as {name}; use one decorator"
+            )
+
+
+def _declared(value: Any) -> bool:
+    return inspect.isfunction(value) and bool(getattr(value, _STEP_MARK, None) or getattr(value, _CANCEL_MARK, None))
+
+
+# -- the class ----------------------------------------------------------------------------
+
+
+class _Namespace(dict[str, Any]):
+    """A class body's namespace that notes a declaration bound again under the same name.
+
+    Python keeps only the last binding of a name, so a second ``@step def send`` would
+    silently replace the first; this is the one place where that is still visible.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rebound: list[str] = []
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key in self and _declared(self[key]):
+            self.rebound.append(key)
+        super().__setitem__(key, value)
+
+
+class WorkflowType(type):
+    """Workflow's metaclass: only supplies :class:`_Namespace`; the class is built in
+    ``Workflow.__init_subclass__``."""
+
+    @classmethod
+    def __prepare__(mcs, name: str, bases: tuple[type, ...], /, **kwargs: Any) -> Mapping[str, object]:
+        return _Namespace()
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], /, **kwargs: Any) -> type:
+        body = dict(namespace)
+        body[_REBOUND] = tuple(getattr(namespace, "rebound", ()))
+        cls = super().__new__(mcs, name, bases, body, **kwargs)
+        type.__delattr__(cls, _REBOUND)
+        return cls
+
+
+class Workflow(metaclass=WorkflowType):
+    """Base class of every workflow. See the module docstring and API.md."""
+
+    # Class-wide options. A step's own queue/priority win; without either the
+    # PGFLOW["QUEUE"] setting and priority 0 apply.
+    queue: ClassVar[str | None] = None
+    priority: ClassVar[int] = 0
+    # Class-level exception policies; a subclass's list extends its bases'.
+    on_exception: ClassVar[Sequence[Any]] = ()
+    # Steps that no longer exist: a run scheduled on one skips to the step after its place.
+    removed_steps: ClassVar[Sequence[str]] = ()
+
+    # Built for each class by __init_subclass__; frozen, never mutated.
+    _pgflow_steps: ClassVar[StepList] = StepList()
+    _pgflow_policies: ClassVar[tuple[OnException, ...]] = ()
+    _pgflow_cancel_conditions: ClassVar[tuple[str | Callable[..., Any], ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        try:
+            steps, policies, conditions = _build(cls)
+            cls._pgflow_steps = steps
+            cls._pgflow_policies = policies
+            cls._pgflow_cancel_conditions = conditions
+            problems = definition_problems(cls)
+            if problems:
+                raise DefinitionError(problems[0])
+        except DefinitionError as exc:
+            # Say which class, once; the messages below this point name the step.
+            raise DefinitionError(f"{cls.workflow_path()}: {exc}") from None
+        if steps:
+            registry.register(cls)
+
+    # -- class API ------------------------------------------------------------------------
+
+    @classmethod
+    def steps(cls) -> StepList:
+        return cls._pgflow_steps
+
+    @classmethod
+    def definition_digest(cls) -> str:
+        """SHA-256 of the ordered ``[name, kind]`` step list; stored on every run."""
+        return cls._pgflow_steps.digest()
+
+    @classmethod
+    def workflow_path(cls) -> str:
+        """``module.QualName``: what ``WorkflowRun.workflow_class`` stores."""
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    @classmethod
+    def policies(cls) -> tuple[OnException, ...]:
+        """The class-level exception policies, bases' first."""
+        return cls._pgflow_policies
+
+    @classmethod
+    def cancel_conditions(cls) -> tuple[str | Callable[..., Any], ...]:
+        """The cancel_if conditions (method names), bases' first."""
+        return cls._pgflow_cancel_conditions
+
+    @classmethod
+    def queue_for(cls, step_name: str) -> str:
+        """The queue a step's attempts go to: the step's, else the class's, else PGFLOW["QUEUE"]."""
+        definition = cls._pgflow_steps.get(step_name)
+        if definition is not None and definition.queue:
+            return definition.queue
+        if cls.queue:
+            return cls.queue
+        from .conf import pgflow_settings
+
+        return str(pgflow_settings.QUEUE)
+
+    @classmethod
+    def priority_for(cls, step_name: str) -> int:
+        """A step's priority: its own, else the class's."""
+        definition = cls._pgflow_steps.get(step_name)
+        if definition is not None and definition.priority is not None:
+            return definition.priority
+        return cls.priority
+
+    @classmethod
+    def start(cls, subject: Any = None, input: dict[str, Any] | None = None, key: str | None = None) -> Any:
+        """Start a run of this workflow; returns the ``WorkflowRun``. See ``pgflow.store.start_run``."""
+        from pgflow import store
+
+        return store.start_run(cls, subject=subject, input=input, key=key)
+
+    @classmethod
+    def runs(cls) -> QuerySet[Any]:
+        """This workflow's runs, as a queryset."""
+        from pgflow.models import WorkflowRun
+
+        return WorkflowRun.objects.filter(workflow_class=cls.workflow_path())
+
+    # -- the instance a step body runs on -------------------------------------------------
+
+    def __init__(
+        self,
+        *,
+        run: Any,
+        step_name: str | None = None,
+        attempt: int | None = None,
+        outputs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._run = run
+        self._step_name = step_name
+        self._attempt = attempt
+        self._outputs = dict(outputs or {})
+        self._subject = _UNSET
+
+    def __repr__(self) -> str:
+        run_id = getattr(self._run, "pk", None)
+        return f"<{type(self).__qualname__} run={run_id} step={self._step_name} attempt={self._attempt}>"
+
+    @property
+    def run(self) -> Any:
+        """The ``WorkflowRun`` row."""
+        return self._run
+
+    @property
+    def input(self) -> dict[str, Any]:
+        """The dict given to ``start()`` (empty when none was)."""
+        return (getattr(self._run, "input", None) if self._run is not None else None) or {}
+
+    @property
+    def subject(self) -> Any:
+        """The run's subject model instance, or None. Read from the database once."""
+        if self._subject is _UNSET:
+            self._subject = getattr(self._run, "subject", None) if self._run is not None else None
+        return self._subject
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """``{step_name: output}`` of the steps completed so far."""
+        return self._outputs
+
+    @property
+    def step_name(self) -> str | None:
+        return self._step_name
+
+    @property
+    def attempt(self) -> int | None:
+        """The running attempt's number, 1-based."""
+        return self._attempt
+
+    # -- flow-control verbs: each ends the step at once -----------------------------------
+
+    def pause(self) -> NoReturn:
+        """Pause the run; ``run.resume()`` schedules a fresh attempt of this step."""
+        raise FlowControl(Outcome(kind=flow.PAUSE))
+
+    def cancel(self) -> NoReturn:
+        """Cancel the run."""
+        raise FlowControl(Outcome(kind=flow.CANCEL))
+
+    def skip(self) -> NoReturn:
+        """Skip this step; the run moves on to the next."""
+        raise FlowControl(Outcome(kind=flow.SKIP))
+
+    def finish(self) -> NoReturn:
+        """Finish the run successfully now, skipping the steps left."""
+        raise FlowControl(Outcome(kind=flow.FINISH))
+
+    def reattempt(self, wait: timedelta | float | None = None) -> NoReturn:
+        """Run this step again, after ``wait`` (a timedelta or seconds; none = now)."""
+        raise FlowControl(
+            Outcome(kind=flow.REATTEMPT, wait=None if wait is None else seconds(wait, "wait", positive=False))
+        )
+
+    # -- engine helpers (plain Python, no database) ---------------------------------------
+
+    def invoke(self, definition: StepDefinition, argument: Any = None) -> Any:
+        """Run the step's body and return its output. A signal step gets the signal and a
+        fan_out the batch builder, as ``argument``."""
+        body = getattr(self, definition.method)
+        if definition.kind in (SIGNAL, FAN_OUT):
+            return body(argument)
+        return body()
+
+    def should_skip(self, definition: StepDefinition) -> bool:
+        """True when the step's ``skip_if`` holds."""
+        if definition.skip_if is None:
+            return False
+        return bool(self._evaluate(definition.skip_if))
+
+    def should_cancel(self) -> bool:
+        """True when any cancel_if condition holds (checked in order, stopping at the first)."""
+        return any(self._evaluate(condition) for condition in type(self)._pgflow_cancel_conditions)
+
+    def delay_seconds(self, definition: StepDefinition, now: datetime) -> float | None:
+        """Seconds from ``now`` (aware) until the step is due; ``None`` when it has no wait.
+
+        From ``wait`` (seconds, or a method/callable returning a timedelta or seconds) or
+        ``wait_until`` (a method/callable returning an aware datetime); a time already past
+        gives 0. A wrong return value is a :class:`DefinitionError` naming what is accepted.
+        """
+        if now.utcoffset() is None:
+            raise ValueError(f"now must be an aware datetime, got {now!r}")
+        where = f"{type(self).workflow_path()}: step {definition.name!r}"
+        if definition.wait is not None:
+            wait = definition.wait
+            value = wait if isinstance(wait, float | int) else self._evaluate(wait)
+            if isinstance(value, timedelta):
+                delay = value.total_seconds()
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                delay = float(value)
+            else:
+                delay = math.nan
+            if not math.isfinite(delay):
+                raise DefinitionError(
+                    f"{where}: wait {_describe(wait)} must return a timedelta or a number of seconds, got {value!r}"
+                )
+            return max(0.0, delay)  # a time computed at run time may already be past: due now
+        if definition.wait_until is not None:
+            value = self._evaluate(definition.wait_until)
+            if not isinstance(value, datetime) or value.utcoffset() is None:
+                raise DefinitionError(
+                    f"{where}: wait_until {_describe(definition.wait_until)} must return an aware datetime "
+                    f"(such as django.utils.timezone.now() + timedelta(days=1)), got {value!r}"
+                )
+            return max(0.0, (value - now).total_seconds())
+        return None
+
+    def _evaluate(self, reference: str | Callable[..., Any]) -> Any:
+        if isinstance(reference, str):
+            return getattr(self, reference)()
+        return reference(self)
+
+
+# Step and cancel_if names must not shadow the base class's own API (a step called "run"
+# would hide the run property from the engine).
+_RESERVED = frozenset(dir(Workflow))
+
+
+def _describe(reference: Any) -> str:
+    return repr(reference) if isinstance(reference, str) else getattr(reference, "__qualname__", repr(reference))
+
+
+# -- building a class's definition --------------------------------------------------------
+
+
+def _build(
+    cls: type[Workflow],
+) -> tuple[StepList, tuple[OnException, ...], tuple[str | Callable[..., Any], ...]]:
+    """Fold the declarations of ``cls`` and its bases, oldest base first.
+
+    Per class body: its ``removed_steps`` take inherited steps out, then its own
+    declarations in definition order: a new step goes at the end (or before/after the
+    named step), a redeclared inherited one keeps its place with its new options, a plain
+    redefinition of an inherited step only changes the body (the engine looks the method
+    up by name).
+    """
+    steps = StepList()
+    conditions: list[str] = []
+    policies: list[OnException] = []
+    for klass in reversed(cls.__mro__):
+        if klass is object or klass is Workflow:
+            continue
+        own = klass.__dict__
+        rebound = own.get(_REBOUND) or ()
+        if rebound:
+            raise DefinitionError(
+                f"{rebound[0]!r} is defined twice in the class body, and the second definition would "
+                "silently replace the first declaration; give one of them another name"
+            )
+        if "removed_steps" in own:
+            steps = steps.with_removed(_removed_names(own["removed_steps"]))
+        for name, value in own.items():
+            if isinstance(value, staticmethod | classmethod) and _declared(value.__func__):
+                raise DefinitionError(
+                    f"{name!r}: a step or cancel_if condition is a plain method, not a {type(value).__name__}"
+                )
+            if not inspect.isfunction(value):
+                continue
+            mark = getattr(value, _STEP_MARK, None)
+            if mark is not None:
+                if name in _RESERVED or name in conditions:
+                    raise DefinitionError(_taken(name, "a step", conditions))
+                steps = _declare(steps, name, mark)
+            elif getattr(value, _CANCEL_MARK, False):
+                if name in _RESERVED or name in steps:
+                    raise DefinitionError(_taken(name, "a cancel_if condition", steps.names()))
+                if name not in conditions:
+                    conditions.append(name)
+        if "on_exception" in own:
+            policies.extend(_class_policies(own["on_exception"]))
+    return steps, tuple(policies), tuple(conditions)
+
+
+def _declare(steps: StepList, name: str, mark: _StepMark) -> StepList:
+    options = dict(mark.options)
+    definition = declare(name, fan_out=mark.fan_out, **options)
+    before, after = options.get("before_step"), options.get("after_step")
+    if definition.name in steps:
+        if before is not None or after is not None:
+            raise DefinitionError(
+                f"step {name!r} is inherited and a redeclaration keeps its place: before_step and "
+                "after_step only place new steps"
+            )
+        return steps.replace(definition)
+    return steps.add(definition, before=before, after=after)
+
+
+def _taken(name: str, what: str, others: Sequence[str]) -> str:
+    if name in others:
+        return f"{name!r} cannot be both a step and a cancel_if condition; give {what} its own name"
+    return f"{what} cannot be named {name!r}: the name is part of Workflow's own API"
+
+
+def _removed_names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple | set | frozenset):
+        raise DefinitionError(f"removed_steps must be a list of step names, got {value!r}")
+    for name in value:
+        if not (isinstance(name, str) and name.isidentifier()):
+            raise DefinitionError(f"removed_steps must be a list of step names, got {name!r} in it")
+    return tuple(value)
+
+
+def _class_policies(value: Any) -> tuple[OnException, ...]:
+    if isinstance(value, OnException | str | Mapping):
+        value = [value]
+    if not isinstance(value, list | tuple):
+        raise DefinitionError(
+            f"on_exception must be a list of OnException (or action strings or dicts of OnException "
+            f"arguments), got {value!r}"
+        )
+    try:
+        return coerce_all(list(value))
+    except DefinitionError as exc:
+        raise DefinitionError(f"on_exception: {exc}") from None
+
+
+# -- what can be checked on a built class (at creation and by the pgflow.E002 check) ------
+
+_PARAMETERS = {
+    "step": ("self",),
+    SIGNAL: ("self", "signal"),
+    FAN_OUT: ("self", "batch"),
+}
+_WHAT = {"step": "a step without wait_for", SIGNAL: "a step with wait_for", FAN_OUT: "a fan_out"}
+
+
+def definition_problems(workflow: type[Workflow]) -> list[str]:
+    """Every problem with a built workflow class's definition, as messages naming the step.
+
+    Run when the class is created (the first one is raised) and again by the
+    ``pgflow.E002`` system check, which catches what changed afterwards (a method deleted
+    or replaced, a class option reassigned).
+    """
+    problems: list[str] = []
+    steps = workflow._pgflow_steps
+    for definition in steps:
+        problems.extend(_body_problems(workflow, definition))
+        for option in ("skip_if", "wait", "wait_until"):
+            reference = getattr(definition, option)
+            if isinstance(reference, str) or callable(reference):
+                problem = _reference_problem(workflow, reference, 1, "(self)", "(workflow)")
+                if problem:
+                    problems.append(f"step {definition.name!r}: {option} {problem}")
+        for policy in definition.on_exception:
+            problem = _handler_problem(workflow, policy)
+            if problem:
+                problems.append(f"step {definition.name!r}: {problem}")
+    for policy in workflow._pgflow_policies:
+        problem = _handler_problem(workflow, policy)
+        if problem:
+            problems.append(f"on_exception: {problem}")
+    for condition in workflow._pgflow_cancel_conditions:
+        problem = _reference_problem(workflow, condition, 1, "(self)", "(workflow)")
+        if problem:
+            problems.append(f"cancel_if {problem}")
+    queue = workflow.queue
+    if queue is not None and not (isinstance(queue, str) and queue.strip()):
+        problems.append(f"queue must be a non-empty string or None, got {queue!r}")
+    try:
+        check_priority(workflow.priority, DefinitionError)
+    except DefinitionError as exc:
+        problems.append(str(exc))
+    removed = workflow.removed_steps
+    if isinstance(removed, list | tuple | set | frozenset):
+        for name in sorted(n for n in removed if isinstance(n, str) and n in steps):
+            problems.append(f"removed_steps names {name!r}, a step that is still defined")
+    return problems
+
+
+def matcher_warnings(workflow: type[Workflow]) -> list[str]:
+    """Exception policies matching by a dotted name that does not resolve to that class.
+
+    A name is compared with the error class's own ``module.QualName``, so a name that does
+    not import, or that imports a class defined under another name (a re-export), never
+    matches. Run by the ``pgflow.W001`` check, once apps are ready.
+    """
+    warnings = []
+    policies = [*workflow._pgflow_policies, *(p for d in workflow._pgflow_steps for p in d.on_exception)]
+    seen: set[str] = set()
+    for policy in policies:
+        for name in policy.name_matchers():
+            if name in seen:
+                continue
+            seen.add(name)
+            found = _import_dotted(name)
+            if not (isinstance(found, type) and issubclass(found, BaseException)):
+                warnings.append(f"OnException matcher {name!r} does not import as an exception class")
+                continue
+            actual = f"{found.__module__}.{found.__qualname__}"
+            if actual != name:
+                warnings.append(
+                    f"OnException matcher {name!r} is the class {actual!r}: a name matcher is compared with "
+                    f"the class's own module.QualName, so write {actual!r}"
+                )
+    return warnings
+
+
+def _body_problems(workflow: type[Workflow], definition: StepDefinition) -> list[str]:
+    where = f"step {definition.name!r}"
+    body = inspect.getattr_static(workflow, definition.method, None)
+    if body is None:
+        return [f"{where}: the method {definition.method!r} no longer exists (list the step in removed_steps)"]
+    if not inspect.isfunction(body):
+        return [f"{where}: the body must be a method defined with def, got {body!r}"]
+    if inspect.iscoroutinefunction(body) or inspect.isasyncgenfunction(body):
+        return [f"{where}: the body must be a plain method, not async def"]
+    expected = _PARAMETERS[definition.kind]
+    if not _accepts(body, len(expected)):
+        hint = ""
+        if definition.kind == "step" and _accepts(body, 2):
+            hint = " (to wait for a signal, give @step(wait_for=...))"
+        return [
+            f"{where}: {_WHAT[definition.kind]} takes ({', '.join(expected)}), "
+            f"got {definition.method}{inspect.signature(body)}{hint}"
+        ]
+    return []
+
+
+def _reference_problem(
+    workflow: type[Workflow], reference: str | Callable[..., Any], arity: int, method: str, function: str
+) -> str | None:
+    """Why a method name or callable cannot be called with ``arity`` arguments, or None."""
+    if isinstance(reference, str):
+        target = inspect.getattr_static(workflow, reference, None)
+        if target is None or not inspect.isfunction(target):
+            return f"{reference!r} names no method of {workflow.__qualname__} (expected def {reference}{method})"
+        if not _accepts(target, arity):
+            return f"{reference!r} must take {method}, got {reference}{inspect.signature(target)}"
+        return None
+    if not _accepts(reference, arity):
+        return f"{_describe(reference)} must take {function}, got {inspect.signature(reference)}"
+    return None
+
+
+def _handler_problem(workflow: type[Workflow], policy: OnException) -> str | None:
+    if policy.handler is None:
+        return None
+    problem = _reference_problem(workflow, policy.handler, 2, "(self, error)", "(workflow, error)")
+    return f"OnException handler {problem}" if problem else None
+
+
+def _accepts(func: Callable[..., Any], count: int) -> bool:
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return True  # no signature to read (a builtin): let the call tell
+    try:
+        signature.bind(*([None] * count))
+    except TypeError:
+        return False
+    return True
+
+
+def _import_dotted(name: str) -> Any:
+    """The object at ``name`` (``module.Qual.Name``), or None when it does not import."""
+    try:
+        return registry.import_path(name)
+    except Exception:  # noqa: BLE001 - any failure means "does not import"
+        return None
