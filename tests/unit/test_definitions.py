@@ -111,7 +111,8 @@ def test_declare_converts_every_option() -> None:
     assert definition.on_exception == (policy, OnException(action="cancel"))
     assert (definition.queue, definition.priority) == ("slow", -3)
     assert definition.job_options == {"queue": "slow", "priority": -3}
-    assert (definition.wait_for, definition.wait_timeout, definition.on_timeout) == ("payment_received", 604800.0, "skip")
+    assert definition.wait_for == "payment_received"
+    assert (definition.wait_timeout, definition.on_timeout) == (604800.0, "skip")
 
 
 def test_declare_keeps_method_names_and_callables_as_given() -> None:
@@ -156,7 +157,8 @@ STEP_ERRORS = [
     ({"wait": timedelta(days=-1)}, "step 'a': wait must be 0 or more seconds"),
     (
         {"wait": [1]},
-        "step 'a': wait must be a timedelta, a number of seconds, a method name or a callable returning either, got [1]",
+        "step 'a': wait must be a timedelta, a number of seconds, a method name or a callable returning "
+        "either, got [1]",
     ),
     ({"wait": True}, "step 'a': wait must be a timedelta, a number of seconds, a method name or a callable"),
     ({"wait": "not a name"}, "step 'a': wait must name a method of the workflow, got 'not a name'"),
