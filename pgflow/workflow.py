@@ -151,7 +151,8 @@ class _Namespace(dict[str, Any]):
         self.rebound: list[str] = []
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if key in self and _declared(self[key]):
+        # ``send = step(send)`` rebinds the same function object: not a second definition.
+        if key in self and self[key] is not value and _declared(self[key]):
             self.rebound.append(key)
         super().__setitem__(key, value)
 
@@ -406,7 +407,7 @@ _RESERVED = frozenset(dir(Workflow))
 
 
 def _describe(reference: Any) -> str:
-    return repr(reference) if isinstance(reference, str) else getattr(reference, "__qualname__", repr(reference))
+    return repr(reference) if isinstance(reference, str) else getattr(reference, "__name__", repr(reference))
 
 
 # -- building a class's definition --------------------------------------------------------
