@@ -66,6 +66,7 @@ def import_path(path: str) -> object:
     import one of its own dependencies is that failure, reported as is.
     """
     parts = path.split(".")
+    not_found: ModuleNotFoundError | None = None
     for split in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:split])
         try:
@@ -73,12 +74,16 @@ def import_path(path: str) -> object:
         except ModuleNotFoundError as exc:
             missing = exc.name or ""
             if split > 1 and (module_name == missing or module_name.startswith(missing + ".")):
+                not_found = not_found or exc
                 continue
             raise
-        for attribute in parts[split:]:
+        for depth, attribute in enumerate(parts[split:]):
             try:
                 found = getattr(found, attribute)
             except AttributeError:
+                # "no module regpkg.nowhere" says more than "regpkg has no attribute nowhere".
+                if not_found is not None and depth == 0:
+                    raise not_found from None
                 raise AttributeError(f"module {module_name!r} has no attribute {'.'.join(parts[split:])!r}") from None
         return found
     raise AssertionError("unreachable: a path with a dot has a module prefix")

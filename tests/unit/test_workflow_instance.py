@@ -28,7 +28,7 @@ def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 class Run:
     """Stands in for a WorkflowRun row; counts reads of ``subject`` (a database read)."""
 
-    def __init__(self, *, input: Any = None, subject: Any = None) -> None:  # noqa: A002 - the field's name
+    def __init__(self, *, input: Any = None, subject: Any = None) -> None:
         self.pk = 7
         self.input = input
         self._subject = subject
