@@ -587,8 +587,8 @@ def matcher_warnings(workflow: type[Workflow]) -> list[str]:
 
 def _body_problems(workflow: type[Workflow], definition: StepDefinition) -> list[str]:
     where = f"step {definition.name!r}"
-    body = inspect.getattr_static(workflow, definition.method, None)
-    if body is None:
+    body = inspect.getattr_static(workflow, definition.method, _UNSET)
+    if body is _UNSET:
         return [f"{where}: the method {definition.method!r} no longer exists (list the step in removed_steps)"]
     if not inspect.isfunction(body):
         return [f"{where}: the body must be a method defined with def, got {body!r}"]
@@ -613,7 +613,7 @@ def _reference_problem(
     if isinstance(reference, str):
         target = inspect.getattr_static(workflow, reference, None)
         if target is None or not inspect.isfunction(target):
-            return f"{reference!r} names no method of {workflow.__qualname__} (expected def {reference}{method})"
+            return f"{reference!r} names no method of {workflow.__name__} (expected def {reference}{method})"
         if not _accepts(target, arity):
             return f"{reference!r} must take {method}, got {reference}{inspect.signature(target)}"
         return None
