@@ -20,7 +20,7 @@ from .core.states import OPEN_STEP, RunStatus, StepStatus
 if TYPE_CHECKING:
     from .workflow import Workflow
 
-_OPEN_STEP = [s.value for s in OPEN_STEP]
+_OPEN_STEP = sorted(s.value for s in OPEN_STEP)  # sorted: a stable migration
 
 
 class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):

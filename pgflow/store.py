@@ -41,7 +41,7 @@ logger = logging.getLogger("pgflow")
 
 CHANNEL = "pgflow"  # the NOTIFY channel; the payload is the queue whose step came due
 SYSTEM = "system"
-_OPEN = [s.value for s in OPEN_STEP]
+_OPEN = sorted(s.value for s in OPEN_STEP)
 
 # Step.outcome words that are not flow-control outcomes.
 LOST = "lost"  # the worker stopped heartbeating; a fresh attempt follows

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import close_old_connections
 
 from .. import store
 from ..conf import pgflow_settings
@@ -48,29 +47,25 @@ class Runner:
 
     def execute(self, held: Claim) -> Result:
         started = time.monotonic()
-        close_old_connections()
+        prepared = store.prepare(held)
+        if prepared is None:
+            return self._result(held, "ended_before_body", started)
+        with self._lock:
+            self._active[held.token] = prepared
         try:
-            prepared = store.prepare(held)
-            if prepared is None:
-                return self._result(held, "ended_before_body", started, applied=True)
-            with self._lock:
-                self._active[held.token] = prepared
-            try:
-                if prepared.definition.kind == "fan_out":
-                    from .. import fanout
+            if prepared.definition.kind == "fan_out":
+                from .. import fanout
 
-                    word, applied = fanout.execute(prepared)
-                    return self._result(held, word, started, applied=applied)
-                outcome, output, error = run_body(prepared)
-                if error is not None:
-                    return self._fail(prepared, error, started)
-                applied = store.finish(held, outcome, output=output)
-                return self._result(held, outcome.word if applied else "ignored", started, applied=applied)
-            finally:
-                with self._lock:
-                    self._active.pop(held.token, None)
+                word, applied = fanout.execute(prepared)
+                return self._result(held, word, started, applied=applied)
+            outcome, output, error = run_body(prepared)
+            if error is not None:
+                return self._fail(prepared, error, started)
+            applied = store.finish(held, outcome, output=output)
+            return self._result(held, outcome.word if applied else "ignored", started, applied=applied)
         finally:
-            close_old_connections()
+            with self._lock:
+                self._active.pop(held.token, None)
 
     def time_out(self, token: Any) -> Result | None:
         """Fail a running attempt that passed its ``timeout``; its body's late return is ignored."""

@@ -125,11 +125,20 @@ class Worker:
             return 0
         claims = store.claim(worker=self.name, queues=self.queues, limit=free)
         for held in claims:
-            future = pool.submit(self.runner.execute, held)
+            future = pool.submit(self._execute, held)
             with self._running_lock:
                 self._running[future] = held
             future.add_done_callback(self._done)
         return len(claims)
+
+    def _execute(self, held: Claim) -> Result:
+        # Each pool thread keeps its own connection across steps; one that failed is closed
+        # so the thread's next step reconnects (after a database restart, say).
+        try:
+            return self.runner.execute(held)
+        except (DatabaseError, DjangoInterfaceError, psycopg.Error):
+            connection.close()
+            raise
 
     def _done(self, future: Future[Result]) -> None:
         with self._running_lock:
@@ -251,6 +260,8 @@ class Worker:
         if left:
             # Bodies still running in threads cannot be stopped; their attempts are handed
             # back, so the process exits without waiting for them.
+            logger.info("worker %s stopped: %d steps run, %d handed back", self.name, self.completed, handed,
+                        extra={"action": "worker_stop"})
             logging.shutdown()
             os._exit(0)
         return handed

@@ -1,0 +1,100 @@
+"""``manage.py pgflow_demo``: the README's first command, after the install.
+
+Migrates, creates an admin login, starts a few example runs, then runs a pgflow worker, a
+django-q2 cluster and the development server as child processes, prints the admin URL
+and the login, and stops every process it started on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+ROOT = Path(__file__).resolve().parents[4]
+USERNAME = "admin"
+PASSWORD = "pgflow-demo"  # noqa: S105 - a local demo login, printed on start
+
+
+class Command(BaseCommand):
+    help = "Run the pgflow demo: worker, django-q2 cluster, admin on http://127.0.0.1:PORT/admin/."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--runs", type=int, default=12, help="example runs to start (default 12)")
+        parser.add_argument("--history", type=int, default=0,
+                            help="also generate this many historical runs for the dashboard")
+        parser.add_argument("--no-serve", action="store_true", help="set up, start the runs, and exit")
+
+    def handle(self, *args: Any, port: int, runs: int, history: int, no_serve: bool, **options: Any) -> None:
+        self.say("migrating the database")
+        call_command("migrate", interactive=False, verbosity=0)
+        self.ensure_admin()
+        from example_project.shop.demo import start_example_runs
+
+        if history:
+            self.say(f"generating {history} historical runs")
+            call_command("shop_history", runs=history)
+        started = start_example_runs(runs)
+        self.say(f"started {started} example runs")
+        if no_serve:
+            return
+        children = self.start_children(port)
+        self.say(f"admin: http://127.0.0.1:{port}/admin/  login: {USERNAME} / {PASSWORD}")
+        self.say("Ctrl-C stops the worker, the django-q2 cluster and the web server")
+        self.supervise(children)
+
+    def say(self, message: str) -> None:
+        self.stdout.write(f"[pgflow demo] {message}")
+        self.stdout.flush()
+
+    def ensure_admin(self) -> None:
+        users = get_user_model()
+        user = users.objects.filter(username=USERNAME).first()
+        if user is None:
+            users.objects.create_superuser(USERNAME, "admin@example.com", PASSWORD)
+            self.say(f"created the admin login {USERNAME}")
+
+    def start_children(self, port: int) -> dict[str, subprocess.Popen[bytes]]:
+        python = sys.executable
+        manage = str(ROOT / "manage.py")
+        commands = {
+            "worker": [python, manage, "pgflow_worker", "--concurrency", "4"],
+            "qcluster": [python, manage, "qcluster"],
+            "web": [python, manage, "runserver", f"127.0.0.1:{port}", "--noreload"],
+        }
+        children = {}
+        for name, argv in commands.items():
+            self.say(f"starting {name}: {' '.join(argv[1:])}")
+            children[name] = subprocess.Popen(argv, cwd=ROOT, env=os.environ.copy(), start_new_session=True)
+        return children
+
+    def supervise(self, children: dict[str, subprocess.Popen[bytes]]) -> None:
+        try:
+            while True:
+                for name, child in children.items():
+                    if child.poll() is not None:
+                        self.say(f"{name} exited with {child.returncode}; stopping the demo")
+                        return
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            self.say("stopping")
+        finally:
+            for child in children.values():
+                if child.poll() is None:
+                    os.killpg(child.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            for child in children.values():
+                try:
+                    child.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(child.pid, signal.SIGKILL)
+            self.say("all processes stopped")
