@@ -67,7 +67,7 @@ def test(args: list[str]) -> int:
         if run(argv) != 0:
             say(f"FAILED: {' '.join(str(a) for a in argv[1:])}")
             return 1
-    say("tests on Django 5.2 (Python %d.%d)" % sys.version_info[:2])
+    say("tests on Django 5.2 (Python {}.{})".format(*sys.version_info[:2]))
     status = run([python, "-m", "pytest", *args])
     if status != 0:
         return status
@@ -87,7 +87,7 @@ def demo(args: list[str]) -> int:
 
 def main() -> int:
     if sys.version_info < MIN_PYTHON:
-        sys.exit("[pgflow] needs Python %d.%d or newer" % MIN_PYTHON)
+        sys.exit("[pgflow] needs Python {}.{} or newer".format(*MIN_PYTHON))
     commands = {"test": test, "demo": demo}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(f"usage: python3 dev.py {{{'|'.join(commands)}}} [args]")

@@ -1,15 +1,15 @@
 """pgflow: durable, step-based workflows for Django, stored in PostgreSQL.
 
 Importing ``pgflow`` has no side effects and touches no model, so it is safe in settings
-and in ``INSTALLED_APPS``; the names below load on first use.
+and in ``INSTALLED_APPS``.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .core.flow import FlowControl
+from .core.policy import OnException
 from .exceptions import (
     DefinitionError,
     FanOutFailed,
@@ -20,15 +20,10 @@ from .exceptions import (
     StepTimeout,
     WorkflowNotFound,
 )
+from .workflow import Workflow, cancel_if, fan_out, step
 
-_LAZY = {
-    "Workflow": "pgflow.workflow",
-    "step": "pgflow.workflow",
-    "fan_out": "pgflow.workflow",
-    "cancel_if": "pgflow.workflow",
-    "OnException": "pgflow.core.policy",
-    "signal": "pgflow.signals",
-}
+if TYPE_CHECKING:
+    from .models import Signal, WorkflowRun
 
 __all__ = [
     "DefinitionError",
@@ -49,8 +44,13 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pgflow' has no attribute {name!r}")
-    return getattr(import_module(module), name)
+def signal(run_or_id: WorkflowRun | int, name: str, payload: Any = None, *, actor: Any = None) -> Signal:
+    """Deliver the signal ``name`` (with a JSON-serialisable ``payload``) to a run.
+
+    Kept until a step waiting for ``name`` consumes it; wakes that step if it already
+    waits. Raises ``WorkflowRun.DoesNotExist`` for an unknown run, ``InvalidTransition``
+    for a finished or cancelled one, ``TypeError`` for a payload that is not JSON.
+    """
+    from .signals import signal as deliver  # models load only once Django is set up
+
+    return deliver(run_or_id, name, payload, actor=actor)

@@ -95,7 +95,8 @@ def time_out(step_id: int, *, at: datetime) -> bool:
             definition = None
         action = definition.on_timeout if definition else "pause"
         name = definition.wait_for if definition else "?"
-        reason = f"step {step.step_name} waited for signal {name!r} past its deadline ({step.deadline_at:%Y-%m-%d %H:%M:%S %Z})"
+        reason = (f"step {step.step_name} waited for signal {name!r} past its deadline "
+                  f"({step.deadline_at:%Y-%m-%d %H:%M:%S %Z})")
         store.event(run, "timed_out", step=step, at=at, signal=name, action=action)
         store.apply(run, step, Outcome(kind=_TIMEOUT_OUTCOMES[action]), at=at, reason=reason)
     return True

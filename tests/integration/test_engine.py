@@ -64,7 +64,8 @@ def test_a_rolled_back_start_leaves_nothing():
 @pytest.mark.parametrize(
     ("given", "error", "message"),
     [
-        ({"when": object()}, TypeError, "input must be JSON-serialisable: Object of type object is not JSON serializable"),
+        ({"when": object()}, TypeError,
+         "input must be JSON-serialisable: Object of type object is not JSON serializable"),
         ("text", TypeError, "input must be a dict"),
         ({"big": "x" * 2_000_000}, pgflow.InputTooLarge, "the limit is 1048576"),
     ],
