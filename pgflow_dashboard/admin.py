@@ -1,0 +1,252 @@
+"""The runs in the Django admin: a read-only ``WorkflowRun`` admin, its run page, controls
+and bulk actions, and (through :mod:`pgflow_dashboard.site`) the insights page.
+
+Read-only means no add, no delete and no field ever saved from a form: every change an
+operator makes goes through the run's own controls (``run.pause(actor=…)`` …) and
+``pgflow.signal``, the same API users' code calls, so the store stays the one writer of
+state and each change lands in the audit trail with the user as actor. Acting needs the
+``change`` permission; looking needs ``view`` (or ``change``) and staff, as every admin page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce, Now
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.urls import URLPattern, path
+from django.utils.html import format_html
+
+from pgflow.exceptions import PgflowError
+from pgflow.models import Step, WorkflowRun
+
+from . import insights, site, views
+from .timeformat import duration
+
+MAX_LISTED_REFUSALS = 20  # a bulk action's warning names at most this many runs one by one
+
+
+class WorkflowClassFilter(admin.SimpleListFilter):
+    title = "workflow class"
+    parameter_name = "workflow_class"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        paths = insights.workflow_classes()
+        names = [path.rsplit(".", 1)[-1] for path in paths]
+        # The class name alone reads best; the full path only where two classes share a name.
+        return [(path, name if names.count(name) == 1 else path) for path, name in zip(paths, names, strict=True)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        return queryset.filter(workflow_class=value) if value else queryset
+
+
+class ErrorClassFilter(admin.SimpleListFilter):
+    """Runs with an attempt that failed with this error class: where the insights' top
+    errors link to. Listing every error class ever seen would read the whole step table,
+    so the filter offers only the value it was given."""
+
+    title = "error class"
+    parameter_name = "error_class"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, value)] if value else []
+
+    def has_output(self) -> bool:
+        return bool(self.value())
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        if not value:
+            return queryset
+        failed = Step.objects.filter(run=OuterRef("pk"), status="failed", error_class=value)
+        return queryset.filter(Exists(failed))
+
+
+@admin.register(WorkflowRun)
+class WorkflowRunAdmin(admin.ModelAdmin):
+    list_display = ("id", "workflow", "subject_label", "status_label", "current_step_label", "created_at",
+                    "duration_label")
+    list_display_links = ("id",)
+    list_filter = ("status", WorkflowClassFilter, "created_at", ErrorClassFilter)
+    search_fields = ("id", "key", "subject_id")  # searched by get_search_results below
+    search_help_text = "A run id, an idempotency key (or part of one), or a subject id."
+    list_select_related = ("subject_type",)
+    list_per_page = 50
+    ordering = ("-created_at", "-id")
+    # A filtered list would count the whole table a second time for "N total".
+    show_full_result_count = False
+    actions = ("pause_runs", "resume_runs", "cancel_runs")
+    change_list_template = "admin/pgflow_dashboard/change_list.html"
+
+    class Media:
+        css = {"all": ("pgflow_dashboard/style.css",)}
+
+    # --- read-only -------------------------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: WorkflowRun | None = None) -> bool:
+        return False
+
+    # --- the list ----------------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
+        # What the list shows, computed by the database in the same query (no N+1), with
+        # the database's now(): one instant for every row of the page.
+        entered = (Step.objects.filter(run=OuterRef("pk"), step_name=OuterRef("current_step"))
+                   .order_by("created_at").values("created_at")[:1])
+        end = Coalesce(F("finished_at"), Now())
+        return super().get_queryset(request).annotate(
+            current_since=Subquery(entered),
+            run_duration=ExpressionWrapper(end - F("created_at"), output_field=DurationField()),
+        ).annotate(current_for=ExpressionWrapper(end - F("current_since"), output_field=DurationField()))
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[WorkflowRun],
+                           search_term: str) -> tuple[QuerySet[WorkflowRun], bool]:
+        from django.db.models import Q
+
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(key__icontains=term) | Q(subject_id=term)
+        number = term.removeprefix("#")
+        if number.isdigit() and len(number) < 19:  # a bigint
+            match |= Q(pk=int(number))
+        return queryset.filter(match), False
+
+    @admin.display(description="workflow", ordering="workflow_class")
+    def workflow(self, run: WorkflowRun) -> str:
+        return format_html('<span title="{}">{}</span>', run.workflow_class, run.workflow_name)
+
+    @admin.display(description="subject")
+    def subject_label(self, run: WorkflowRun) -> str:
+        if run.subject_type_id is None:
+            return "—"
+        content_type = run.subject_type
+        return f"{content_type.app_label}.{content_type.model} #{run.subject_id}"
+
+    @admin.display(description="status", ordering="status")
+    def status_label(self, run: WorkflowRun) -> str:
+        return format_html('<span class="pgflow-status pgflow-status-{}">{}</span>', run.status, run.status)
+
+    @admin.display(description="current step (for)")
+    def current_step_label(self, run: WorkflowRun) -> str:
+        if not run.current_step:
+            return "—"
+        spent = getattr(run, "current_for", None)
+        if spent is None:
+            return run.current_step
+        return format_html('{} <span class="pgflow-muted">for {}</span>', run.current_step, duration(spent))
+
+    @admin.display(description="duration", ordering="run_duration")
+    def duration_label(self, run: WorkflowRun) -> str:
+        return duration(run.run_duration)
+
+    # --- bulk actions ----------------------------------------------------------------------
+
+    @admin.action(description="Pause selected runs", permissions=["change"])
+    def pause_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
+        self._control_each(request, queryset, "pause", "paused")
+
+    @admin.action(description="Resume selected runs", permissions=["change"])
+    def resume_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
+        self._control_each(request, queryset, "resume", "resumed")
+
+    @admin.action(description="Cancel selected runs", permissions=["change"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
+        self._control_each(request, queryset, "cancel", "cancelled")
+
+    def _control_each(self, request: HttpRequest, queryset: QuerySet[WorkflowRun], method: str, verb: str) -> None:
+        """Apply one control to each selected run, each in its own transaction, and say per
+        run what applied and what did not (and why)."""
+        applied: list[int] = []
+        refused: list[str] = []
+        for run in queryset.order_by("pk"):
+            try:
+                getattr(run, method)(actor=request.user)
+            except (PgflowError, WorkflowRun.DoesNotExist) as exc:
+                reason = str(exc) or type(exc).__name__
+                refused.append(reason if reason.startswith(f"run {run.pk}") else f"run {run.pk}: {reason}")
+            else:
+                applied.append(run.pk)
+        if applied:
+            ids = ", ".join(f"#{pk}" for pk in applied)
+            self.message_user(request, f"{verb.capitalize()} {_runs(len(applied))}: {ids}.", messages.SUCCESS)
+        if refused:
+            listed = "; ".join(refused[:MAX_LISTED_REFUSALS])
+            more = len(refused) - MAX_LISTED_REFUSALS
+            tail = f"; and {more} more" if more > 0 else ""
+            self.message_user(request, f"Not {verb}: {_runs(len(refused))}: {listed}{tail}.", messages.WARNING)
+
+    # --- the run page and its endpoints --------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        own = [
+            path("<path:object_id>/timeline.json", self.admin_site.admin_view(self.timeline_view),
+                 name=f"{prefix}_timeline"),
+            path("<path:object_id>/control/", self.admin_site.admin_view(self.control_view),
+                 name=f"{prefix}_control"),
+        ]
+        # Before the stock ones: their "<path:object_id>/" redirect would match these too.
+        return own + super().get_urls()
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The run page, read-only: changes are POSTed to control/, never to this form."""
+        if request.method not in ("GET", "HEAD"):
+            return HttpResponseNotAllowed(["GET", "HEAD"])
+        run = self.get_object(request, unquote(object_id))
+        if run is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_view_or_change_permission(request, run):
+            raise PermissionDenied
+        return views.run_page(self, request, run)
+
+    def timeline_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if request.method not in ("GET", "HEAD"):
+            return HttpResponseNotAllowed(["GET", "HEAD"])
+        run = self._run_or_404(request, object_id)
+        if not self.has_view_or_change_permission(request, run):
+            raise PermissionDenied
+        return views.timeline_json(run)
+
+    def control_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        run = self._run_or_404(request, object_id)
+        if not self.has_change_permission(request, run):
+            raise PermissionDenied
+        return views.control(self, request, run)
+
+    def _run_or_404(self, request: HttpRequest, object_id: str) -> WorkflowRun:
+        run = self.get_object(request, unquote(object_id))
+        if run is None:
+            raise Http404(f"no workflow run with id {object_id!r}")
+        return run
+
+    # --- insights (mounted at /admin/pgflow/insights/ by pgflow_dashboard.site) ----------------
+
+    def insights_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return views.insights_page(self, request)
+
+    def insights_json_view(self, request: HttpRequest) -> JsonResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return views.insights_json(request)
+
+
+def _runs(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"
+
+
+site.mount(admin.site)

@@ -1,0 +1,86 @@
+"""``manage.py pgflow_insights [--window 24h] [--json]``: the insights page on the command line."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.serializers.json import DjangoJSONEncoder
+from django.utils import timezone
+
+from pgflow.conf import pgflow_settings
+
+from ... import insights
+from ...timeformat import duration
+from ...window import WorkflowWindow
+
+
+class Command(BaseCommand):
+    help = "Print the workflow insights of a window: runs, failures, per class and step figures, errors, stuck runs."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--window", default=WorkflowWindow.DEFAULT,
+                            help=f"one of {', '.join(WorkflowWindow.CHOICES)} (default {WorkflowWindow.DEFAULT})")
+        parser.add_argument("--json", action="store_true", dest="as_json", help="print one JSON document, for machines")
+
+    def handle(self, *args: Any, window: str, as_json: bool, **options: Any) -> None:
+        try:
+            parsed = WorkflowWindow.parse(window, retention=pgflow_settings.RETENTION, now=timezone.now())
+        except WorkflowWindow.Invalid as exc:
+            raise CommandError(str(exc)) from None
+        figures = insights.compute(parsed)
+        if as_json:
+            self.stdout.write(json.dumps(figures, cls=DjangoJSONEncoder, indent=2))
+        else:
+            self.stdout.write("\n".join(report(figures)))
+
+
+def report(figures: dict[str, Any]) -> list[str]:
+    """The figures as lines of plain text."""
+    window = figures["window"]
+    lines = [f"pgflow insights: window {window['name']} ({window['since']:%Y-%m-%d %H:%M} to "
+             f"{window['now']:%Y-%m-%d %H:%M %Z}, buckets of {duration(window['bucket_seconds'])})"]
+    if window["capped"]:
+        lines.append(f"  capped to {duration(window['seconds'])} by PGFLOW['RETENTION']")
+    runs = figures["runs_per_bucket"]
+    failures = figures["step_failures_per_bucket"]
+    started, finished = sum(b["started"] for b in runs), sum(b["finished"] for b in runs)
+    cancelled, failed = sum(b["cancelled"] for b in runs), sum(b["failures"] for b in failures)
+    lines.append(f"runs: {started} started, {finished} finished, {cancelled} cancelled; failed attempts: {failed}")
+    lines.append("")
+    lines.append("workflows (runs started in the window):")
+    for row in figures["workflows"]:
+        rate = "—" if row["success_rate"] is None else f"{row['success_rate'] * 100:.1f}%"
+        lines.append(f"  {row['workflow_class']}: {row['started']} started, {row['running']} running, "
+                     f"{row['paused']} paused, {row['finished']} finished, {row['cancelled']} cancelled; "
+                     f"success {rate}; p50 {duration(row['p50_seconds'])}, p95 {duration(row['p95_seconds'])}")
+    if not figures["workflows"]:
+        lines.append("  none")
+    lines.append("")
+    lines.append("steps (attempts created in the window; p50/p95 waited, queued, ran):")
+    for row in figures["steps"]:
+        phases = ", ".join(f"{phase} {duration(row[f'{phase}_p50_seconds'])}/{duration(row[f'{phase}_p95_seconds'])}"
+                           for phase in ("waited", "queued", "ran"))
+        lines.append(f"  {row['workflow_class']}.{row['step_name']}: {row['attempts']} attempts, "
+                     f"{row['failures']} failed; {phases}")
+    if not figures["steps"]:
+        lines.append("  none")
+    lines.append("")
+    lines.append("top errors:")
+    for row in figures["errors"]:
+        lines.append(f"  {row['count']:>6}  {row['error_class'] or '(none recorded)'}")
+    if not figures["errors"]:
+        lines.append("  none")
+    lines.append("")
+    stuck = figures["stuck"]
+    lines.append("stuck now:")
+    for key, label in (("paused", "runs paused"), ("overdue", "steps overdue"),
+                       ("lease_expired", "attempts past their lease"), ("deadline_passed", "waits past their deadline"),
+                       ("definition_changed", "open runs on a changed definition")):
+        group = stuck[key]
+        lines.append(f"  {label}: {group['count']}")
+        for row in group["rows"][:10]:
+            what = row.get("paused_reason") or row.get("step_name") or row.get("current_step") or ""
+            lines.append(f"    run {row['run_id']} {row['workflow_class']}: {what}")
+    return lines

@@ -1,0 +1,162 @@
+"""What the run page shows, read from one run's rows: plain dicts for the template.
+
+Bounded: a run that looped through thousands of attempts shows its latest ``MAX_ATTEMPTS``
+(and says how many there are), so one page never loads an unbounded number of rows.
+Reads only; every change goes through the run's own controls (``run.pause()`` …).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.admin import AdminSite
+from django.contrib.admin.utils import quote
+from django.urls import NoReverseMatch, reverse
+
+from pgflow.core.states import OPEN_RUN, control_error
+from pgflow.exceptions import WorkflowNotFound
+from pgflow.models import Batch, Event, Signal, Step, WorkflowRun
+from pgflow.registry import resolve
+
+from . import timeline
+from .timeformat import duration
+
+MAX_ATTEMPTS = 1000  # attempts shown in the step table and the chart (the latest ones)
+MAX_EVENTS = 1000  # audit trail rows shown (the latest ones)
+MAX_SIGNALS = 200
+MAX_BATCHES = 100
+
+# The chart needs only the events that open or close a pause.
+PAUSE_EVENTS = ("paused", *sorted(timeline.PAUSE_ENDS))
+
+# The columns the step table and the timeline read.
+STEP_FIELDS = (
+    "id", "step_name", "attempt", "status", "outcome", "queue", "priority", "created_at", "scheduled_at",
+    "started_at", "finished_at", "waiting_since", "deadline_at", "worker", "lease_expires_at", "output",
+    "error_class", "error_message", "error_backtrace", "error_causes", "batch_id", "signal_id",
+)
+TIMELINE_FIELDS = ("step_name", "attempt", "status", "outcome", "error_class", "created_at", "scheduled_at",
+                   "started_at", "finished_at", "waiting_since")
+
+# The buttons, in the order they are shown: form action -> (run method, label).
+BUTTONS: dict[str, tuple[str, str]] = {
+    "resume": ("resume", "Resume"),
+    "skip": ("skip_step", "Skip the current step"),
+    "pause": ("pause", "Pause"),
+    "cancel": ("cancel", "Cancel the run"),
+}
+
+
+def latest_steps(run: WorkflowRun, fields: tuple[str, ...], limit: int = MAX_ATTEMPTS) -> tuple[list[dict], int]:
+    """The run's latest ``limit`` attempts, oldest first, and how many it has in all."""
+    rows = list(Step.objects.filter(run=run).order_by("-created_at", "-id").values(*fields)[:limit])
+    rows.reverse()
+    total = len(rows) if len(rows) < limit else Step.objects.filter(run=run).count()
+    return rows, total
+
+
+def chart(run: WorkflowRun, *, now: datetime, steps: tuple[list[dict], int] | None = None) -> dict[str, Any]:
+    """``timeline.chart`` of the run's latest attempts, plus its ``status``, ``now`` (epoch ms)
+    and the number of ``attempts`` in all: the page's poller stops once the status is final.
+
+    ``steps`` is ``latest_steps()``'s answer when the caller has it already.
+    """
+    steps, total = steps if steps is not None else latest_steps(run, TIMELINE_FIELDS)
+    events = (Event.objects.filter(run=run, event__in=PAUSE_EVENTS)
+              .order_by("-created_at", "-id").values("event", "created_at")[:MAX_EVENTS])
+    payload = timeline.chart(steps, list(events), status=run.status, now=now)
+    return {**payload, "status": run.status, "now": timeline.millis(now), "attempts": total}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Definition:
+    """How the run's stored digest compares with its class's current one."""
+
+    run_digest: str
+    current_digest: str | None
+    problem: str | None  # why the class could not be loaded
+
+    @property
+    def changed(self) -> bool:
+        return self.current_digest != self.run_digest
+
+
+def definition(run: WorkflowRun) -> Definition:
+    try:
+        current: str | None = resolve(run.workflow_class).definition_digest()
+        problem = None
+    except WorkflowNotFound as exc:
+        current, problem = None, str(exc)
+    return Definition(run_digest=run.definition_digest, current_digest=current, problem=problem)
+
+
+def subject(run: WorkflowRun, site: AdminSite) -> dict[str, Any] | None:
+    """The subject's label and, when its model is in this admin, a link to it."""
+    if run.subject_type_id is None:
+        return None
+    content_type = run.subject_type
+    model = content_type.model_class()
+    found = run.subject if model is not None else None
+    label = str(found) if found is not None else f"{content_type.app_label}.{content_type.model} #{run.subject_id}"
+    url = None
+    if found is not None and site.is_registered(model):
+        try:
+            url = reverse(f"{site.name}:{content_type.app_label}_{content_type.model}_change",
+                          args=[quote(run.subject_id)])
+        except NoReverseMatch:
+            url = None
+    return {"label": label, "url": url, "type": f"{content_type.app_label}.{content_type.model}",
+            "id": run.subject_id, "missing": found is None}
+
+
+def step_rows(steps: list[dict[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
+    """The step table: each attempt with its phase durations in words."""
+    rows = []
+    for step in steps:
+        spans = timeline.durations(step, now=now)
+        rows.append({**step, "durations": {kind: duration(spans[kind]) for kind in timeline.KINDS},
+                     "is_open": step["status"] in timeline.OPEN})
+    return rows
+
+
+def controls(run: WorkflowRun) -> list[dict[str, str]]:
+    """The buttons that apply to the run's status now."""
+    return [{"action": action, "label": label} for action, (method, label) in BUTTONS.items()
+            if control_error(method, run.status) is None]
+
+
+def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, Any]:
+    """Everything the run page shows but the forms."""
+    steps, total_steps = latest_steps(run, STEP_FIELDS)
+    events = list(Event.objects.filter(run=run).order_by("-created_at", "-id")
+                  .values("id", "event", "actor", "details", "created_at", "step_id")[:MAX_EVENTS])
+    events.reverse()
+    signals = list(Signal.objects.filter(run=run).order_by("-received_at", "-id")[:MAX_SIGNALS])
+    batches = list(Batch.objects.filter(run=run).order_by("-created_at")[:MAX_BATCHES])
+    ended = run.finished_at or now
+    open_since = (Step.objects.filter(run=run, step_name=run.current_step).order_by("created_at")
+                  .values_list("created_at", flat=True).first()) if run.current_step else None
+    return {
+        "run": run,
+        "definition": definition(run),
+        "subject": subject(run, site),
+        "duration": duration(ended - run.created_at),
+        "current_step_for": duration(ended - open_since) if open_since else None,
+        "steps": step_rows(steps, now=now),
+        "total_steps": total_steps,
+        "failed_steps": [step for step in steps if step["error_class"]],
+        "events": events,
+        "event_count": len(events),
+        "pending_signals": [signal for signal in signals if signal.consumed_at is None],
+        "consumed_signals": [signal for signal in signals if signal.consumed_at is not None],
+        "batches": [{"batch": batch, "pending": max(batch.total - batch.succeeded - batch.failed, 0)}
+                    for batch in batches],
+        "controls": controls(run),
+        "takes_signals": run.status in OPEN_RUN,
+        "is_open": run.status in OPEN_RUN,
+        "chart": chart(run, now=now, steps=(steps, total_steps)),
+        "legend": timeline.legend(),
+        "limits": {"attempts": MAX_ATTEMPTS, "events": MAX_EVENTS},
+    }

@@ -1,0 +1,175 @@
+"""The dashboard's views. The ``WorkflowRunAdmin`` methods that route here have already
+checked login, staff (``admin_site.admin_view``), CSRF and the model permission.
+
+Each page starts its context with ``admin_site.each_context(request)``, answers with a
+``TemplateResponse`` naming the most specific template first, and puts chart data in the
+page with ``json_script``. ``now`` is read once per request.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import urlencode
+
+from pgflow.conf import pgflow_settings
+from pgflow.exceptions import PgflowError
+from pgflow.models import WorkflowRun
+from pgflow.signals import signal
+
+from . import insights, runpage
+from .forms import SignalForm
+from .site import INSIGHTS_JSON_URL_NAME, INSIGHTS_URL_NAME
+from .timeline import SERIES
+from .window import WorkflowWindow
+
+if TYPE_CHECKING:
+    from .admin import WorkflowRunAdmin
+
+POLL_MS = 5_000  # how often an open run's page refreshes its timeline
+DONE = {"pause": "paused", "resume": "resumed", "skip": "moved past its current step", "cancel": "cancelled"}
+ACTIONS = (*runpage.BUTTONS, "signal")
+
+
+# --- the run page ---------------------------------------------------------------------------
+
+
+def _url(model_admin: WorkflowRunAdmin, name: str, run: WorkflowRun) -> str:
+    opts = model_admin.opts
+    return reverse(f"{model_admin.admin_site.name}:{opts.app_label}_{opts.model_name}_{name}", args=[run.pk])
+
+
+def run_page(model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRun, *,
+             signal_form: SignalForm | None = None, status: int = 200) -> TemplateResponse:
+    site = model_admin.admin_site
+    opts = model_admin.opts
+    now = timezone.now()
+    data = runpage.context(run, site, now=now)
+    request.current_app = site.name
+    context = {
+        **site.each_context(request),
+        "title": str(run),
+        "subtitle": None,
+        "opts": opts,
+        "original": run,
+        "change": True,
+        "add": False,
+        "is_popup": False,
+        "has_view_permission": True,
+        "has_change_permission": model_admin.has_change_permission(request, run),
+        "media": model_admin.media,
+        "signal_form": signal_form or SignalForm(),
+        "control_url": _url(model_admin, "control", run),
+        "chart_config": {
+            "url": _url(model_admin, "timeline", run),
+            "poll_ms": POLL_MS if data["is_open"] else None,
+            "time_zone": timezone.get_current_timezone_name(),
+            "series": {name: {"colour": colour, "label": label} for name, (colour, label) in SERIES.items()},
+        },
+        **data,
+    }
+    templates = [
+        f"admin/{opts.app_label}/{opts.model_name}/run.html",
+        f"admin/{opts.app_label}/run.html",
+        "admin/pgflow_dashboard/run.html",
+    ]
+    return TemplateResponse(request, templates, context, status=status)
+
+
+def timeline_json(run: WorkflowRun) -> JsonResponse:
+    return JsonResponse(runpage.chart(run, now=timezone.now()))
+
+
+def control(model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRun) -> HttpResponse:
+    """One operator control on one run, POSTed from the run page; the user is the actor."""
+    action = request.POST.get("action", "")
+    if action not in ACTIONS:
+        return HttpResponseBadRequest(f"unknown action {action!r} (one of {', '.join(ACTIONS)})",
+                                      content_type="text/plain; charset=utf-8")
+    if action == "signal":
+        form = SignalForm(request.POST)
+        if form.is_valid():
+            name, payload = form.cleaned_data["name"], form.cleaned_data["payload"]
+            try:
+                signal(run, name, payload, actor=request.user)
+            except (PgflowError, ValueError, TypeError, WorkflowRun.DoesNotExist) as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Signal {name!r} sent to run {run.pk}.")
+                return redirect(_url(model_admin, "change", run))
+        return run_page(model_admin, request, run, signal_form=form, status=400)
+    method, _label = runpage.BUTTONS[action]
+    try:
+        getattr(run, method)(actor=request.user)
+    except (PgflowError, WorkflowRun.DoesNotExist) as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Run {run.pk} {DONE[action]}.")
+    return redirect(_url(model_admin, "change", run))
+
+
+# --- insights -------------------------------------------------------------------------------
+
+
+def _window(request: HttpRequest) -> WorkflowWindow:
+    return WorkflowWindow.parse(request.GET.get("window"), retention=pgflow_settings.RETENTION, now=timezone.now())
+
+
+def insights_page(model_admin: WorkflowRunAdmin, request: HttpRequest) -> TemplateResponse:
+    site = model_admin.admin_site
+    opts = model_admin.opts
+    request.current_app = site.name
+    insights_url = reverse(f"{site.name}:{INSIGHTS_URL_NAME}")
+    context: dict[str, Any] = {
+        **site.each_context(request),
+        "title": "Workflow insights",
+        "subtitle": None,
+        "opts": opts,
+        "has_view_permission": True,
+        "media": model_admin.media,
+        "choices": [{"name": name, "url": f"{insights_url}?{urlencode({'window': name})}"}
+                    for name in WorkflowWindow.CHOICES],
+        "overdue_after": insights.OVERDUE_AFTER.total_seconds(),
+        "stuck_limit": insights.STUCK_LIMIT,
+    }
+    templates = [f"admin/{opts.app_label}/insights.html", "admin/pgflow_dashboard/insights.html"]
+    try:
+        window = _window(request)
+    except WorkflowWindow.Invalid as exc:
+        context.update(error=str(exc), window=None)
+        return TemplateResponse(request, templates, context, status=400)
+    figures = insights.compute(window)
+    changelist = reverse(f"{site.name}:{opts.app_label}_{opts.model_name}_changelist")
+    window_filter = {"created_at__gte": window.since().isoformat(), "created_at__lt": window.now.isoformat()}
+    for row in figures["workflows"]:
+        row["runs_url"] = f"{changelist}?{urlencode({'workflow_class': row['workflow_class'], **window_filter})}"
+    for row in figures["errors"]:
+        if row["error_class"]:
+            row["runs_url"] = f"{changelist}?{urlencode({'error_class': row['error_class']})}"
+    context.update(
+        window=window,
+        figures=figures,
+        json_url=f"{reverse(f'{site.name}:{INSIGHTS_JSON_URL_NAME}')}?{urlencode({'window': window.name})}",
+        chart_data={
+            "runs": figures["runs_per_bucket"],
+            "failures": figures["step_failures_per_bucket"],
+            "bucket_seconds": window.bucket_seconds,
+            "time_zone": timezone.get_current_timezone_name(),
+        },
+        retention=pgflow_settings.RETENTION,
+    )
+    return TemplateResponse(request, templates, context)
+
+
+def insights_json(request: HttpRequest) -> JsonResponse:
+    try:
+        window = _window(request)
+    except WorkflowWindow.Invalid as exc:
+        return JsonResponse({"error": str(exc), "choices": list(WorkflowWindow.CHOICES)}, status=400)
+    return JsonResponse(insights.compute(window))
