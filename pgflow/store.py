@@ -76,9 +76,10 @@ def open_attempt(run: WorkflowRun) -> Step | None:
     return Step.objects.select_for_update().filter(run=run, status__in=_OPEN).first()
 
 
-def event(run: WorkflowRun, name: str, *, step: Step | None = None, actor: Any = None,
+def event(run: WorkflowRun, kind: str, /, *, step: Step | None = None, actor: Any = None,
           at: datetime | None = None, **details: Any) -> Event:
-    return Event.objects.create(run=run, step=step, event=name, actor=actor_name(actor),
+    """Write one audit-trail entry; ``details`` must be JSON-serialisable."""
+    return Event.objects.create(run=run, step=step, event=kind, actor=actor_name(actor),
                                 details=details, created_at=at or now())
 
 

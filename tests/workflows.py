@@ -143,3 +143,37 @@ class Sleeper(pgflow.Workflow):
         _mark(f"{self.run.pk}:nap:{self.attempt}")
         time.sleep(self.input.get("sleep", 2))
         return "rested"
+
+
+class TwoApprovals(pgflow.Workflow):
+    @step(wait_for="approval")
+    def first(self, signal):
+        return signal.payload
+
+    @step(wait_for="approval")
+    def second(self, signal):
+        return signal.payload
+
+
+class ShortWait(pgflow.Workflow):
+    @step(wait_for="go", wait_timeout=timedelta(seconds=0.2), on_timeout="skip")
+    def wait_a_bit(self, signal):
+        return "signalled"
+
+    @step
+    def after(self):
+        return "after"
+
+
+class PausesOnWaitTimeout(pgflow.Workflow):
+    @step(wait_for="go", wait_timeout=timedelta(seconds=0.2))
+    def wait_a_bit(self, signal):
+        return "signalled"
+
+
+class FailsOnceAfterSignal(pgflow.Workflow):
+    @step(wait_for="go", on_exception=OnException(action="reattempt"))
+    def use(self, signal):
+        if self.attempt == 1:
+            raise ValueError("first try fails")
+        return signal.payload
