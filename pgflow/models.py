@@ -84,6 +84,18 @@ class WorkflowRun(models.Model):
     def workflow_name(self) -> str:
         return self.workflow_class.rsplit(".", 1)[-1]
 
+    def last_error(self) -> dict[str, Any] | None:
+        """The run's current error: the error columns of its latest attempt, or None.
+
+        A later successful attempt or a resume starts a fresh attempt, which clears this
+        view; the failed attempt keeps its error in the history.
+        """
+        latest = (self.step_set.order_by("-created_at", "-id")
+                  .values("step_name", "attempt", "error_class", "error_message", "error_causes").first())
+        if latest is None or latest["error_class"] is None:
+            return None
+        return latest
+
     def workflow(self) -> type[Workflow]:
         """The run's Workflow class; raises WorkflowNotFound when its path no longer imports."""
         from .registry import resolve

@@ -173,7 +173,7 @@ def test_a_signal_racing_the_park_wakes_the_step():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_signal_committed_while_the_step_prepares_is_taken_by_it():
+def test_concurrent_signals_are_all_kept_and_wake_the_step_once():
     run = wf.WaitsForPayment.start()
     run = run_workflow(run)  # parks charge
     assert run.steps.get(step_name="charge").status == "waiting"

@@ -1,0 +1,130 @@
+"""Exception policies and error capture through the engine, on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from pgflow.testing import run_workflow
+from tests import policy_workflows as pw
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def reporter(settings):
+    pw.REPORTED.clear()
+    settings.PGFLOW = {**settings.PGFLOW, "ERROR_REPORTER": "tests.policy_workflows.collect"}
+    return pw.REPORTED
+
+
+@pytest.mark.parametrize(
+    ("raised", "run_status", "outcomes", "reported"),
+    [
+        ("declined", "cancelled", ["cancelled"], []),  # class specific policy, report="never"
+        ("lookup", "finished", ["skipped", "completed"], ["KeyError: 'sku-9'"]),  # KeyError is a LookupError
+        ("other", "paused", ["paused"], ["ValueError: bad value"]),  # class blanket policy
+        # step policy first: 2 reattempts, then the terminal pause, reported only then
+        ("connection", "paused", ["reattempted", "reattempted", "paused"], ["ConnectionError: gateway down"]),
+    ],
+)
+def test_resolution_order_and_report_modes(raised, run_status, outcomes, reported, reporter):
+    run = run_workflow(pw.Policies.start(input={"raise": raised}))
+    assert run.status == run_status
+    assert list(run.steps.values_list("outcome", flat=True)) == outcomes
+    assert [message for message, _ in reporter] == reported
+    failed = run.steps.filter(status="failed").first()
+    assert failed is not None
+    assert failed.error_class.rsplit(".", 1)[-1] in {"PaymentDeclined", "KeyError", "ValueError", "ConnectionError"}
+
+
+def test_the_reporter_hears_the_context():
+    run = run_workflow(pw.Policies.start(input={"raise": "other"}))
+    ((message, context),) = pw.REPORTED
+    assert context == {"run_id": run.pk, "workflow_class": "tests.policy_workflows.Policies", "step": "act",
+                       "attempt": 1, "action": "paused"}
+
+
+def test_a_reporter_that_raises_is_logged_and_the_run_still_moves(settings, caplog):
+    settings.PGFLOW = {**settings.PGFLOW, "ERROR_REPORTER": "tests.policy_workflows.explode"}
+    with caplog.at_level(logging.ERROR, logger="pgflow"):
+        run = run_workflow(pw.Policies.start(input={"raise": "other"}))
+    assert run.status == "paused"
+    assert "ERROR_REPORTER raised while reporting an error of run" in caplog.text
+
+
+def test_without_a_reporter_errors_go_to_the_pgflow_logger(settings, caplog):
+    settings.PGFLOW = {k: v for k, v in settings.PGFLOW.items() if k != "ERROR_REPORTER"}
+    with caplog.at_level(logging.ERROR, logger="pgflow"):
+        run_workflow(pw.Policies.start(input={"raise": "other"}))
+    assert "step act of run" in caplog.text
+    assert "ValueError: bad value" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("how", "run_status", "outcomes", "reported"),
+    [
+        ("skip", "finished", ["skipped"], ["ValueError: attempt 1 failed"]),
+        ("reattempt", "paused", ["reattempted", "paused"], ["ValueError: attempt 1 failed",
+                                                           "ValueError: attempt 2 failed"]),
+        ("none", "paused", ["paused"], ["ValueError: attempt 1 failed"]),
+        ("raise", "paused", ["paused"], ["ValueError: attempt 1 failed", "LookupError: handler broke"]),
+    ],
+)
+def test_handler_paths(how, run_status, outcomes, reported):
+    run = run_workflow(pw.Handled.start(input={"handler": how}))
+    assert run.status == run_status
+    assert list(run.steps.values_list("outcome", flat=True)) == outcomes
+    assert [message for message, _ in pw.REPORTED] == reported
+
+
+def test_a_20000_character_message_is_cut_to_10000():
+    run = run_workflow(pw.Chained.start(input={"kind": "long"}))
+    step = run.steps.get()
+    assert len(step.error_message) == 10_000
+    assert step.error_message.endswith("…")
+    assert step.error_message.startswith("xxxx")
+
+
+def test_a_cyclic_cause_chain_stops_where_it_repeats():
+    step = run_workflow(pw.Chained.start(input={"kind": "cycle"})).steps.get()
+    assert step.error_causes == [{"class": "KeyError", "message": "'second'"}]
+
+
+def test_a_deep_cause_chain_is_cut_at_five():
+    step = run_workflow(pw.Chained.start(input={"kind": "deep"})).steps.get()
+    assert [cause["message"] for cause in step.error_causes] == [
+        "level 1", "level 2", "level 3", "level 4", "level 5"]
+    assert step.error_class == "RuntimeError"
+
+
+@pytest.mark.parametrize(("suppress", "causes"), [(False, [{"class": "KeyError", "message": "'missing'"}]),
+                                                  (True, [])])
+def test_context_is_followed_unless_suppressed(suppress, causes):
+    step = run_workflow(pw.Chained.start(input={"kind": "context", "suppress": suppress})).steps.get()
+    assert step.error_causes == causes
+
+
+def test_backtrace_is_cut_to_the_setting(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "ERROR_BACKTRACE_LINES": 1}
+    step = run_workflow(pw.Chained.start(input={"kind": "long"})).steps.get()
+    assert "policy_workflows.py" in step.error_backtrace
+    assert "pgflow/runtime" not in step.error_backtrace
+    assert "pgflow/store.py" not in step.error_backtrace
+
+
+def test_a_later_success_leaves_the_failed_attempts_history():
+    run = run_workflow(pw.Reattempted.start())
+    assert run.status == "finished"
+    rows = list(run.steps.values_list("attempt", "status", "error_message"))
+    assert rows == [(1, "failed", "attempt 1"), (2, "failed", "attempt 2"), (3, "completed", None)]
+    assert run.last_error() is None
+
+
+def test_the_runs_current_error_is_the_last_attempts_and_resume_clears_it():
+    run = run_workflow(pw.Policies.start(input={"raise": "other"}))
+    assert run.last_error()["error_message"] == "bad value"
+    run.resume()
+    assert run.last_error() is None
+    assert run.steps.first().error_message == "bad value"
