@@ -1,0 +1,123 @@
+"""The sweep on a real PostgreSQL: lost leases, the lost-attempt limit, retention, and the
+advisory lock that lets one worker sweep at a time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from pgflow import store
+from pgflow.models import Event, Step, WorkflowRun
+from pgflow.runtime import sweep
+from pgflow.testing import run_workflow
+from tests import workflows as wf
+
+pytestmark = pytest.mark.django_db
+
+
+def lose_worker(run, at=None):
+    """Claim the run's attempt and let its lease run out, as a killed worker would."""
+    held = store.claim(worker="doomed", queues=["workflows"], limit=1, at=at)[0]
+    assert held.run_id == run.pk
+    return Step.objects.get(pk=held.step_id).lease_expires_at
+
+
+def test_an_expired_lease_gets_a_fresh_attempt():
+    run = wf.ThreeSteps.start()
+    expires = lose_worker(run)
+    assert sweep.run(at=expires - timedelta(seconds=1))["lost_leases"] == 0
+    assert sweep.run(at=expires + timedelta(seconds=1))["lost_leases"] == 1
+    lost, fresh = run.steps
+    assert (lost.status, lost.outcome, lost.error_class) == ("failed", "lost", "pgflow.LeaseExpired")
+    assert "worker doomed stopped heartbeating" in lost.error_message
+    assert (fresh.step_name, fresh.attempt, fresh.status) == ("one", 2, "scheduled")
+    assert run_workflow(run).status == "finished"
+
+
+def test_a_step_that_loses_its_worker_max_lost_attempts_times_pauses_the_run(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "MAX_LOST_ATTEMPTS": 2}
+    run = wf.ThreeSteps.start()
+    at = store.now()
+    for _ in range(2):
+        expires = lose_worker(run, at)
+        at = expires + timedelta(seconds=1)
+        sweep.run(at=at)
+    run.refresh_from_db()
+    assert run.status == "paused"
+    assert run.paused_reason.startswith("step one lost its worker 2 times in a row (MAX_LOST_ATTEMPTS=2)")
+    assert list(run.steps.values_list("attempt", "outcome")) == [(1, "lost"), (2, "lost")]
+    assert [e.event for e in run.events] == ["started", "lease_lost", "lease_lost", "paused"]
+
+
+def test_a_heartbeat_keeps_the_lease():
+    run = wf.ThreeSteps.start()
+    held = store.claim(worker="alive", queues=["workflows"], limit=1)[0]
+    later = store.now() + timedelta(seconds=50)
+    assert store.heartbeat([held.token], at=later) == 1
+    assert sweep.run(at=later + timedelta(seconds=30))["lost_leases"] == 0
+    assert run.steps.get().status == "in_progress"
+
+
+def test_retention_purges_old_finished_and_cancelled_runs_only(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "RETENTION": timedelta(days=1)}
+    old_finished = run_workflow(wf.ThreeSteps.start())
+    old_cancelled = wf.Delayed.start()
+    old_cancelled.cancel()
+    recent = run_workflow(wf.ThreeSteps.start())
+    still_open = wf.Delayed.start()
+    WorkflowRun.objects.filter(pk__in=[old_finished.pk, old_cancelled.pk, still_open.pk]).update(
+        finished_at=store.now() - timedelta(days=2))
+    WorkflowRun.objects.filter(pk=still_open.pk).update(finished_at=None)
+    assert sweep.run()["purged_runs"] == 2
+    assert set(WorkflowRun.objects.values_list("pk", flat=True)) == {recent.pk, still_open.pk}
+    assert not Step.objects.filter(run_id__in=[old_finished.pk, old_cancelled.pk]).exists()
+    assert not Event.objects.filter(run_id__in=[old_finished.pk, old_cancelled.pk]).exists()
+
+
+def test_retention_none_keeps_everything(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "RETENTION": None}
+    run = run_workflow(wf.ThreeSteps.start())
+    WorkflowRun.objects.filter(pk=run.pk).update(finished_at=store.now() - timedelta(days=400))
+    assert sweep.run()["purged_runs"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_worker_sweeps_at_a_time():
+    import psycopg
+
+    params = {k: v for k, v in connection.get_connection_params().items()
+              if k in ("dbname", "user", "password", "host", "port")}
+    with psycopg.connect(**params, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [sweep.LOCK_KEY])
+        assert sweep.run() == {}
+        other.execute("SELECT pg_advisory_unlock(%s)", [sweep.LOCK_KEY])
+    assert "lost_leases" in sweep.run()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim_skips_rows_another_transaction_holds():
+    import psycopg
+
+    runs = [wf.ThreeSteps.start() for _ in range(3)]
+    params = {k: v for k, v in connection.get_connection_params().items()
+              if k in ("dbname", "user", "password", "host", "port")}
+    with psycopg.connect(**params) as other:
+        other.execute("SELECT id FROM pgflow_step WHERE run_id = %s FOR UPDATE", [runs[0].pk])
+        claimed = store.claim(worker="t", queues=["workflows"], limit=10)
+        assert sorted(c.run_id for c in claimed) == [runs[1].pk, runs[2].pk]
+        other.rollback()
+    assert [c.run_id for c in store.claim(worker="t", queues=["workflows"], limit=10)] == [runs[0].pk]
+
+
+def test_claim_takes_higher_priority_first_and_only_its_queues():
+    low = wf.ThreeSteps.start()
+    Step.objects.filter(run=low).update(priority=0)
+    high = wf.ThreeSteps.start()
+    Step.objects.filter(run=high).update(priority=5)
+    other_queue = wf.ThreeSteps.start()
+    Step.objects.filter(run=other_queue).update(queue="mail")
+    assert [c.run_id for c in store.claim(worker="t", queues=["workflows"], limit=1)] == [high.pk]
+    assert [c.run_id for c in store.claim(worker="t", queues=["workflows"], limit=5)] == [low.pk]
+    assert [c.run_id for c in store.claim(worker="t", queues=["mail", "x"], limit=5)] == [other_queue.pk]
