@@ -1,0 +1,53 @@
+"""Settings validation and the system check that reports it (pgflow.E001)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from pgflow import checks, conf
+from pgflow.conf import pgflow_settings
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"LEASE": timedelta(seconds=-5)}, "PGFLOW['LEASE'] must be a positive timedelta or number of seconds"),
+        ({"LEASES": 3}, "unknown key 'LEASES' in PGFLOW (accepted: QUEUE, RETENTION,"),
+        ({"RETENTION": timedelta(0)}, "PGFLOW['RETENTION'] must be a positive timedelta or None"),
+        ({"MAX_LOST_ATTEMPTS": 0}, "PGFLOW['MAX_LOST_ATTEMPTS'] must be a positive whole number, got 0"),
+        ({"ERROR_BACKTRACE_LINES": True}, "PGFLOW['ERROR_BACKTRACE_LINES'] must be a positive whole number"),
+        ({"QUEUE": ""}, "PGFLOW['QUEUE'] must be a non-empty string"),
+        ({"ERROR_REPORTER": "no.such.module.report"}, "PGFLOW['ERROR_REPORTER'] must be None, a callable"),
+        ("fast", "PGFLOW must be a dict, got str"),
+    ],
+)
+def test_each_bad_setting_is_named_with_what_is_accepted(given, message):
+    problems = conf.validate(given)
+    assert len(problems) == 1
+    assert problems[0].startswith(message)
+
+
+def test_good_settings_have_no_problems():
+    assert conf.validate({"LEASE": 30, "RETENTION": None, "QUEUE": "mail", "ERROR_REPORTER": print}) == []
+    assert conf.validate(None) == []
+
+
+def test_the_system_check_reports_E001(settings):
+    settings.PGFLOW = {"LEASE": timedelta(seconds=-1), "BOGUS": 1}
+    errors = checks.check_settings()
+    assert [e.id for e in errors] == ["pgflow.E001", "pgflow.E001"]
+    assert "unknown key 'BOGUS'" in errors[0].msg
+    assert "PGFLOW['LEASE']" in errors[1].msg
+
+
+def test_settings_are_read_lazily_with_defaults(settings):
+    settings.PGFLOW = {"LEASE": timedelta(seconds=9)}
+    assert pgflow_settings.seconds("LEASE") == 9
+    assert pgflow_settings.heartbeat_seconds == 3
+    assert pgflow_settings.QUEUE == "workflows"
+    settings.PGFLOW = {}
+    assert pgflow_settings.seconds("LEASE") == 60
+    with pytest.raises(AttributeError, match="unknown pgflow setting 'NOPE'"):
+        pgflow_settings.NOPE  # noqa: B018
