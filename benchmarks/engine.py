@@ -1,0 +1,139 @@
+#!/usr/bin/env python
+"""Engine throughput and idle latency, with real worker processes on a real PostgreSQL.
+
+    .venv/bin/python benchmarks/engine.py [--runs 2000] [--samples 50]
+
+1. steps/s: RUNS runs of a 3-step no-op workflow, drained by one worker, then by two
+   (each --concurrency 8), from the first claim to the last finish (read from the rows).
+2. idle latency: with one idle worker, from a committed start() of a 1-step workflow to
+   its body starting (median and p99 of SAMPLES sequential runs).
+
+It uses its own database (pgflow_bench) on the example project's cluster, or on
+DATABASE_URL's server, and prints a table to paste into benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
+BENCH_DB = "pgflow_bench"
+
+
+def setup_django() -> None:
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB])
+        exists = cursor.fetchone()
+    if not exists:
+        with connection.cursor() as cursor:
+            cursor.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    connection.close()
+    connection.settings_dict["NAME"] = BENCH_DB
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def reset() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE pgflow_event, pgflow_signal, pgflow_batch_member, pgflow_batch, pgflow_step, "
+                       "pgflow_run RESTART IDENTITY CASCADE")
+
+
+def worker(concurrency: int, *extra: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PGFLOW_TEST_DB_NAME": BENCH_DB, "PGFLOW_LOG_LEVEL": "WARNING",
+           "PGFLOW_POLL_SECONDS": "5"}
+    return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "pgflow_worker", "-v", "0", "--concurrency",
+                             str(concurrency), *extra], cwd=ROOT, env=env)
+
+
+def throughput(runs: int, workers: int, concurrency: int) -> float:
+    from django.db import connection, transaction
+
+    from benchmarks.workflows import ThreeNoops
+
+    reset()
+    with transaction.atomic():
+        for _ in range(runs):
+            ThreeNoops.start()
+    procs = [worker(concurrency, "--burst") for _ in range(workers)]
+    for proc in procs:
+        proc.wait()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FILTER (WHERE status = 'finished') FROM pgflow_run")
+        finished = cursor.fetchone()[0]
+        cursor.execute("SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)) FROM pgflow_step")
+        steps, seconds = cursor.fetchone()
+    if finished != runs:
+        raise SystemExit(f"only {finished} of {runs} runs finished")
+    return steps / float(seconds)
+
+
+def latency(samples: int) -> list[float]:
+    from benchmarks.workflows import StampStart
+    from pgflow.models import WorkflowRun
+
+    reset()
+    proc = worker(2)
+    try:
+        time.sleep(2)  # the worker is up and idle, listening
+        found = []
+        for _ in range(samples):
+            committed = time.time()
+            run = StampStart.start()  # autocommit: committed on return
+            committed = (committed + time.time()) / 2
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                output = run.steps.values_list("output", flat=True).first()
+                if output:
+                    found.append((output["t"] - committed) * 1000)
+                    break
+                time.sleep(0.002)
+            else:
+                raise SystemExit(f"run {run.pk} did not start within 10 s")
+            time.sleep(0.05)
+        assert WorkflowRun.objects.filter(status="finished").count() == samples
+        return found
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    setup_django()
+    one = throughput(args.runs, 1, args.concurrency)
+    two = throughput(args.runs, 2, args.concurrency)
+    lat = latency(args.samples)
+    print(f"| {args.runs} runs x 3 no-op steps, 1 worker (--concurrency {args.concurrency}) | {one:,.0f} steps/s |")
+    print(f"| {args.runs} runs x 3 no-op steps, 2 workers (--concurrency {args.concurrency}) | {two:,.0f} steps/s |")
+    print(f"| idle latency, start() commit to body start ({args.samples} runs) | median "
+          f"{statistics.median(lat):.1f} ms, p99 {percentile(lat, 0.99):.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()
