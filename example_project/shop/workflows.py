@@ -1,0 +1,87 @@
+"""The shop's workflows: every pgflow feature in a realistic place."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pgflow
+from pgflow import OnException, fan_out, step
+
+
+class PaymentGatewayDown(ConnectionError):
+    """The payment provider did not answer; worth retrying."""
+
+
+class CardDeclined(Exception):
+    """The customer's card was refused; retrying will not help."""
+
+
+class OrderFulfilment(pgflow.Workflow):
+    """An order from placement to the review reminder."""
+
+    queue = "workflows"
+    on_exception = [
+        OnException(PaymentGatewayDown, action="reattempt", wait=timedelta(seconds=2), max_reattempts=4),
+        OnException(CardDeclined, action="cancel", report="never"),
+    ]
+
+    @pgflow.cancel_if
+    def order_cancelled(self):
+        # The customer cancelled in the shop: stop wherever the run is.
+        return self.subject is None or self.subject.status == "cancelled"
+
+    @step
+    def reserve_stock(self):
+        return {"reserved": len(self.subject.vendors)}
+
+    @step(wait_for="payment_received", wait_timeout=timedelta(minutes=10), on_timeout="cancel")
+    def record_payment(self, signal):
+        self.subject.status = "paid"
+        self.subject.save(update_fields=["status"])
+        return {"amount_cents": signal.payload.get("amount_cents")}
+
+    @step(timeout=timedelta(seconds=30))
+    def capture_funds(self):
+        # A flaky external call: the class policy reattempts PaymentGatewayDown.
+        if random.random() < self.input.get("gateway_flakiness", 0.3):
+            raise PaymentGatewayDown("the payment gateway timed out")
+        if self.input.get("declined"):
+            raise CardDeclined("card declined by the issuer")
+        return {"captured": True}
+
+    @fan_out(on_batch_failure="pause")
+    def notify_vendors(self, batch):
+        for vendor_id in self.subject.vendors:
+            batch.add("example_project.shop.tasks.notify_vendor", self.subject.pk, vendor_id)
+
+    @step
+    def ship(self):
+        self.subject.status = "shipped"
+        self.subject.save(update_fields=["status"])
+        return {"carrier": "parcelpost"}
+
+    @step(wait=timedelta(seconds=30), skip_if="already_reviewed")
+    def ask_for_review(self):
+        return {"mailed": self.subject.email}
+
+    def already_reviewed(self):
+        return self.subject.reviewed
+
+
+class RefundApproval(pgflow.Workflow):
+    """A refund waits for a person to approve it in the admin (send the signal 'approved')."""
+
+    @step
+    def open_ticket(self):
+        return {"ticket": f"R-{self.run.pk}"}
+
+    @step(wait_for="approved", wait_timeout=timedelta(hours=1), on_timeout="pause")
+    def wait_for_approval(self, signal):
+        if not signal.payload or not signal.payload.get("ok"):
+            self.cancel()
+        return {"approved_by": signal.payload.get("by")}
+
+    @step(on_exception=OnException(action="reattempt", wait=timedelta(seconds=5), max_reattempts=3))
+    def refund(self):
+        return {"refunded": self.input.get("amount_cents", 0)}
