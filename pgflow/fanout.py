@@ -99,6 +99,8 @@ class BatchBuilder:
     body returns. It owns no callbacks: the workflow resumes when the batch has finished."""
 
     __slots__ = ("_members", "_sealed")
+    _members: list[Member]
+    _sealed: bool
 
     def __init__(self) -> None:
         object.__setattr__(self, "_members", [])
@@ -163,6 +165,7 @@ def task_path(func: str | Callable[..., Any]) -> str:
     """The dotted path django-q2's worker imports ``func`` by; refuses what it could not import."""
     accepted = ("a dotted path ('shop.tasks.notify_vendor') or a module-level function, "
                 "as django_q.tasks.async_task takes them")
+    path: str | None
     if isinstance(func, str):
         if not _DOTTED.fullmatch(func):
             raise ValueError(f"batch.add() takes {accepted}; {func!r} is not a dotted path")
@@ -515,7 +518,7 @@ def repair_lost(*, at: datetime | None = None) -> int:
                 .filter(Exists(Event.objects.filter(step=OuterRef("pk"), event="fan_out_opened")))
                 .order_by("waiting_since").values_list("pk", flat=True)[:REPAIR_LIMIT])
     for step_id in [*finished, *vanished]:
-        done += _safely(f"step {step_id}", lambda step_id=step_id: resolve_step(step_id, at=at))
+        done += _safely(f"step {step_id}", functools.partial(resolve_step, step_id, at=at))
     return done
 
 
@@ -546,9 +549,9 @@ def _count_saved_results(at: datetime, grace: timedelta) -> int:
         task = Task.objects.filter(pk=task_id).first()
         if task is None:
             continue  # pruned since (save_limit)
-        done += _safely(f"member {position} of batch {batch_id}", lambda t=task, b=batch_id, p=position: (
-            member_finished(b, p, succeeded=bool(t.success), error=None if t.success else str(t.result),
-                            task_id=t.id, at=at)))
+        done += _safely(f"member {position} of batch {batch_id}", functools.partial(
+            member_finished, batch_id, position, succeeded=bool(task.success),
+            error=None if task.success else str(task.result), task_id=task.id, at=at))
     return done
 
 
@@ -585,8 +588,8 @@ def _count_stuck(at: datetime, grace: timedelta) -> int:
         else:
             error = (f"no result from django-q2 {_seconds(at - since)} after it was enqueued (longer than its "
                      f"timeout and retries allow): its worker was killed, or no qcluster consumes the queue")
-        done += _safely(f"member {member.position} of batch {member.batch_id}", lambda m=member, e=error: (
-            member_finished(m.batch_id, m.position, succeeded=False, error=e, at=at)))
+        done += _safely(f"member {member.position} of batch {member.batch_id}", functools.partial(
+            member_finished, member.batch_id, member.position, succeeded=False, error=error, at=at))
     return done
 
 

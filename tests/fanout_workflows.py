@@ -61,11 +61,14 @@ class FanCallables(pgflow.Workflow):
 
 class FanBody(pgflow.Workflow):
     """A body that ends the step before any batch exists: input["verb"] names a flow-control
-    verb to call, input["raise"] an error to raise on the attempts listed in input["raise_on"]."""
+    verb to call, input["raise"] an error to raise on the attempts listed in input["raise_on"],
+    input["pause_during"] pauses the run while the first attempt's body runs."""
 
     @fan_out(on_exception=OnException(ConnectionError, action="reattempt", wait=0, max_reattempts=2))
     def fan(self, batch):
         batch.add("tests.fanout_tasks.double", 1)
+        if self.input.get("pause_during") and self.attempt == 1:
+            self.run.pause(actor="operator")  # an operator pauses the run while the body runs
         verb = self.input.get("verb")
         if verb:
             getattr(self, verb)()

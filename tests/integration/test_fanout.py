@@ -287,6 +287,21 @@ def test_a_reattempted_fan_out_opens_its_batch_on_the_attempt_that_returns():
 
 
 @pytest.mark.django_db
+def test_a_run_paused_while_the_body_ran_opens_no_batch_until_resumed():
+    run = fw.FanBody.start(input={"pause_during": True})
+    assert run_due_step(run) == "paused"
+    assert not Batch.objects.exists()
+    first = fan_step(run)
+    assert (first.status, first.outcome) == ("cancelled", "paused")
+    run.resume()
+    run = run_workflow(run)
+    assert run.status == "finished"
+    assert Batch.objects.get(run=run).step_id == fan_step(run, attempt=2).pk
+    assert events(run) == ["started", "paused", "resumed", "fan_out_opened", "fan_out_finished", "step_completed",
+                           "step_completed", "finished"]
+
+
+@pytest.mark.django_db
 def test_a_resumed_fan_out_runs_its_body_again_with_a_fresh_batch(tmp_path):
     flag = tmp_path / "ready"
     mark_file = tmp_path / "marks"
