@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-
 from .. import store
 from ..conf import pgflow_settings
 from ..core import errors as error_capture
