@@ -316,12 +316,20 @@ def enqueue(batch_id: uuid.UUID) -> int:
         except Exception as exc:  # noqa: BLE001 - one member's enqueue must not strand the others
             logger.warning("fan_out: batch %s member %s could not be enqueued: %s", batch_id, member.position, exc,
                            extra={"action": "fan_out_enqueue_failed", "batch_id": str(batch_id)})
+            # In sync mode django-q2 runs the task inside async_task and re-raises its error.
+            how = "failed in django-q2's sync mode" if _sync_mode() else "could not be handed to django-q2"
             member_finished(batch_id, member.position, succeeded=False,
-                            error=f"could not be handed to django-q2: {type(exc).__name__}: {exc}")
+                            error=f"{how}: {type(exc).__name__}: {exc} : {traceback.format_exc()}")
             continue
         BatchMember.objects.filter(pk=member.pk).update(task_id=task_id, enqueued_at=store.now())
         enqueued += 1
     return enqueued
+
+
+def _sync_mode() -> bool:
+    from django_q.conf import Conf
+
+    return bool(Conf.SYNC)
 
 
 def task_name(batch_id: uuid.UUID, position: int) -> str:

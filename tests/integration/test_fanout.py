@@ -424,7 +424,10 @@ def test_a_failing_member_in_sync_mode_counts_as_failed(monkeypatch):
     assert (step.status, step.outcome, step.error_message) == ("failed", "paused",
                                                                f"1 of 2 jobs failed (batch {batch.pk})")
     assert BatchMember.objects.get(batch=batch, position=1).error.startswith(
-        "could not be handed to django-q2: RuntimeError: no")
+        "failed in django-q2's sync mode: RuntimeError: no : Traceback")
+    assert details(run, "fan_out_finished")[0]["failures"] == [
+        {"position": 1, "func": "tests.fanout_tasks.fail",
+         "error": "failed in django-q2's sync mode: RuntimeError: no"}]
 
 
 @pytest.mark.django_db
