@@ -1,18 +1,16 @@
-"""Fixtures and helpers shared by the dashboard's integration and browser tests.
+"""Helpers shared by the dashboard's integration and browser tests (the fixtures are in
+``tests.dashboard_fixtures``, loaded with ``pytest_plugins``).
 
-Test modules import the fixtures they use by name. Runs are made the way users make them
-(``SomeWorkflow.start()`` and ``pgflow.testing.run_workflow``); only histories too large
-or too precisely timed for that are written as rows.
+Runs are made the way users make them (``SomeWorkflow.start()`` and
+``pgflow.testing.run_workflow``); only histories too large or too precisely timed for that
+are written as rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import pytest
 from django.contrib.auth.models import Permission, User
-from django.test import Client
 from django.urls import reverse
 
 from pgflow.models import WorkflowRun
@@ -25,37 +23,6 @@ def make_user(username: str, *, staff: bool = True, perms: tuple[str, ...] = (),
     for codename in perms:
         user.user_permissions.add(Permission.objects.get(content_type__app_label="pgflow", codename=codename))
     return user
-
-
-@pytest.fixture
-def viewer() -> User:
-    return make_user("viewer", perms=("view_workflowrun",))
-
-
-@pytest.fixture
-def operator() -> User:
-    return make_user("operator", perms=("view_workflowrun", "change_workflowrun"))
-
-
-@pytest.fixture
-def staff_without_perms() -> User:
-    return make_user("bystander")
-
-
-@pytest.fixture
-def not_staff() -> User:
-    return make_user("outsider", staff=False, perms=("view_workflowrun", "change_workflowrun"))
-
-
-@pytest.fixture
-def login() -> Callable[..., Client]:
-    def logged_in(user: User | None, *, csrf: bool = False) -> Client:
-        client = Client(enforce_csrf_checks=csrf)
-        if user is not None:
-            client.force_login(user)
-        return client
-
-    return logged_in
 
 
 # --- URLs ------------------------------------------------------------------------------------
