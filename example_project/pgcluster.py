@@ -88,10 +88,10 @@ def _init(binaries: Path, pgdata: Path) -> None:
     _run(_as_postgres(argv), "initdb")
 
 
-def _start(binaries: Path, pgdata: Path, log: Path) -> int:
+def _start(binaries: Path, pgdata: Path, log: Path, port: int | None = None) -> int:
     log.touch(exist_ok=True)
     _chown_for_postgres(log)
-    port = _free_port(FIRST_PORT)
+    port = port or _free_port(FIRST_PORT)
     options = (f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
                "-c max_connections=200 -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
     argv = [str(binaries / "pg_ctl"), "-D", str(pgdata), "-l", str(log), "-o", options, "-w", "-t", "60", "start"]
@@ -174,3 +174,12 @@ def stop(data_dir: Path | str = DEFAULT_DIR) -> None:
     pgdata = Path(data_dir).resolve() / "data"
     if binaries and _running_port(pgdata):
         _run(_as_postgres([str(binaries / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "stop"]), "pg_ctl stop")
+
+
+def start_again(data_dir: Path | str, port: int) -> None:
+    """Start a stopped private cluster on the port it had (the reliability tests restart it)."""
+    binaries = _system_binaries()
+    if binaries is None:
+        raise ClusterError("restarting needs the system's PostgreSQL")
+    data_dir = Path(data_dir).resolve()
+    _start(binaries, data_dir / "data", data_dir / "postgres.log", port=port)

@@ -1,0 +1,95 @@
+"""Stop PostgreSQL for five seconds in the middle of a load: workers log the outage,
+reconnect without a restart, and finish every run.
+
+Runs on a private cluster of its own (the suite's database stays up)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from example_project import pgcluster
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(pgcluster._system_binaries() is None, reason="needs the system's PostgreSQL")
+
+START_RUNS = """
+from django.db import transaction
+from tests.reliability_workflows import Load
+with transaction.atomic():
+    for _ in range({count}):
+        Load.start()
+"""
+
+
+def finished(url: str) -> int:
+    try:
+        with psycopg.connect(url.replace("postgres://", "postgresql://"), connect_timeout=2) as conn:
+            return conn.execute("SELECT count(*) FROM pgflow_run WHERE status = 'finished'").fetchone()[0]
+    except psycopg.OperationalError:
+        return -1
+
+
+def test_workers_ride_out_a_database_restart(capsys):
+    data = Path(tempfile.mkdtemp(prefix="pgflow-restart-"))
+    data.chmod(0o755)
+    workers: list[subprocess.Popen[bytes]] = []
+    logs = [data / f"worker-{n}.log" for n in range(2)]
+    try:
+        url = pgcluster.ensure(data)
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        env = {**os.environ, "DATABASE_URL": url, "PGFLOW_LEASE_SECONDS": "30", "PGFLOW_POLL_SECONDS": "0.5",
+               "PGFLOW_SWEEP_SECONDS": "1", "PYTHONUNBUFFERED": "1"}
+        env.pop("PGFLOW_TEST_DB_NAME", None)
+        manage = [sys.executable, "manage.py"]
+        subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+        runs = 300
+        subprocess.run([*manage, "shell", "-c", START_RUNS.format(count=runs)], cwd=ROOT, env=env, check=True)
+        for log in logs:
+            with log.open("wb") as out:
+                workers.append(subprocess.Popen([*manage, "pgflow_worker", "--concurrency", "4"], cwd=ROOT, env=env,
+                                                stdout=out, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 60
+        while finished(url) < 30 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        before = finished(url)
+        assert 0 < before < runs, "the outage must fall in the middle of the load"
+        pgcluster.stop(data)
+        time.sleep(5)
+        pgcluster.start_again(data, port)
+        deadline = time.monotonic() + 180
+        while finished(url) < runs and time.monotonic() < deadline:
+            assert all(w.poll() is None for w in workers), "a worker exited instead of reconnecting"
+            time.sleep(0.2)
+        assert finished(url) == runs
+        with psycopg.connect(url.replace("postgres://", "postgresql://")) as conn:
+            open_steps = conn.execute("SELECT count(*) FROM pgflow_step "
+                                      "WHERE status IN ('scheduled', 'waiting', 'in_progress')").fetchone()[0]
+            doubles = conn.execute(
+                "SELECT count(*) FROM (SELECT run_id, step_name FROM pgflow_step WHERE status = 'completed' "
+                "GROUP BY 1, 2 HAVING count(*) > 1) d").fetchone()[0]
+        assert open_steps == 0
+        assert doubles == 0
+        for worker in workers:
+            worker.terminate()
+            assert worker.wait(60) == 0
+        output = "".join(log.read_text() for log in logs)
+        assert "database unavailable" in output
+        assert "database back after" in output
+        with capsys.disabled():
+            print(f"\n[reliability] database restart: {runs} runs, PostgreSQL down 5 s after {before} finished: "
+                  f"all {runs} finished, 0 steps completed twice, workers reconnected without a restart")
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+        pgcluster.stop(data)
+        shutil.rmtree(data, ignore_errors=True)
