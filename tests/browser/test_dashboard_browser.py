@@ -1,0 +1,245 @@
+"""The dashboard in headless Chromium: the charts draw, the tooltip tells a segment's kind
+and duration, an open run's timeline refreshes itself. Screenshots go to
+tests/browser/artifacts/ (git-ignored) for a human to look at.
+
+Skipped, with the reason, where Chromium or playwright is missing; with
+PGFLOW_REQUIRE_BROWSER=1 (CI) they fail instead, so CI never passes without running them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from pgflow.models import Event, Step, WorkflowRun
+from pgflow.testing import run_workflow
+from tests import dashboard_workflows as dw
+from tests import workflows as wf
+from tests.dashboard_support import PASSWORD, insights_url, make_user, run_url
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = os.environ.get("PGFLOW_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).parent / "artifacts"
+GREEN = (22, 163, 74)  # ran: completed (timeline.SERIES["ran_ok"])
+RED = (220, 38, 38)  # ran: failed
+
+
+def _missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"no Chromium at {CHROMIUM} (set PGFLOW_CHROMIUM)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install playwright)"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def browser_available() -> None:
+    """Skip (or, in CI, fail) before any data is seeded."""
+    reason = _missing()
+    if reason:
+        if os.environ.get("PGFLOW_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"PGFLOW_REQUIRE_BROWSER=1, but the browser tests cannot run: {reason}")
+        pytest.skip(f"browser tests skipped: {reason}")
+
+
+@pytest.fixture
+def chromium(browser_available: None) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs the test inside its own event loop, where Django would open
+    # a second, never-closed connection: tests request their data fixtures before this one,
+    # so every ORM call happens before the browser starts.
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def viewer_account() -> None:
+    make_user("viewer", perms=("view_workflowrun",))
+
+
+@pytest.fixture
+def timeline_run() -> WorkflowRun:
+    """A run that used every series: a failed attempt and its reattempt after a backoff, a
+    signal wait, a failure that paused the run for 15 minutes, and an attempt running now."""
+    now = timezone.now()
+    t0 = now - timedelta(hours=1)
+    s = timedelta(seconds=1)
+    run = dw.AwaitsApproval.start(input={"order": 42, "note": dw.SCRIPT})
+    Step.objects.filter(run=run).delete()
+    Event.objects.filter(run=run).exclude(event="started").delete()
+    WorkflowRun.objects.filter(pk=run.pk).update(created_at=t0, updated_at=now, current_step="decide")
+    Event.objects.filter(run=run).update(created_at=t0)
+    rows = [
+        dict(step_name="ask", attempt=1, status="failed", outcome="reattempted", created_at=t0,
+             scheduled_at=t0, started_at=t0 + 5 * s, finished_at=t0 + 45 * s, error_class="ConnectionError",
+             error_message="connection refused"),
+        dict(step_name="ask", attempt=2, status="completed", outcome="completed", created_at=t0 + 45 * s,
+             scheduled_at=t0 + 105 * s, started_at=t0 + 108 * s, finished_at=t0 + 138 * s, output="asked"),
+        dict(step_name="decide", attempt=1, status="failed", outcome="paused", created_at=t0 + 138 * s,
+             waiting_since=t0 + 140 * s, scheduled_at=t0 + 1340 * s, started_at=t0 + 1342 * s,
+             finished_at=t0 + 1352 * s, error_class="ValueError", error_message=f"bad {dw.SCRIPT}"),
+        dict(step_name="decide", attempt=2, status="in_progress", created_at=t0 + 2252 * s,
+             scheduled_at=t0 + 2252 * s, started_at=t0 + 2254 * s, worker="browser-test",
+             lease_expires_at=now + timedelta(hours=1)),
+    ]
+    Step.objects.bulk_create(Step(run=run, queue="workflows", **row) for row in rows)
+    Event.objects.bulk_create([
+        Event(run=run, event="paused", actor="system", created_at=t0 + 1352 * s, details={"reason": "failed"}),
+        Event(run=run, event="resumed", actor="user:ops", created_at=t0 + 2252 * s),
+    ])
+    return run
+
+
+@pytest.fixture
+def insights_history() -> None:
+    """A day of runs: some finished, one paused by a failure, some running."""
+    for _ in range(4):
+        run_workflow(wf.ThreeSteps.start())
+    run_workflow(dw.Hostile.start())
+    dw.Later.start()
+    now = timezone.now()
+    for hours, status in ((20, "finished"), (14, "cancelled"), (9, "finished"), (3, "finished")):
+        created = now - timedelta(hours=hours)
+        WorkflowRun.objects.create(workflow_class=wf.ThreeSteps.workflow_path(), status=status,
+                                   definition_digest=wf.ThreeSteps.definition_digest(), created_at=created,
+                                   updated_at=created, finished_at=created + timedelta(minutes=7))
+
+
+def log_in(page: Any, base: str) -> None:
+    page.goto(f"{base}/admin/login/")
+    page.fill("#id_username", "viewer")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{base}/admin/")
+
+
+def watch_errors(page: Any) -> list[str]:
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    # A failed request is reported by its URL below, not by the console's "Failed to load".
+    page.on("console", lambda message: errors.append(message.text)
+            if message.type == "error" and not message.text.startswith("Failed to load resource") else None)
+    page.on("response", lambda response: errors.append(f"{response.status} {response.url}")
+            if response.status >= 400 and not response.url.endswith("/favicon.ico") else None)
+    return errors
+
+
+PIXELS_JS = """
+([id, colours]) => {
+  const canvas = document.getElementById(id);
+  const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  const counts = {painted: 0, colours: colours.map(() => 0)};
+  for (let i = 0; i < data.length; i += 4) {
+    if (data[i + 3] === 0) continue;
+    counts.painted++;
+    colours.forEach((c, k) => {
+      const near = (a, b) => Math.abs(a - b) < 6;
+      if (near(data[i], c[0]) && near(data[i + 1], c[1]) && near(data[i + 2], c[2])) counts.colours[k]++;
+    });
+  }
+  return counts;
+}
+"""
+
+SEGMENT_JS = """
+([series, row]) => {
+  const chart = window.pgflowTimeline;
+  const index = chart.data.datasets.findIndex((dataset) => dataset.series === series);
+  const element = chart.getDatasetMeta(index).data[row];
+  const segment = chart.data.datasets[index].segments[row];
+  return {x: (element.x + element.base) / 2, y: element.y, kind: segment.kind, duration: segment.duration};
+}
+"""
+
+BAND_JS = """
+() => {
+  const chart = window.pgflowTimeline;
+  const band = chart.options.plugins.pgflowPausedBands.periods[0];
+  return {x: chart.scales.x.getPixelForValue((band.from + band.to) / 2), y: chart.chartArea.top + 8,
+          duration: band.duration};
+}
+"""
+
+
+def test_the_run_page_draws_the_timeline_and_its_tooltips(viewer_account, timeline_run, live_server, chromium):
+    run = timeline_run
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    errors = watch_errors(page)
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}{run_url(run)}")
+    page.wait_for_function("window.pgflowTimeline && window.pgflowTimeline.chartArea")
+
+    counts = page.evaluate(PIXELS_JS, ["pgflow-timeline", [GREEN, RED]])
+    assert counts["painted"] > 5_000
+    green, red = counts["colours"]
+    assert green > 50, "no completed (green) bar was drawn"
+    assert red > 50, "no failed (red) bar was drawn"
+    # A hostile string in the run is text on the page, not a script.
+    assert page.locator("pre.pgflow-json").first.inner_text().count("<script>") == 1
+    page.screenshot(path=str(ARTIFACTS / "run_page.png"), full_page=True)
+
+    # Hover the first attempt's failed run: 40 seconds.
+    canvas = page.locator("#pgflow-timeline").bounding_box()
+    segment = page.evaluate(SEGMENT_JS, ["ran_failed", 0])
+    page.mouse.move(canvas["x"] + segment["x"], canvas["y"] + segment["y"])
+    tooltip = page.locator("#pgflow-tooltip")
+    tooltip.wait_for(state="visible")
+    assert "ask #1 (failed)" in tooltip.inner_text()
+    assert "ran: 40s" in tooltip.inner_text()
+    assert "error: ConnectionError" in tooltip.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "run_page_tooltip.png"))
+
+    # The signal wait of "decide #1": 20 minutes.
+    segment = page.evaluate(SEGMENT_JS, ["waiting", 2])
+    page.mouse.move(canvas["x"] + segment["x"], canvas["y"] + segment["y"])
+    page.wait_for_function("document.getElementById('pgflow-tooltip').innerText.includes('waiting: 20m')")
+
+    # The paused band, between the failure and the resume: 15 minutes.
+    band = page.evaluate(BAND_JS)
+    page.mouse.move(canvas["x"] + band["x"], canvas["y"] + band["y"])
+    page.wait_for_function("document.getElementById('pgflow-tooltip').innerText.includes('paused: 15m')")
+    assert band["duration"] == "15m"
+
+    # The run is open: the timeline refreshes itself from timeline.json.
+    page.wait_for_function("document.getElementById('pgflow-timeline-status').innerText.startsWith('Refreshed at')",
+                           timeout=15_000)
+    assert errors == []
+
+
+def test_the_insights_page_draws_its_charts(viewer_account, insights_history, live_server, chromium):
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    errors = watch_errors(page)
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}{insights_url('24h')}")
+    page.wait_for_function("window.pgflowRunsChart && window.pgflowFailuresChart")
+    started_blue = (37, 99, 235)
+    paused_pink = (219, 39, 119)
+    runs = page.evaluate(PIXELS_JS, ["pgflow-runs-chart", [started_blue, GREEN]])
+    failures = page.evaluate(PIXELS_JS, ["pgflow-failures-chart", [paused_pink]])
+    assert min(runs["colours"]) > 50, runs
+    assert failures["colours"][0] > 20, failures
+    assert page.locator("#pgflow-stuck-paused + table tbody tr").count() == 1
+    page.screenshot(path=str(ARTIFACTS / "insights_page.png"), full_page=True)
+    # The index links to the page.
+    page.goto(f"{live_server.url}/admin/")
+    page.click("text=Insights")
+    page.wait_for_url(f"{live_server.url}{insights_url()}")
+    page.screenshot(path=str(ARTIFACTS / "admin_index.png"))
+    assert errors == []
