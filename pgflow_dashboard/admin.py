@@ -70,7 +70,7 @@ class ErrorClassFilter(admin.SimpleListFilter):
 
 @admin.register(WorkflowRun)
 class WorkflowRunAdmin(admin.ModelAdmin):
-    list_display = ("id", "workflow", "subject_label", "status_label", "current_step_label", "created_at",
+    list_display = ("id", "workflow", "subject_label", "status_label", "current_step_label", "started",
                     "duration_label")
     list_display_links = ("id",)
     list_filter = ("status", WorkflowClassFilter, "created_at", ErrorClassFilter)
@@ -144,6 +144,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         if spent is None:
             return run.current_step
         return format_html('{} <span class="pgflow-muted">for {}</span>', run.current_step, duration(spent))
+
+    @admin.display(description="started", ordering="created_at")
+    def started(self, run: WorkflowRun) -> Any:
+        return run.created_at
 
     @admin.display(description="duration", ordering="run_duration")
     def duration_label(self, run: WorkflowRun) -> str:

@@ -243,3 +243,51 @@ def test_the_insights_page_draws_its_charts(viewer_account, insights_history, li
     page.wait_for_url(f"{live_server.url}{insights_url()}")
     page.screenshot(path=str(ARTIFACTS / "admin_index.png"))
     assert errors == []
+
+
+def make_span_run(seconds: float) -> WorkflowRun:
+    """A finished run of three attempts spread evenly over ``seconds``."""
+    end = timezone.now() - timedelta(minutes=1)
+    start = end - timedelta(seconds=seconds)
+    run = wf.ThreeSteps.start()
+    Step.objects.filter(run=run).delete()
+    WorkflowRun.objects.filter(pk=run.pk).update(status="finished", created_at=start, finished_at=end,
+                                                 current_step=None)
+    third = timedelta(seconds=seconds / 3)
+    Step.objects.bulk_create(
+        Step(run=run, step_name=name, attempt=1, status="completed", outcome="completed", queue="workflows",
+             created_at=start + index * third, scheduled_at=start + index * third + third / 4,
+             started_at=start + index * third + third / 2, finished_at=start + (index + 1) * third)
+        for index, name in enumerate(("one", "two", "three")))
+    return run
+
+
+@pytest.fixture
+def span_runs() -> dict[str, WorkflowRun]:
+    return {"3s": make_span_run(3), "30d": make_span_run(30 * 86_400)}
+
+
+@pytest.mark.parametrize(("span", "pattern"), [
+    ("3s", r"^\d\d:\d\d:\d\d\.\d{3}$"),  # a run of three seconds: ticks in milliseconds
+    ("30d", r"^[A-Z][a-z]{2} \d{1,2}$"),  # a run of thirty days: ticks by day ("Nov 3")
+])
+def test_the_time_axis_reads_well_for_short_and_long_runs(viewer_account, span_runs, live_server, chromium,
+                                                          span, pattern):
+    import re
+
+    page = chromium.new_page(viewport={"width": 1400, "height": 900})
+    errors = watch_errors(page)
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}{run_url(span_runs[span])}")
+    page.wait_for_function("window.pgflowTimeline && window.pgflowTimeline.chartArea")
+    labels = page.evaluate("() => window.pgflowTimeline.scales.x.ticks.map((tick) => tick.label)")
+    assert 3 <= len(labels) <= 10, labels
+    assert len(set(labels)) == len(labels), labels  # no two ticks read the same
+    assert all(re.match(pattern, label) for label in labels), labels
+    counts = page.evaluate(PIXELS_JS, ["pgflow-timeline", [GREEN]])
+    assert counts["colours"][0] > 50
+    page.locator("#pgflow-timeline-box").screenshot(path=str(ARTIFACTS / f"timeline_{span}.png"))
+    if span == "30d":
+        page.goto(f"{live_server.url}/admin/pgflow/workflowrun/")
+        page.screenshot(path=str(ARTIFACTS / "run_list.png"), full_page=True)
+    assert errors == []

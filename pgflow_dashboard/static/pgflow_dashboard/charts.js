@@ -49,7 +49,7 @@
 
   function niceStep(span) {
     for (var i = 0; i < STEPS.length; i++) {
-      if (span / STEPS[i] <= 8) return STEPS[i];
+      if (span / STEPS[i] <= 7) return STEPS[i];
     }
     return STEPS[STEPS.length - 1];
   }
@@ -180,8 +180,16 @@
         min: extent.min,
         max: extent.max,
         position: "top",
+        // Ticks on whole multiples of the step (12:00:00.500, not 12:00:00.137), inside the
+        // data's extent so the bars use the whole width.
+        afterBuildTicks: function (scale) {
+          var ticks = [];
+          for (var value = Math.ceil(extent.min / step) * step; value <= extent.max; value += step) {
+            ticks.push({ value: value });
+          }
+          if (ticks.length >= 2) scale.ticks = ticks;
+        },
         ticks: {
-          stepSize: step,
           maxRotation: 0,
           autoSkip: true,
           callback: function (value) { return format.format(new Date(value)); },
