@@ -27,6 +27,7 @@ MAX_ATTEMPTS = 1000  # attempts shown in the step table and the chart (the lates
 MAX_EVENTS = 1000  # audit trail rows shown (the latest ones)
 MAX_SIGNALS = 200
 MAX_BATCHES = 100
+MAX_ERRORS = 25  # failed attempts shown with their backtrace and causes (the latest ones)
 
 # The chart needs only the events that open or close a pause.
 PAUSE_EVENTS = ("paused", *sorted(timeline.PAUSE_ENDS))
@@ -130,6 +131,9 @@ def controls(run: WorkflowRun) -> list[dict[str, str]]:
 def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, Any]:
     """Everything the run page shows but the forms."""
     steps, total_steps = latest_steps(run, STEP_FIELDS)
+    failed = [step for step in steps if step["error_class"]]
+    for step in failed[-MAX_ERRORS:]:
+        step["detailed"] = True  # the step table links to its backtrace below
     events = list(Event.objects.filter(run=run).order_by("-created_at", "-id")
                   .values("id", "event", "actor", "details", "created_at", "step_id")[:MAX_EVENTS])
     events.reverse()
@@ -146,7 +150,8 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
         "current_step_for": duration(ended - open_since) if open_since else None,
         "steps": step_rows(steps, now=now),
         "total_steps": total_steps,
-        "failed_steps": [step for step in steps if step["error_class"]],
+        "failed_steps": failed[-MAX_ERRORS:],
+        "failed_count": len(failed),
         "events": events,
         "event_count": len(events),
         "pending_signals": [signal for signal in signals if signal.consumed_at is None],
@@ -158,5 +163,5 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
         "is_open": run.status in OPEN_RUN,
         "chart": chart(run, now=now, steps=(steps, total_steps)),
         "legend": timeline.legend(),
-        "limits": {"attempts": MAX_ATTEMPTS, "events": MAX_EVENTS},
+        "limits": {"attempts": MAX_ATTEMPTS, "events": MAX_EVENTS, "errors": MAX_ERRORS},
     }

@@ -347,3 +347,20 @@ def test_timeline_json_serves_the_chart_of_the_run(login, viewer):
     (band,) = data["paused"]
     assert band["to"] == data["now"]
     assert isinstance(band["from"], int) and band["duration"]
+
+
+def test_the_page_details_the_latest_errors_and_lists_every_one(login, viewer):
+    run = dw.Later.start()
+    start = run.created_at
+    Step.objects.bulk_create(
+        Step(run=run, step_name="later", attempt=n + 2, status="failed", outcome="reattempted", queue="workflows",
+             created_at=start + timedelta(seconds=n), scheduled_at=start + timedelta(seconds=n),
+             started_at=start + timedelta(seconds=n), finished_at=start + timedelta(seconds=n, milliseconds=5),
+             error_class="ConnectionError", error_message=f"refused #{n}", error_backtrace=f"trace #{n}")
+        for n in range(40))
+    page = login(viewer).get(run_url(run))
+    text = html(page)
+    assert "The latest 25 of 40 failed attempts" in text
+    assert "trace #39" in text and "trace #14" not in text
+    assert "refused #0" in text  # the step table still lists it
+    assert len(page.context["failed_steps"]) == 25

@@ -191,6 +191,22 @@ def test_step_phases_in_sql_agree_with_the_timeline():
             assert row[f"{phase}_p50_seconds"] == pytest.approx(expected[phase]), (index, phase)
 
 
+def test_above_the_sample_size_counts_stay_exact_and_percentiles_use_every_kth_attempt():
+    run = make_run(created=at(10))
+    started = at(5)
+    made = [make_step(run, status="completed" if n % 4 else "failed", outcome="completed", created=started,
+                      started=started, finished=started + timedelta(seconds=n)) for n in range(1, 13)]
+    (exact,) = insights.steps(window())
+    assert exact["sample_every"] == 1
+    assert exact["ran_p50_seconds"] == pytest.approx(6.5)
+    (sampled,) = insights.steps(window(), sample_above=4)  # 12 attempts: every 3rd by id
+    assert sampled["sample_every"] == 3
+    assert (sampled["attempts"], sampled["failures"]) == (12, 3)
+    kept = [float(n) for n, step in enumerate(made, start=1) if step.pk % 3 == 0]
+    assert len(kept) == 4
+    assert sampled["ran_p50_seconds"] == pytest.approx(statistics.median(kept))
+
+
 def test_many_attempts_percentiles_match_pythons_interpolation():
     run = make_run(created=at(10))
     ran = [0.5, 1.0, 1.5, 2.0, 8.0, 9.0, 30.0]
