@@ -377,8 +377,16 @@
     });
   }
 
+  // Axis and legend text in the admin's own quiet colour, so both its themes read well.
+  function themeColours() {
+    if (typeof Chart === "undefined") return;
+    var quiet = getComputedStyle(document.documentElement).getPropertyValue("--body-quiet-color").trim();
+    if (quiet) Chart.defaults.color = quiet;
+  }
+
   function start() {
     confirmations();
+    themeColours();
     timelineChart();
     insightsCharts();
   }
