@@ -10,6 +10,7 @@
 
 It uses its own database (pgflow_bench) on the example project's cluster, or on
 DATABASE_URL's server, and prints a table to paste into benchmarks/RESULTS.md.
+benchmarks/run.py measures the same next to the peers (and reuses these functions).
 """
 
 from __future__ import annotations
@@ -55,33 +56,65 @@ def reset() -> None:
                        "pgflow_run RESTART IDENTITY CASCADE")
 
 
+def worker_command(concurrency: int, *extra: str) -> tuple[list[str], dict[str, str]]:
+    """The argv and the extra environment of a worker on the benchmark database."""
+    argv = [sys.executable, str(ROOT / "manage.py"), "pgflow_worker", "-v", "0", "--concurrency", str(concurrency),
+            *extra]
+    return argv, {"PGFLOW_TEST_DB_NAME": BENCH_DB, "PGFLOW_LOG_LEVEL": "WARNING", "PGFLOW_POLL_SECONDS": "5"}
+
+
 def worker(concurrency: int, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PGFLOW_TEST_DB_NAME": BENCH_DB, "PGFLOW_LOG_LEVEL": "WARNING",
-           "PGFLOW_POLL_SECONDS": "5"}
-    return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "pgflow_worker", "-v", "0", "--concurrency",
-                             str(concurrency), *extra], cwd=ROOT, env=env)
+    argv, env = worker_command(concurrency, *extra)
+    return subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **env})
 
 
-def throughput(runs: int, workers: int, concurrency: int) -> float:
-    from django.db import connection, transaction
+def enqueue(runs: int) -> None:
+    """RUNS runs of ThreeNoops, started in one transaction (no worker sees any before all are there)."""
+    from django.db import transaction
 
     from benchmarks.workflows import ThreeNoops
 
-    reset()
     with transaction.atomic():
         for _ in range(runs):
             ThreeNoops.start()
-    procs = [worker(concurrency, "--burst") for _ in range(workers)]
-    for proc in procs:
-        proc.wait()
+
+
+def finished_runs() -> int:
+    from django.db import connection
+
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FILTER (WHERE status = 'finished') FROM pgflow_run")
-        finished = cursor.fetchone()[0]
-        cursor.execute("SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)) FROM pgflow_step")
+        cursor.execute("SELECT count(*) FROM pgflow_run WHERE status = 'finished'")
+        return int(cursor.fetchone()[0])
+
+
+def step_window() -> tuple[int, float]:
+    """Finished steps, and seconds from the first claim to the last finish, read from the rows."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)) FROM pgflow_step "
+                       "WHERE finished_at IS NOT NULL")
         steps, seconds = cursor.fetchone()
+    return int(steps), float(seconds or 0.0)
+
+
+def throughput(runs: int, workers: int, concurrency: int) -> float:
+    reset()
+    enqueue(runs)
+    procs = [worker(concurrency, "--burst") for _ in range(workers)]
+    try:
+        for proc in procs:
+            proc.wait()
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait()
+    finished = finished_runs()
     if finished != runs:
         raise SystemExit(f"only {finished} of {runs} runs finished")
-    return steps / float(seconds)
+    steps, seconds = step_window()
+    return steps / seconds
 
 
 def latency(samples: int) -> list[float]:

@@ -1,0 +1,79 @@
+"""pgflow: 3-step ThreeNoops runs, idle latency, memory; measured like the peers.
+
+    /tmp/venv311/bin/python -m benchmarks.peers.pgflow_peer --db URL --work DIR [--workers 2]
+
+``manage.py pgflow_worker --concurrency 8`` (as benchmarks/engine.py), in the database
+pgflow_bench on the same PostgreSQL. Steps/s come from the step rows: first claim
+(``started_at``) to last finish (``finished_at``); latency and memory as for every peer.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from benchmarks.peers.common import System, Workers, main, versions, wait_until
+
+CONCURRENCY = int(os.environ.get("BENCH_PGFLOW_CONCURRENCY", "8"))
+
+
+class Pgflow(System):
+    name = "pgflow"
+
+    def config(self) -> str:
+        return f"{self.args.workers} x pgflow_worker --concurrency {CONCURRENCY} (threads)"
+
+    def versions(self) -> dict[str, str]:
+        return versions("django-pgflow", "Django", "psycopg")
+
+    def prepare(self) -> None:
+        os.environ["DATABASE_URL"] = self.args.db
+        from benchmarks import engine
+
+        engine.setup_django()
+        engine.reset()
+
+    def enqueue_chains(self, runs: int) -> None:
+        from benchmarks import engine
+
+        engine.enqueue(runs)
+
+    def worker_argv(self) -> list[str]:
+        from benchmarks import engine
+
+        return engine.worker_command(CONCURRENCY)[0]
+
+    def worker_env(self) -> dict[str, str]:
+        from benchmarks import engine
+
+        return engine.worker_command(CONCURRENCY)[1]
+
+    def throughput(self, workers: Workers) -> dict[str, Any]:
+        from benchmarks import engine
+
+        runs = self.args.runs
+        try:
+            wait_until(lambda: engine.finished_runs() >= runs, self.args.timeout, f"{runs} runs",
+                       workers.check_alive, 0.2)
+            partial = False
+        except TimeoutError:
+            partial = True
+        steps, seconds = engine.step_window()
+        if steps < 2 or seconds <= 0:
+            raise RuntimeError(f"only {steps} of {3 * runs} steps finished within {self.args.timeout:.0f} s")
+        return {"steps": steps, "seconds": seconds, "steps_per_s": steps / seconds,
+                "partial": partial or steps < 3 * runs}
+
+    def enqueue_latency_job(self) -> None:
+        from benchmarks.peers.pgflow_workflows import StampToFile
+
+        StampToFile.start()  # autocommit: committed when it returns
+
+    def close(self) -> None:
+        from django.db import connections
+
+        connections.close_all()
+
+
+if __name__ == "__main__":
+    main(Pgflow, __doc__)
