@@ -147,8 +147,6 @@ class Step(models.Model):
     worker = models.CharField(max_length=200, blank=True, default="")
     claim_token = models.UUIDField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    # The body's own timeout, set at claim.
-    timeout_at = models.DateTimeField(null=True, blank=True)
     output = models.JSONField(null=True, blank=True)
     error_class = models.CharField(max_length=255, null=True, blank=True)
     error_message = models.TextField(null=True, blank=True)
@@ -165,7 +163,7 @@ class Step(models.Model):
         ]
         indexes = [
             # Shaped like the claim query: due rows of a queue, by priority then due time.
-            models.Index(models.F("queue"), models.F("priority").desc(), models.F("scheduled_at"),
+            models.Index(models.F("queue"), models.F("priority").desc(), models.F("scheduled_at"), models.F("id"),
                          name="pgflow_step_claim", condition=Q(status=StepStatus.SCHEDULED)),
             models.Index(fields=["lease_expires_at"], name="pgflow_step_lease",
                          condition=Q(status=StepStatus.IN_PROGRESS)),

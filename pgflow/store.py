@@ -345,6 +345,13 @@ def _cancel_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step
 
 # --- the worker's side: claim, prepare, finish ----------------------------------------------
 
+# The run's columns come back with each claimed attempt, so a plain step needs no other
+# read before its body runs.
+_RUN_COLUMNS = ("workflow_class", "status", "current_step", "subject_type_id", "subject_id", "input", "key",
+                "definition_digest", "created_at", "updated_at", "finished_at", "paused_reason")
+_RETURNING = ("RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, "
+              + ", ".join(f"r.{column}" for column in _RUN_COLUMNS))
+
 _CLAIM_SQL = """
 WITH due AS (
     SELECT id FROM pgflow_step
@@ -356,9 +363,8 @@ WITH due AS (
 UPDATE pgflow_step AS s
 SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
     lease_expires_at = %(lease_until)s
-FROM due WHERE s.id = due.id
-RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at
-"""
+FROM pgflow_run AS r WHERE s.id IN (SELECT id FROM due) AND r.id = s.run_id
+""" + _RETURNING
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -371,6 +377,27 @@ class Claim:
     attempt: int
     token: uuid.UUID
     started_at: datetime
+    run_fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def run(self) -> WorkflowRun:
+        """The run as it was at the claim (no query); ``refresh_from_db()`` for now."""
+        run = WorkflowRun(id=self.run_id, **self.run_fields)
+        run._state.adding = False
+        run._state.db = "default"
+        return run
+
+
+def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
+    import json as _json
+
+    claims = []
+    for row in rows:
+        fields = dict(zip(_RUN_COLUMNS, row[6:], strict=True))
+        if isinstance(fields["input"], str):  # a raw cursor may hand jsonb back as text
+            fields["input"] = _json.loads(fields["input"])
+        claims.append(Claim(step_id=row[0], run_id=row[1], step_name=row[2], attempt=row[3], token=row[4],
+                            started_at=row[5], run_fields=fields))
+    return claims
 
 
 def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = None) -> list[Claim]:
@@ -383,8 +410,7 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
         cursor.execute(_CLAIM_SQL, {"queues": queues, "now": at, "limit": limit, "worker": worker,
                                     "lease_until": lease_until})
         rows = cursor.fetchall()
-    return [Claim(step_id=r[0], run_id=r[1], step_name=r[2], attempt=r[3], token=r[4], started_at=r[5])
-            for r in rows]
+    return _claims(rows)
 
 
 def heartbeat(tokens: list[uuid.UUID], *, at: datetime | None = None) -> int:
@@ -392,7 +418,14 @@ def heartbeat(tokens: list[uuid.UUID], *, at: datetime | None = None) -> int:
     if not tokens:
         return 0
     until = (at or now()) + timedelta(seconds=pgflow_settings.seconds("LEASE"))
-    return Step.objects.filter(claim_token__in=tokens, status=StepStatus.IN_PROGRESS).update(lease_expires_at=until)
+    # SKIP LOCKED: a row locked now is being finished, and waiting on it could deadlock
+    # with a batch of finishes that locks rows in another order.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgflow_step SET lease_expires_at = %s WHERE id IN (SELECT id FROM pgflow_step "
+            "WHERE claim_token = ANY(%s) AND status = 'in_progress' ORDER BY id FOR UPDATE SKIP LOCKED)",
+            [until, list(tokens)])
+        return cursor.rowcount
 
 
 def _held(run: WorkflowRun, held: Claim) -> Step | None:
@@ -411,7 +444,13 @@ class Prepared:
     definition: StepDefinition
     workflow: Workflow
     signal: Signal | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def deadline(self) -> datetime | None:
+        """When the body passes its ``timeout`` (None without one)."""
+        if not self.definition.timeout:
+            return None
+        return self.claim.started_at + timedelta(seconds=self.definition.timeout)
 
 
 def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
@@ -445,7 +484,8 @@ def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
             else:
                 _fail_and_pause(run, step, StepNotFound(_missing_step_message(run, step.step_name)), at=at)
             return None
-        workflow = workflow_class(run=run, step_name=step.step_name, attempt=step.attempt, outputs=outputs_of(run))
+        workflow = workflow_class(run=run, step_name=step.step_name, attempt=step.attempt,
+                                  outputs=lambda: outputs_of(run))
         if workflow.should_cancel():
             apply(run, step, Outcome(kind=CANCEL), at=at, reason="a cancel_if condition held")
             return None
@@ -458,10 +498,35 @@ def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
             if signal is None:
                 park(run, step, at=at, deadline=definition.wait_timeout)
                 return None
-        if definition.timeout:
-            step.timeout_at = step.started_at + timedelta(seconds=definition.timeout)
-            step.save(update_fields=["timeout_at"])
     return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow, signal=signal)
+
+
+def quick_prepare(held: Claim) -> Prepared | None:
+    """The prepare of a plain step, with no query: nothing needs the run lock before its
+    body (no cancel_if, no skip_if, no signal, no batch) and the claim just read the run.
+
+    Returns None when the attempt needs the full ``prepare``. An operator who pauses or
+    cancels from here on is handled when the outcome is applied, as for any running body.
+    """
+    from .registry import resolve
+
+    run = held.run()
+    if run.status != RunStatus.RUNNING:
+        return None
+    try:
+        workflow_class = resolve(run.workflow_class)
+    except WorkflowNotFound:
+        return None
+    definition = workflow_class.steps().get(held.step_name)
+    if (definition is None or definition.kind != "step" or definition.skip_if is not None
+            or workflow_class.cancel_conditions()):
+        return None
+    step = Step(id=held.step_id, run_id=held.run_id, step_name=held.step_name, attempt=held.attempt,
+                status=StepStatus.IN_PROGRESS, started_at=held.started_at, claim_token=held.token)
+    step._state.adding = False
+    workflow = workflow_class(run=run, step_name=held.step_name, attempt=held.attempt,
+                              outputs=lambda: outputs_of(run))
+    return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow)
 
 
 def _fail_and_pause(run: WorkflowRun, step: Step, exc: BaseException, *, at: datetime) -> None:
@@ -511,6 +576,154 @@ def finish(held: Claim, outcome: Outcome, *, output: Any = None, error: dict[str
             return False
         apply(run, step, outcome, at=at, output=output, error=error)
     return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finished:
+    """One attempt's end, for ``finish_many``."""
+
+    claim: Claim
+    outcome: Outcome
+    output: Any = None
+    error: dict[str, Any] | None = None
+
+
+def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bool]:
+    """``finish`` for many attempts in one transaction (the worker's group commit).
+
+    Locks the runs in id order (so two batches never deadlock), checks every claim token,
+    applies the common case (a body that returned, on a running run) with a handful of
+    set-based statements, and everything else through ``apply`` one by one. Returns, per
+    item, whether it was applied.
+    """
+    at = at or now()
+    applied = [False] * len(items)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT id, status, workflow_class FROM pgflow_run WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
+                       [sorted({item.claim.run_id for item in items})])
+        runs = {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
+        cursor.execute("SELECT id, claim_token FROM pgflow_step WHERE id = ANY(%s) AND status = 'in_progress' "
+                       "ORDER BY id FOR UPDATE", [sorted(item.claim.step_id for item in items)])
+        tokens = dict(cursor.fetchall())
+        plain, other = [], []
+        for index, item in enumerate(items):
+            run = runs.get(item.claim.run_id)
+            if run is None or tokens.get(item.claim.step_id) != item.claim.token:
+                log_ignored(item.claim, "it was ended elsewhere (timed out, lease taken over, or an operator acted)")
+                continue
+            applied[index] = True
+            if item.outcome.kind == COMPLETE and item.error is None and run[0] == RunStatus.RUNNING:
+                plain.append((item, run[1]))
+            else:
+                other.append(item)
+        if plain:
+            _complete_many(cursor, plain, at=at)
+        for item in other:  # the rare cases, one by one, with the full rules
+            run_row = WorkflowRun.objects.get(pk=item.claim.run_id)
+            step_row = Step.objects.get(pk=item.claim.step_id)
+            apply(run_row, step_row, item.outcome, at=at, output=item.output, error=item.error)
+    return applied
+
+
+_CLOSE_COMPLETED = """
+UPDATE pgflow_step AS s
+SET status = 'completed', outcome = 'completed', finished_at = %(at)s, claim_token = NULL,
+    lease_expires_at = NULL, output = v.output::jsonb
+FROM unnest(%(ids)s::bigint[], %(outputs)s::text[]) AS v(id, output)
+WHERE s.id = v.id
+"""
+_INSERT_STEPS = """
+INSERT INTO pgflow_step (run_id, step_name, attempt, status, outcome, queue, priority, created_at, scheduled_at,
+                         worker)
+SELECT v.run_id, v.step_name, 1, 'scheduled', '', v.queue, v.priority, %(at)s, v.due, ''
+FROM unnest(%(runs)s::bigint[], %(names)s::text[], %(queues)s::text[], %(priorities)s::int[],
+            %(due)s::timestamptz[]) AS v(run_id, step_name, queue, priority, due)
+"""
+_INSERT_EVENTS = """
+INSERT INTO pgflow_event (run_id, step_id, event, actor, details, created_at)
+SELECT v.run_id, v.step_id, v.event, 'system', '{}'::jsonb, %(at)s
+FROM unnest(%(runs)s::bigint[], %(steps)s::bigint[], %(events)s::text[]) WITH ORDINALITY AS v(run_id, step_id, event)
+ORDER BY ordinality
+"""
+_MOVE_RUNS = """
+UPDATE pgflow_run AS r
+SET status = v.status, current_step = v.current_step, finished_at = v.finished_at, updated_at = %(at)s,
+    paused_reason = ''
+FROM unnest(%(ids)s::bigint[], %(statuses)s::text[], %(current)s::text[], %(finished)s::timestamptz[])
+     AS v(id, status, current_step, finished_at)
+WHERE r.id = v.id
+"""
+
+
+def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetime) -> None:
+    """Close completed attempts and move their runs on: four statements for all of them.
+
+    The same transitions ``apply`` makes for a COMPLETE outcome on a running run; a run
+    whose next step cannot be worked out (its class or step is gone) goes through
+    ``apply`` instead, which pauses it with the reason.
+    """
+    from .registry import resolve
+
+    steps: dict[str, list[Any]] = {"runs": [], "names": [], "queues": [], "priorities": [], "due": []}
+    events: dict[str, list[Any]] = {"runs": [], "steps": [], "events": []}
+    moved: dict[str, list[Any]] = {"ids": [], "statuses": [], "current": [], "finished": []}
+    due_queues: set[str] = set()
+    closing, outputs, fallback = [], [], []
+    for item, workflow_class in done:
+        claim = item.claim
+        try:
+            workflow = resolve(workflow_class)
+            definitions = workflow.steps()
+            if definitions.get(claim.step_name) is None:
+                raise StepNotFound(claim.step_name)
+            nxt = definitions.next_after(claim.step_name)
+        except (StepNotFound, WorkflowNotFound):
+            fallback.append(item)
+            continue
+        closing.append(claim.step_id)
+        outputs.append(None if item.output is None else json.dumps(item.output))
+        events["runs"].append(claim.run_id)
+        events["steps"].append(claim.step_id)
+        events["events"].append("step_completed")
+        moved["ids"].append(claim.run_id)
+        if nxt is None:
+            moved["statuses"].append(RunStatus.FINISHED.value)
+            moved["current"].append(None)
+            moved["finished"].append(at)
+            events["runs"].append(claim.run_id)
+            events["steps"].append(None)
+            events["events"].append("finished")
+            continue
+        delay = None
+        if nxt.wait is not None or nxt.wait_until is not None:
+            run = claim.run()
+            # This step's own output is not written yet: add it to what the rows hold.
+            instance = workflow(run=run, step_name=nxt.name, attempt=1,
+                                outputs=lambda run=run, item=item: {**outputs_of(run),
+                                                                    item.claim.step_name: item.output})
+            delay = instance.delay_seconds(nxt, at)
+        due = at + timedelta(seconds=delay) if delay else at
+        queue = workflow.queue_for(nxt.name)
+        for key, value in (("runs", claim.run_id), ("names", nxt.name), ("queues", queue),
+                           ("priorities", workflow.priority_for(nxt.name)), ("due", due)):
+            steps[key].append(value)
+        moved["statuses"].append(RunStatus.RUNNING.value)
+        moved["current"].append(nxt.name)
+        moved["finished"].append(None)
+        if due <= at:
+            due_queues.add(queue)
+    if closing:
+        # Close before inserting: the one-open-attempt index is checked per statement.
+        cursor.execute(_CLOSE_COMPLETED, {"at": at, "ids": closing, "outputs": outputs})
+        if steps["runs"]:
+            cursor.execute(_INSERT_STEPS, {"at": at, **steps})
+        cursor.execute(_INSERT_EVENTS, {"at": at, **events})
+        cursor.execute(_MOVE_RUNS, {"at": at, **moved})
+        for queue in sorted(due_queues):
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
+    for item in fallback:
+        apply(WorkflowRun.objects.get(pk=item.claim.run_id), Step.objects.get(pk=item.claim.step_id), item.outcome,
+              at=at, output=item.output)
 
 
 def log_ignored(held: Claim, why: str) -> None:
@@ -648,13 +861,12 @@ def claim_step(step_id: int, *, worker: str, at: datetime | None = None) -> Clai
     lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE pgflow_step SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, "
+            "UPDATE pgflow_step AS s SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, "
             "claim_token = gen_random_uuid(), lease_expires_at = %(lease_until)s, "
-            "scheduled_at = LEAST(scheduled_at, %(now)s) "
-            "WHERE id = %(id)s AND status = 'scheduled' "
-            "RETURNING id, run_id, step_name, attempt, claim_token, started_at",
+            "scheduled_at = LEAST(s.scheduled_at, %(now)s) "
+            "FROM pgflow_run AS r WHERE s.id = %(id)s AND s.status = 'scheduled' AND r.id = s.run_id "
+            + _RETURNING,
             {"id": step_id, "now": at, "worker": worker, "lease_until": lease_until})
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    return Claim(step_id=row[0], run_id=row[1], step_name=row[2], attempt=row[3], token=row[4], started_at=row[5])
+        rows = cursor.fetchall()
+    claims = _claims(rows)
+    return claims[0] if claims else None

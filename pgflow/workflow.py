@@ -274,12 +274,15 @@ class Workflow(metaclass=WorkflowType):
         run: Any,
         step_name: str | None = None,
         attempt: int | None = None,
-        outputs: Mapping[str, Any] | None = None,
+        outputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self._run = run
         self._step_name = step_name
         self._attempt = attempt
-        self._outputs = dict(outputs or {})
+        # A callable is a loader: the engine passes one so a body that never reads
+        # ``self.outputs`` costs no query.
+        self._outputs_source = outputs
+        self._outputs: dict[str, Any] | None = None
         self._subject = _UNSET
 
     def __repr__(self) -> str:
@@ -306,6 +309,9 @@ class Workflow(metaclass=WorkflowType):
     @property
     def outputs(self) -> dict[str, Any]:
         """``{step_name: output}`` of the steps completed so far."""
+        if self._outputs is None:
+            source = self._outputs_source
+            self._outputs = dict((source() if callable(source) else source) or {})
         return self._outputs
 
     @property

@@ -177,3 +177,16 @@ class FailsOnceAfterSignal(pgflow.Workflow):
         if self.attempt == 1:
             raise ValueError("first try fails")
         return signal.payload
+
+
+class ThenWait(pgflow.Workflow):
+    @step
+    def now(self):
+        return "now"
+
+    def reminder_delay(self):
+        return timedelta(seconds=120) if self.outputs["now"] == "now" else timedelta(0)
+
+    @step(wait="reminder_delay", queue="mail", priority=3)
+    def later(self):
+        return "later"

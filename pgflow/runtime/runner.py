@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from .. import store
@@ -38,15 +39,21 @@ class Result:
 
 
 class Runner:
-    """Executes claims; remembers the prepared ones so a timeout can be applied to them."""
+    """Executes claims; remembers the prepared ones so a timeout can be applied to them.
 
-    def __init__(self) -> None:
+    ``finish`` applies a body's outcome: ``store.finish`` by default (one transaction per
+    attempt); the worker passes its committer's, which groups the outcomes of attempts that
+    end together into one transaction.
+    """
+
+    def __init__(self, finish: Callable[[store.Finished], bool] | None = None) -> None:
         self._active: dict[Any, Prepared] = {}
         self._lock = threading.Lock()
+        self._finish = finish or _finish_one
 
     def execute(self, held: Claim) -> Result:
         started = time.monotonic()
-        prepared = store.prepare(held)
+        prepared = store.quick_prepare(held) or store.prepare(held)
         if prepared is None:
             return self._result(held, "ended_before_body", started)
         with self._lock:
@@ -60,11 +67,17 @@ class Runner:
             outcome, output, error = run_body(prepared)
             if error is not None:
                 return self._fail(prepared, error, started)
-            applied = store.finish(held, outcome, output=output)
+            applied = self._finish(store.Finished(claim=held, outcome=outcome, output=output))
             return self._result(held, outcome.word if applied else "ignored", started, applied=applied)
         finally:
             with self._lock:
                 self._active.pop(held.token, None)
+
+    def overdue(self, at: datetime) -> list[Any]:
+        """Tokens of running attempts past their step's ``timeout``."""
+        with self._lock:
+            return [token for token, prepared in self._active.items()
+                    if prepared.deadline is not None and prepared.deadline <= at]
 
     def time_out(self, token: Any) -> Result | None:
         """Fail a running attempt that passed its ``timeout``; its body's late return is ignored."""
@@ -79,7 +92,7 @@ class Runner:
     def _fail(self, prepared: Prepared, error: BaseException, started: float) -> Result:
         outcome, report = decide(prepared, error)
         captured = error_capture.capture(error, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES)
-        applied = store.finish(prepared.claim, outcome, error=captured)
+        applied = self._finish(store.Finished(claim=prepared.claim, outcome=outcome, error=captured))
         if applied:
             for reported in report:  # after the commit: a slow reporter never holds the run lock
                 report_error(reported, prepared, outcome)
@@ -92,6 +105,10 @@ class Runner:
                     held.attempt, outcome, seconds,
                     extra={"action": "step", "run_id": held.run_id, "step": held.step_name, "outcome": outcome})
         return Result(claim=held, outcome=outcome, applied=applied, seconds=seconds)
+
+
+def _finish_one(item: store.Finished) -> bool:
+    return store.finish(item.claim, item.outcome, output=item.output, error=item.error)
 
 
 def run_body(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
@@ -127,8 +144,9 @@ def decide(prepared: Prepared, error: BaseException) -> tuple[Outcome, list[Base
 
 def consecutive_reattempts(step: Step) -> int:
     """How many attempts of this step, just before this one, ended in a reattempt."""
-    outcomes = (Step.objects.filter(run_id=step.run_id, step_name=step.step_name, created_at__lte=step.created_at)
-                .exclude(pk=step.pk).order_by("-created_at", "-id").values_list("outcome", flat=True))
+    # Attempts of one step are inserted one after the other, so ids order them.
+    outcomes = (Step.objects.filter(run_id=step.run_id, step_name=step.step_name, pk__lt=step.pk)
+                .order_by("-id").values_list("outcome", flat=True))
     count = 0
     for outcome in outcomes:
         if outcome != "reattempted":

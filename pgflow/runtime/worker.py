@@ -28,11 +28,13 @@ from .. import store
 from ..conf import pgflow_settings
 from ..store import Claim
 from . import sweep
+from .committer import Committer
 from .runner import Result, Runner
 
 logger = logging.getLogger("pgflow")
 
 RECONNECT_DELAY = 1.0  # seconds between attempts while the database is away
+TIMEOUT_TICK = 0.5  # seconds between checks for steps past their timeout
 _LISTEN_KEYS = ("dbname", "user", "password", "host", "port", "sslmode", "options", "sslrootcert", "sslcert", "sslkey")
 
 
@@ -49,6 +51,7 @@ class Worker:
         self.concurrency = concurrency
         self.burst = burst
         self.name = name or default_name()
+        self.committer: Committer | None = None
         self.runner = Runner()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -67,6 +70,8 @@ class Worker:
             self._install_signals()
         logger.info("worker %s starting: queues=%s concurrency=%d%s", self.name, ",".join(self.queues),
                     self.concurrency, " burst" if self.burst else "", extra={"action": "worker_start"})
+        self.committer = Committer()
+        self.runner = Runner(finish=self.committer.submit)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pgflow-step")
         threads = [threading.Thread(target=self._listen, name="pgflow-listen", daemon=True),
                    threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True)]
@@ -77,6 +82,7 @@ class Worker:
         finally:
             self._stopping.set()
             handed = self._drain(pool)
+            self.committer.stop()
             logger.info("worker %s stopped: %d steps run, %d handed back", self.name, self.completed, handed,
                         extra={"action": "worker_stop"})
             close_old_connections()
@@ -220,24 +226,27 @@ class Worker:
                 self._stopping.wait(RECONNECT_DELAY)
 
     def _heartbeat(self) -> None:
-        """Extends the leases of running attempts and fails those past their timeout."""
-        from ..models import Step
+        """Extends the leases of running attempts and fails those past their timeout.
 
-        while not self._stopping.wait(pgflow_settings.heartbeat_seconds):
+        Ticks at least once a second so a step's ``timeout`` is noticed promptly, while
+        the leases are written once per heartbeat interval.
+        """
+        interval = pgflow_settings.heartbeat_seconds
+        tick = min(interval, TIMEOUT_TICK)
+        next_beat = time.monotonic() + interval
+        while not self._stopping.wait(tick):
             try:
+                for token in self.runner.overdue(store.now()):
+                    self.runner.time_out(token)
+                if time.monotonic() < next_beat:
+                    continue
+                next_beat = time.monotonic() + interval
                 with self._running_lock:
                     tokens = [held.token for held in self._running.values()]
-                if not tokens:
-                    continue
                 store.heartbeat(tokens)
-                overdue = Step.objects.filter(claim_token__in=tokens, status="in_progress",
-                                              timeout_at__lte=store.now()).values_list("claim_token", flat=True)
-                for token in overdue:
-                    self.runner.time_out(token)
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
                 logger.warning("heartbeat failed: %s", " ".join(str(exc).split()),
                                extra={"action": "heartbeat_failed"})
-                close_old_connections()
                 connection.close()
 
     # --- shutdown -------------------------------------------------------------------------

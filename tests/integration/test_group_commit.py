@@ -1,0 +1,70 @@
+"""store.finish_many: the worker's group commit applies exactly what finish would."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgflow import store
+from pgflow.core.flow import Outcome
+from pgflow.models import Step, WorkflowRun
+from tests import workflows as wf
+
+pytestmark = pytest.mark.django_db
+
+
+def claim_all():
+    return {c.run_id: c for c in store.claim(worker="t", queues=["workflows"], limit=100)}
+
+
+def test_a_batch_applies_each_outcome_as_finish_would():
+    advancing = wf.ThreeSteps.start()
+    last = wf.FlowVerbs.start()
+    paused_meanwhile = wf.ThreeSteps.start()
+    skipped = wf.ThreeSteps.start()
+    taken_over = wf.ThreeSteps.start()
+    held = claim_all()
+    # `last` finishes its first step now, so its batch item completes its final step
+    store.finish(held[last.pk], Outcome(kind="complete"), output={"attempt": 1})
+    held[last.pk] = store.claim(worker="t", queues=["workflows"], limit=1)[0]
+    paused_meanwhile.pause(actor="ops")
+    stale = held[taken_over.pk]
+    Step.objects.filter(pk=stale.step_id).update(claim_token=None, status="failed")  # the sweep took it over
+    items = [
+        store.Finished(claim=held[advancing.pk], outcome=Outcome(kind="complete"), output={"n": 1}),
+        store.Finished(claim=held[last.pk], outcome=Outcome(kind="complete"), output="after"),
+        store.Finished(claim=held[paused_meanwhile.pk], outcome=Outcome(kind="complete"), output={"n": 1}),
+        store.Finished(claim=held[skipped.pk], outcome=Outcome(kind="skip")),
+        store.Finished(claim=stale, outcome=Outcome(kind="complete"), output="late"),
+    ]
+    assert store.finish_many(items) == [True, True, True, True, False]
+
+    def state(run):
+        run = WorkflowRun.objects.get(pk=run.pk)
+        return run.status, run.current_step, list(run.steps.values_list("step_name", "status", "output"))
+
+    assert state(advancing) == ("running", "two", [("one", "completed", {"n": 1}), ("two", "scheduled", None)])
+    assert state(last) == ("finished", None, [("decide", "completed", {"attempt": 1}),
+                                              ("after", "completed", "after")])
+    assert state(paused_meanwhile) == ("paused", "two", [("one", "completed", {"n": 1})])
+    assert state(skipped) == ("running", "two", [("one", "skipped", None), ("two", "scheduled", None)])
+    assert state(taken_over)[2] == [("one", "failed", None)]
+    assert list(WorkflowRun.objects.get(pk=last.pk).events.values_list("event", flat=True)) == [
+        "started", "step_completed", "step_completed", "finished"]
+    assert list(WorkflowRun.objects.get(pk=advancing.pk).events.values_list("event", "actor")) == [
+        ("started", "system"), ("step_completed", "system")]
+
+
+def test_an_output_of_none_is_stored_as_null_and_the_next_delay_queue_and_priority_apply():
+    run = wf.ThenWait.start()
+    (held,) = claim_all().values()
+    before = store.now()
+    assert store.finish_many([store.Finished(claim=held, outcome=Outcome(kind="complete"), output="now")]) == [True]
+    later = Step.objects.get(run=run, step_name="later")
+    assert (later.queue, later.priority, later.attempt, later.status) == ("mail", 3, 1, "scheduled")
+    assert 119 < (later.scheduled_at - before).total_seconds() < 125  # the wait read self.outputs
+    null = wf.ThreeSteps.start()
+    (held,) = claim_all().values()
+    assert store.finish_many([store.Finished(claim=held, outcome=Outcome(kind="complete"))]) == [True]
+    assert Step.objects.get(pk=held.step_id).output is None
+    assert Step.objects.filter(pk=held.step_id, output__isnull=True).exists()
+    assert null.pk == held.run_id
