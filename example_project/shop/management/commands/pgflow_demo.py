@@ -78,6 +78,10 @@ class Command(BaseCommand):
         return children
 
     def supervise(self, children: dict[str, subprocess.Popen[bytes]]) -> None:
+        def stop_on_term(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt  # SIGTERM stops the demo like Ctrl-C: children first
+
+        signal.signal(signal.SIGTERM, stop_on_term)
         try:
             while True:
                 for name, child in children.items():
