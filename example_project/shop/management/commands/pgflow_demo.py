@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+from django.utils import timezone
 
 ROOT = Path(__file__).resolve().parents[4]
 USERNAME = "admin"
@@ -39,10 +41,11 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         self.ensure_admin()
         from example_project.shop.demo import start_example_runs
+        from pgflow.models import WorkflowRun
 
-        if history:
-            self.say(f"generating {history} historical runs")
-            call_command("shop_history", runs=history)
+        if history and not WorkflowRun.objects.filter(created_at__lt=timezone.now() - timedelta(hours=1)).exists():
+            self.say(f"writing {history} runs of history over the last 7 days (once)")
+            call_command("shop_history", runs=history, days=7)
         started = start_example_runs(runs)
         self.say(f"started {started} example runs")
         if no_serve:
