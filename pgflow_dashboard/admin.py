@@ -15,7 +15,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, QuerySet, Subquery
+from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.urls import URLPattern, path
@@ -43,6 +43,11 @@ class WorkflowClassFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
         value = self.value()
         return queryset.filter(workflow_class=value) if value else queryset
+
+    def get_facet_counts(self, pk_attname: str, filtered_qs: QuerySet[WorkflowRun]) -> dict[str, Count]:
+        # One pass counting each class, not the default "id IN (subquery)" per class.
+        return {f"{index}__c": Count(pk_attname, filter=Q(workflow_class=value))
+                for index, (value, _label) in enumerate(self.lookup_choices)}
 
 
 class ErrorClassFilter(admin.SimpleListFilter):
@@ -110,8 +115,6 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[WorkflowRun],
                            search_term: str) -> tuple[QuerySet[WorkflowRun], bool]:
-        from django.db.models import Q
-
         term = search_term.strip()
         if not term:
             return queryset, False

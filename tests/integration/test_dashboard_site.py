@@ -53,6 +53,10 @@ def test_the_app_list_gains_the_row_only_for_users_who_may_view_runs():
 
 def test_the_list_with_facet_counts(login, viewer):
     dw.Later.start()
+    dw.Later.start()
+    dw.AwaitsApproval.start()
     response = login(viewer).get(changelist_url(), {"_facets": "True"})
     assert response.status_code == 200
-    assert "Later" in response.content.decode()
+    text = response.content.decode()
+    assert "Later (2)" in text and "AwaitsApproval (1)" in text
+    assert "Running (3)" in text
