@@ -220,6 +220,11 @@ def test_the_run_page_draws_the_timeline_and_its_tooltips(viewer_account, timeli
     # The run is open: the timeline refreshes itself from timeline.json.
     page.wait_for_function("document.getElementById('pgflow-timeline-status').innerText.startsWith('Refreshed at')",
                            timeout=15_000)
+    # The admin's dark theme: the page and its chart follow it.
+    page.emulate_media(color_scheme="dark")
+    page.reload()
+    page.wait_for_function("window.pgflowTimeline && window.pgflowTimeline.chartArea")
+    page.screenshot(path=str(ARTIFACTS / "run_page_dark.png"))
     assert errors == []
 
 
