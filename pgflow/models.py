@@ -33,10 +33,9 @@ class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
 
 
 class WorkflowRun(models.Model):
-    Status = models.TextChoices("Status", [(s.name, s.value) for s in RunStatus])
-
     workflow_class = models.CharField(max_length=255, help_text="dotted path of the Workflow subclass")
-    status = models.CharField(max_length=16, choices=Status.choices, default=RunStatus.RUNNING)
+    status = models.CharField(max_length=16, choices=[(s.value, s.name.replace("_", " ").title()) for s in RunStatus],
+                              default=RunStatus.RUNNING)
     current_step = models.CharField(max_length=200, null=True, blank=True)
     subject_type = models.ForeignKey(ContentType, null=True, blank=True, on_delete=models.SET_NULL)
     subject_id = models.CharField(max_length=64, null=True, blank=True)
@@ -94,7 +93,7 @@ class WorkflowRun(models.Model):
                   .values("step_name", "attempt", "error_class", "error_message", "error_causes").first())
         if latest is None or latest["error_class"] is None:
             return None
-        return latest
+        return dict(latest)
 
     def workflow(self) -> type[Workflow]:
         """The run's Workflow class; raises WorkflowNotFound when its path no longer imports."""
@@ -127,12 +126,11 @@ class WorkflowRun(models.Model):
 class Step(models.Model):
     """One attempt of one step of a run."""
 
-    Status = models.TextChoices("Status", [(s.name, s.value) for s in StepStatus])
-
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
     step_name = models.CharField(max_length=200)
     attempt = models.PositiveIntegerField(default=1)
-    status = models.CharField(max_length=16, choices=Status.choices, default=StepStatus.SCHEDULED)
+    status = models.CharField(max_length=16, choices=[(s.value, s.name.replace("_", " ").title()) for s in StepStatus],
+                              default=StepStatus.SCHEDULED)
     outcome = models.CharField(max_length=32, blank=True, default="")
     queue = models.CharField(max_length=100)
     priority = models.IntegerField(default=0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -239,7 +239,7 @@ def _finish_run(run: WorkflowRun, at: datetime, *, reason: str | None = None, ac
     run.current_step = None
     run.paused_reason = ""
     run.save(update_fields=["status", "finished_at", "updated_at", "current_step", "paused_reason"])
-    details = {"reason": reason} if reason else {}
+    details: dict[str, Any] = {"reason": reason} if reason else {}
     event(run, "finished", at=at, actor=actor, **details)
 
 
@@ -295,7 +295,8 @@ def apply(run: WorkflowRun, step: Step, outcome: Outcome, *, at: datetime, actor
         event(run, "step_completed", step=step, at=at, actor=actor)
         _advance_or_pause_on_missing(run, step, at=at, schedule=not paused)
     elif outcome.kind == SKIP:
-        event(run, "skipped", step=step, at=at, actor=actor, **({"reason": reason} if reason else {}))
+        details: dict[str, Any] = {"reason": reason} if reason else {}
+        event(run, "skipped", step=step, at=at, actor=actor, **details)
         _advance_or_pause_on_missing(run, step, at=at, schedule=not paused)
     elif outcome.kind == FINISH:
         _finish_run(run, at, reason=f"finish() in step {step.step_name}", actor=actor)
@@ -655,6 +656,11 @@ WHERE r.id = v.id
 """
 
 
+def _outputs_with(item: Finished) -> Callable[[], dict[str, Any]]:
+    """A loader of the run's outputs plus ``item``'s own, not yet written."""
+    return lambda: {**outputs_of(item.claim.run()), item.claim.step_name: item.output}
+
+
 def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetime) -> None:
     """Close completed attempts and move their runs on: four statements for all of them.
 
@@ -696,11 +702,8 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
             continue
         delay = None
         if nxt.wait is not None or nxt.wait_until is not None:
-            run = claim.run()
             # This step's own output is not written yet: add it to what the rows hold.
-            instance = workflow(run=run, step_name=nxt.name, attempt=1,
-                                outputs=lambda run=run, item=item: {**outputs_of(run),
-                                                                    item.claim.step_name: item.output})
+            instance = workflow(run=claim.run(), step_name=nxt.name, attempt=1, outputs=_outputs_with(item))
             delay = instance.delay_seconds(nxt, at)
         due = at + timedelta(seconds=delay) if delay else at
         queue = workflow.queue_for(nxt.name)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -162,7 +162,7 @@ class WorkflowType(type):
     ``Workflow.__init_subclass__``."""
 
     @classmethod
-    def __prepare__(mcs, name: str, bases: tuple[type, ...], /, **kwargs: Any) -> Mapping[str, object]:
+    def __prepare__(mcs, name: str, bases: tuple[type, ...], /, **kwargs: Any) -> MutableMapping[str, object]:
         return _Namespace()
 
     def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], /, **kwargs: Any) -> type:
