@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
 from django.conf import settings
@@ -31,7 +32,7 @@ def check_workflows(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
     from .workflow import definition_problems, matcher_warnings
 
     packages = None if app_configs is None else tuple(config.name for config in app_configs)
-    messages: list[checks.CheckMessage] = []
+    messages: list[checks.CheckMessage] = discover(app_configs)
     for workflow in registry.registered():
         module = workflow.__module__
         if packages is not None and not any(module == p or module.startswith(p + ".") for p in packages):
@@ -52,4 +53,26 @@ def check_workflows(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
                     id="pgflow.W001",
                 )
             )
+    return messages
+
+
+def discover(app_configs: Any = None) -> list[checks.CheckMessage]:
+    """Import every installed app's ``workflows`` module, as the admin does with ``admin``,
+    so the checks see workflows nothing imported yet; a module whose class declaration is
+    wrong is reported as pgflow.E002 rather than crashing the check."""
+    from django.apps import apps
+
+    from .exceptions import DefinitionError
+
+    messages: list[checks.CheckMessage] = []
+    for config in app_configs or apps.get_app_configs():
+        name = f"{config.name}.workflows"
+        try:
+            import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+        except DefinitionError as exc:
+            messages.append(checks.Error(f"{name}: {exc}", hint="Fix the workflow class's declaration.",
+                                         id="pgflow.E002"))
     return messages

@@ -192,3 +192,13 @@ def test_concurrent_signals_are_all_kept_and_wake_the_step_once():
     assert run.status == "finished"
     assert Signal.objects.filter(run=run).count() == 5
     assert Signal.objects.filter(run=run, consumed_at__isnull=False).count() == 1
+
+
+@pytest.mark.django_db
+def test_run_workflow_delivers_the_signals_it_is_given_when_the_run_waits_for_them():
+    run = run_workflow(wf.TwoApprovals.start(), signals={"approval": ["yes", "also yes"]})
+    assert run.status == "finished"
+    assert list(run.steps.values_list("output", flat=True)) == ["yes", "also yes"]
+    waiting = run_workflow(wf.TwoApprovals.start(), signals={"approval": "only one"})
+    assert waiting.status == "running"
+    assert list(waiting.steps.values_list("step_name", "status")) == [("first", "completed"), ("second", "waiting")]

@@ -51,3 +51,14 @@ def test_settings_are_read_lazily_with_defaults(settings):
     assert pgflow_settings.seconds("LEASE") == 60
     with pytest.raises(AttributeError, match="unknown pgflow setting 'NOPE'"):
         pgflow_settings.NOPE  # noqa: B018
+
+
+def test_the_checks_import_each_apps_workflows_module():
+    import sys
+
+    sys.modules.pop("example_project.shop.workflows", None)
+    from pgflow import registry
+
+    checks.check_workflows()
+    assert "example_project.shop.workflows" in sys.modules
+    assert "example_project.shop.workflows.OrderFulfilment" in [w.workflow_path() for w in registry.registered()]
