@@ -425,5 +425,8 @@ def main(system_class: type[System], description: str | None = None) -> None:
         raise SystemExit(1) from exc
     finally:
         workers.stop()
-        system.close()
+        try:
+            system.close()
+        except Exception as exc:  # noqa: BLE001 - closing must not hide the measurement or its failure
+            log(f"closing {system.name}: {type(exc).__name__}: {exc}")
     emit(result)

@@ -22,7 +22,8 @@ class DjangoQ(System):
 
     def config(self) -> str:
         return ("1 qcluster, 2 worker processes (default), ORM broker polling every 0.2 s (default), "
-                "async_chain of 3 tasks, results saved (default)")
+                "async_chain of 3 tasks, every result kept (save_limit 0: the default 250 prunes on every save, "
+                "~33 steps/s here)")
 
     def versions(self) -> dict[str, str]:
         return versions("django-q2", "Django", "psycopg")
@@ -55,9 +56,12 @@ class DjangoQ(System):
         async_task(f"{TASK}.latency")  # autocommit: committed when it returns
 
     def close(self) -> None:
-        from django.db import connections
+        from django.conf import settings
 
-        connections.close_all()
+        if settings.configured:
+            from django.db import connections
+
+            connections.close_all()
 
 
 if __name__ == "__main__":

@@ -22,8 +22,11 @@ DATABASES = {
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-# django-q2's defaults but for the broker: the ORM broker polls every 0.2 s (its default),
-# two worker processes (cpu_count, its default), results kept (save_limit 250, its default).
+# django-q2's defaults but for the broker and save_limit: the ORM broker polls every 0.2 s (its
+# default), two worker processes (cpu_count, its default; 4 was no faster). save_limit 0 keeps
+# every result, as pgflow keeps its step rows: the default 250 locks and loads all 250 kept
+# results on every save to prune one (~33 steps/s here), and a negative one (keep none) stops
+# chains, whose next task django-q2 enqueues only when it saves the result.
 Q_CLUSTER = {
     "name": "bench",
     "orm": "default",
@@ -31,6 +34,8 @@ Q_CLUSTER = {
     "timeout": 60,
     "retry": 120,
     "max_attempts": 1,
+    "bulk": int(os.environ.get("BENCH_DJANGOQ_BULK", "1")),
+    "save_limit": int(os.environ.get("BENCH_DJANGOQ_SAVE_LIMIT", "0")),
     "catch_up": False,
     "log_level": "WARNING",  # every system logs warnings only, so no one pays for INFO lines
 }

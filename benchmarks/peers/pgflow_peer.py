@@ -70,9 +70,12 @@ class Pgflow(System):
         StampToFile.start()  # autocommit: committed when it returns
 
     def close(self) -> None:
-        from django.db import connections
+        from django.conf import settings
 
-        connections.close_all()
+        if settings.configured:
+            from django.db import connections
+
+            connections.close_all()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,125 @@
+"""The side-by-side table, the machine it ran on, and the section of benchmarks/RESULTS.md it goes in."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SECTION = "## Peers, side by side"
+
+
+@dataclass
+class Row:
+    """One line of the table: a system's figures over the rounds."""
+
+    key: str
+    label: str
+    steps_per_s: list[float] = field(default_factory=list)
+    latency_median_ms: list[float] = field(default_factory=list)
+    latency_p99_ms: list[float] = field(default_factory=list)
+    peak_rss_mb: list[float] = field(default_factory=list)
+    peak_pss_mb: list[float] = field(default_factory=list)
+    partial: bool = False
+    failed: str | None = None
+    errors: list[str] = field(default_factory=list)
+    config: str = ""
+
+    def add(self, result: dict[str, object]) -> None:
+        for name in ("steps_per_s", "latency_median_ms", "latency_p99_ms", "peak_rss_mb", "peak_pss_mb"):
+            value = result.get(name)
+            if isinstance(value, (int, float)):
+                getattr(self, name).append(float(value))
+        self.partial = self.partial or bool(result.get("partial"))
+        self.config = str(result.get("config") or self.config)
+
+    def median(self, name: str) -> float | None:
+        values: list[float] = getattr(self, name)
+        return statistics.median(values) if values else None
+
+
+def _number(value: float | None, digits: int = 0) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return "—" if value is None or not base else f"{value / base:.2f}×"
+
+
+def table(rows: list[Row], pgflow_key: str = "pgflow") -> str:
+    """The markdown table: medians over the rounds (steps/s also shows min–max)."""
+    base = next((row.median("steps_per_s") for row in rows if row.key == pgflow_key), None)
+    ceilings = [(row.median("steps_per_s") or 0.0, row.label) for row in rows if row.key.startswith("ceiling")]
+    ceiling = max(ceilings)[0] if ceilings else None
+    lines = ["| system | steps/s (min–max) | ÷ pgflow 1 worker | ÷ best ceiling | latency median | latency p99 "
+             "| worker peak RSS (PSS) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        if row.failed:
+            lines.append(f"| {row.label} | failed: {row.failed.replace('|', '/')} | | | | | |")
+            continue
+        steps = row.median("steps_per_s")
+        values = row.steps_per_s
+        spread = f" ({_number(min(values))}–{_number(max(values))})" if len(values) > 1 else ""
+        mark = " (partial†)" if row.partial else ""
+        rss, pss = row.median("peak_rss_mb"), row.median("peak_pss_mb")
+        memory = "—" if rss is None else f"{rss:.0f} MB ({pss:.0f} MB)" if pss is not None else f"{rss:.0f} MB"
+        latency = row.median("latency_median_ms")
+        p99 = row.median("latency_p99_ms")
+        lines.append(f"| {row.label} | {_number(steps)}{spread}{mark} | {_ratio(steps, base)} | "
+                     f"{_ratio(steps, ceiling)} | {_latency(latency)} | {_latency(p99)} | {memory} |")
+    return "\n".join(lines)
+
+
+def _latency(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.1f} ms" if value < 100 else f"{value:,.0f} ms"
+
+
+def machine() -> dict[str, str]:
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = "?"
+    try:
+        found = re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
+        if found:
+            memory = f"{int(found.group(1)) / 1024 / 1024:.1f} GiB"
+    except OSError:
+        pass
+    return {"nproc": str(os.cpu_count()), "memory": memory, "cpu": model,
+            "kernel": platform.release(), "python": platform.python_version()}
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def replace_section(path: Path, body: str) -> None:
+    """Put ``body`` (which starts with SECTION) in place of that section, keeping every other one.
+
+    The file is read right before it is written, so a section another engineer added while
+    the benchmark ran is kept.
+    """
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    lines = text.splitlines(keepends=True)
+    start = next((index for index, line in enumerate(lines) if line.rstrip() == SECTION), None)
+    if start is None:
+        new = text.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n"
+    else:
+        end = next((index for index in range(start + 1, len(lines)) if lines[index].startswith("## ")), len(lines))
+        tail = "".join(lines[end:])
+        new = "".join(lines[:start]) + body.rstrip("\n") + "\n" + ("\n" + tail if tail else "")
+    path.write_text(new)
