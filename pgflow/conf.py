@@ -14,6 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from .core.definitions import QUEUE_RULE, valid_queue
+
 DEFAULTS: dict[str, Any] = {
     "QUEUE": "workflows",  # default queue of step attempts
     "RETENTION": timedelta(days=30),  # finished/cancelled runs older than this are purged; None keeps them
@@ -89,8 +91,12 @@ def validate(raw: object) -> list[str]:
     for key in ("ERROR_BACKTRACE_LINES", "MAX_LOST_ATTEMPTS", "MAX_INPUT_BYTES"):
         if key in raw and not (type(raw[key]) is int and raw[key] > 0):
             problems.append(f"PGFLOW[{key!r}] must be a positive whole number, got {raw[key]!r}")
-    if "QUEUE" in raw and not (isinstance(raw["QUEUE"], str) and raw["QUEUE"]):
-        problems.append(f"PGFLOW['QUEUE'] must be a non-empty string, got {raw['QUEUE']!r}")
+    if "QUEUE" in raw and not valid_queue(raw["QUEUE"]):
+        problems.append(f"PGFLOW['QUEUE'] must be {QUEUE_RULE}, got {raw['QUEUE']!r}")
+    beat, lease = raw.get("HEARTBEAT_INTERVAL"), raw.get("LEASE", DEFAULTS["LEASE"])
+    if _positive_duration(beat) and _positive_duration(lease) and _seconds(beat) >= _seconds(lease):
+        problems.append(f"PGFLOW['HEARTBEAT_INTERVAL'] ({_seconds(beat):g}s) must be shorter than "
+                        f"PGFLOW['LEASE'] ({_seconds(lease):g}s), or every long step loses its lease")
     reporter = raw.get("ERROR_REPORTER")
     if reporter is not None and not callable(reporter):
         try:
@@ -107,3 +113,7 @@ def _positive_duration(value: object) -> bool:
     if isinstance(value, timedelta):
         return value > timedelta(0)
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _seconds(value: Any) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)

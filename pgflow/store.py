@@ -30,7 +30,7 @@ from .conf import pgflow_settings
 from .core import errors as error_capture
 from .core.flow import CANCEL, COMPLETE, FINISH, PAUSE, REATTEMPT, SKIP, Outcome, attempt_status
 from .core.states import OPEN_STEP, RunStatus, StepStatus, control_error
-from .exceptions import InputTooLarge, InvalidTransition, StepNotFound, WorkflowNotFound
+from .exceptions import InputTooLarge, InvalidTransition, PgflowError, StepNotFound, WorkflowNotFound
 from .models import Event, Signal, Step, WorkflowRun
 
 if TYPE_CHECKING:
@@ -120,8 +120,7 @@ def start_run(workflow: type[Workflow], *, subject: Any = None, input: Any = Non
         if first is None:
             _finish_run(run, at, reason="the workflow has no steps")
             return run
-        instance = workflow(run=run, step_name=first.name, attempt=1, outputs={})
-        _schedule(run, workflow, first, at=at, delay=instance.delay_seconds(first, at))
+        _schedule(run, workflow, first, at=at, delay=delay_of(workflow, run, first, at, dict))
         run.save(update_fields=["current_step", "updated_at"])
     return run
 
@@ -198,14 +197,39 @@ def _advance(run: WorkflowRun, step_name: str, *, at: datetime, schedule: bool =
     if nxt is None:
         _finish_run(run, at)
         return
-    if not schedule:
-        run.current_step = nxt.name
-        run.updated_at = at
-        run.save(update_fields=["current_step", "updated_at"])
-        return
-    instance = workflow(run=run, step_name=nxt.name, attempt=1, outputs=outputs_of(run))
-    _schedule(run, workflow, nxt, at=at, delay=instance.delay_seconds(nxt, at))
+    # The run is on the next step from here on, even if its wait fails below: a resume
+    # must schedule that step, not run the completed one again.
+    run.current_step = nxt.name
+    run.updated_at = at
     run.save(update_fields=["current_step", "updated_at"])
+    if schedule:
+        _schedule(run, workflow, nxt, at=at, delay=delay_of(workflow, run, nxt, at, lambda: outputs_of(run)))
+        run.save(update_fields=["current_step", "updated_at"])
+
+
+class WaitFailed(PgflowError):
+    """A step's ``wait`` / ``wait_until`` method raised or returned something unusable."""
+
+    def __init__(self, message: str, *, step_name: str) -> None:
+        super().__init__(message)
+        self.step_name = step_name
+
+
+def delay_of(workflow: type[Workflow], run: WorkflowRun, definition: StepDefinition, at: datetime,
+             outputs: Callable[[], dict[str, Any]]) -> float | None:
+    """Seconds until ``definition`` is due (its wait / wait_until), None for at once.
+
+    A wait method that fails raises WaitFailed naming the step, so the run can pause with
+    the reason instead of the failure escaping the transition.
+    """
+    if definition.wait is None and definition.wait_until is None:
+        return None
+    instance = workflow(run=run, step_name=definition.name, attempt=1, outputs=outputs)
+    try:
+        return instance.delay_seconds(definition, at)
+    except Exception as exc:
+        raise WaitFailed(f"the wait of step {definition.name!r} failed: {type(exc).__name__}: {exc}",
+                         step_name=definition.name) from exc
 
 
 def _next_step(run: WorkflowRun, workflow: type[Workflow], step_name: str) -> StepDefinition | None:
@@ -313,8 +337,12 @@ def apply(run: WorkflowRun, step: Step, outcome: Outcome, *, at: datetime, actor
 
 def _advance_or_pause_on_missing(run: WorkflowRun, step: Step, *, at: datetime, schedule: bool) -> None:
     try:
-        _advance(run, step.step_name, at=at, schedule=schedule)
-    except (StepNotFound, WorkflowNotFound) as exc:
+        with transaction.atomic():  # a savepoint: a failure here leaves the attempt's close in place
+            _advance(run, step.step_name, at=at, schedule=schedule)
+    except (StepNotFound, WorkflowNotFound, WaitFailed) as exc:
+        if isinstance(exc, WaitFailed):  # the run is on the step whose wait failed
+            run.current_step = exc.step_name
+            run.save(update_fields=["current_step"])
         _pause_run(run, at, step=step, reason=str(exc))
 
 
@@ -487,10 +515,17 @@ def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
             return None
         workflow = workflow_class(run=run, step_name=step.step_name, attempt=step.attempt,
                                   outputs=lambda: outputs_of(run))
-        if workflow.should_cancel():
+        try:
+            cancel = workflow.should_cancel()
+            skip = not cancel and definition.skip_if is not None and workflow.should_skip(definition)
+        except Exception as exc:  # noqa: BLE001 - a failing predicate pauses the run, naming it
+            _fail_and_pause(run, step, exc, at=at, reason=f"a cancel_if / skip_if of step {step.step_name!r} "
+                                                            f"failed: {type(exc).__name__}: {exc}")
+            return None
+        if cancel:
             apply(run, step, Outcome(kind=CANCEL), at=at, reason="a cancel_if condition held")
             return None
-        if definition.skip_if is not None and workflow.should_skip(definition):
+        if skip:
             apply(run, step, Outcome(kind=SKIP), at=at, reason="skip_if")
             return None
         signal = None
@@ -530,9 +565,9 @@ def quick_prepare(held: Claim) -> Prepared | None:
     return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow)
 
 
-def _fail_and_pause(run: WorkflowRun, step: Step, exc: BaseException, *, at: datetime) -> None:
+def _fail_and_pause(run: WorkflowRun, step: Step, exc: BaseException, *, at: datetime, reason: str = "") -> None:
     captured = error_capture.capture(exc, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES)
-    apply(run, step, Outcome(kind=PAUSE), at=at, error=captured, reason=str(exc))
+    apply(run, step, Outcome(kind=PAUSE), at=at, error=captured, reason=reason or str(exc))
 
 
 def park(run: WorkflowRun, step: Step, *, at: datetime, deadline: float | None = None,
@@ -683,8 +718,10 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
             if definitions.get(claim.step_name) is None:
                 raise StepNotFound(claim.step_name)
             nxt = definitions.next_after(claim.step_name)
-        except (StepNotFound, WorkflowNotFound):
-            fallback.append(item)
+            # This step's own output is not written yet: the loader adds it to what the rows hold.
+            delay = None if nxt is None else delay_of(workflow, claim.run(), nxt, at, _outputs_with(item))
+        except (StepNotFound, WorkflowNotFound, WaitFailed):
+            fallback.append(item)  # apply() pauses the run, naming the failure
             continue
         closing.append(claim.step_id)
         outputs.append(None if item.output is None else json.dumps(item.output))
@@ -700,11 +737,6 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
             events["steps"].append(None)
             events["events"].append("finished")
             continue
-        delay = None
-        if nxt.wait is not None or nxt.wait_until is not None:
-            # This step's own output is not written yet: add it to what the rows hold.
-            instance = workflow(run=claim.run(), step_name=nxt.name, attempt=1, outputs=_outputs_with(item))
-            delay = instance.delay_seconds(nxt, at)
         due = at + timedelta(seconds=delay) if delay else at
         queue = workflow.queue_for(nxt.name)
         for key, value in (("runs", claim.run_id), ("names", nxt.name), ("queues", queue),
@@ -800,7 +832,11 @@ def resume(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
                 _resume_missing(run, workflow, at=at)
             else:
                 last = Step.objects.filter(run=run, step_name=definition.name).order_by("-created_at", "-id").first()
-                _schedule(run, workflow, definition, at=at, signal_id=last.signal_id if last else None)
+                # A step the run never reached (it was paused as the step before ended) still
+                # owes its wait, counted from now; a fresh attempt of a tried step is due now.
+                delay = None if last else delay_of(workflow, run, definition, at, lambda: outputs_of(run))
+                _schedule(run, workflow, definition, at=at, delay=delay,
+                          signal_id=last.signal_id if last else None)
                 run.save(update_fields=["current_step", "updated_at"])
     return _refresh(into, run)
 

@@ -37,7 +37,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar, overload
 
 from . import registry
 from .core import flow
-from .core.definitions import FAN_OUT, SIGNAL, StepDefinition, StepList, check_priority, declare, seconds
+from .core.definitions import (
+    FAN_OUT,
+    QUEUE_RULE,
+    SIGNAL,
+    StepDefinition,
+    StepList,
+    check_priority,
+    declare,
+    seconds,
+    valid_queue,
+)
 from .core.flow import FlowControl, Outcome
 from .core.policy import OnException, coerce_all
 from .exceptions import DefinitionError
@@ -550,8 +560,8 @@ def definition_problems(workflow: type[Workflow]) -> list[str]:
         if problem:
             problems.append(f"cancel_if {problem}")
     queue = workflow.queue
-    if queue is not None and not (isinstance(queue, str) and queue.strip()):
-        problems.append(f"queue must be a non-empty string or None, got {queue!r}")
+    if queue is not None and not valid_queue(queue):
+        problems.append(f"queue must be None or {QUEUE_RULE}, got {queue!r}")
     try:
         check_priority(workflow.priority, DefinitionError)
     except DefinitionError as exc:

@@ -190,3 +190,35 @@ class ThenWait(pgflow.Workflow):
     @step(wait="reminder_delay", queue="mail", priority=3)
     def later(self):
         return "later"
+
+
+class BadWait(pgflow.Workflow):
+    @step
+    def first(self):
+        return "ok"
+
+    def broken_delay(self):
+        raise LookupError("no such customer timezone")
+
+    @step(wait="broken_delay")
+    def second(self):
+        return "never"
+
+
+class BadPredicate(pgflow.Workflow):
+    def explode(self):
+        raise ZeroDivisionError("predicate bug")
+
+    @step(skip_if="explode")
+    def guarded(self):
+        return "never"
+
+
+class WaitAfterPause(pgflow.Workflow):
+    @step
+    def first(self):
+        return "ok"
+
+    @step(wait=timedelta(hours=1))
+    def later(self):
+        return "later"

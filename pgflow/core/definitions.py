@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -182,8 +183,8 @@ def declare(name: str, *, fan_out: bool = False, method: str | None = None, **op
         _check_reference(skip_if, "skip_if", fail, returns="a bool")
 
     queue = options.get("queue")
-    if queue is not None and not (isinstance(queue, str) and queue.strip()):
-        raise fail(f"queue must be a non-empty string or None, got {queue!r}")
+    if queue is not None and not valid_queue(queue):
+        raise fail(f"queue must be None or {QUEUE_RULE}, got {queue!r}")
     priority = options.get("priority")
     if priority is not None:
         check_priority(priority, fail)
@@ -389,3 +390,13 @@ class StepList:
         """
         payload = json.dumps([[d.name, d.kind] for d in self.steps], separators=(",", ":"))
         return hashlib.sha256(payload.encode("ascii")).hexdigest()
+
+
+# One rule for queue names everywhere: declarations, settings and ``pgflow_worker --queues``
+# (Step.queue holds 100 characters).
+QUEUE_NAME = re.compile(r"[\w.:-]{1,100}")
+QUEUE_RULE = "1-100 letters, digits, '_', '.', ':' or '-'"
+
+
+def valid_queue(value: object) -> bool:
+    return isinstance(value, str) and QUEUE_NAME.fullmatch(value) is not None

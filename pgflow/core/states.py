@@ -45,4 +45,5 @@ def control_error(control: str, status: str) -> str | None:
     if status in allowed:
         return None
     accepted = " or ".join(sorted(allowed))
-    return f"cannot {control.replace('_', ' ')} a {status} run (only a {accepted} run)"
+    verb = "skip the current step of" if control == "skip_step" else control
+    return f"cannot {verb} a {status} run (only a {accepted} run)"

@@ -48,6 +48,7 @@ class Runner:
 
     def __init__(self, finish: Callable[[store.Finished], bool] | None = None) -> None:
         self._active: dict[Any, Prepared] = {}
+        self._timed_out: set[Any] = set()
         self._lock = threading.Lock()
         self._finish = finish or _finish_one
 
@@ -72,12 +73,15 @@ class Runner:
         finally:
             with self._lock:
                 self._active.pop(held.token, None)
+                self._timed_out.discard(held.token)
 
     def overdue(self, at: datetime) -> list[Any]:
         """Tokens of running attempts past their step's ``timeout``."""
         with self._lock:
-            return [token for token, prepared in self._active.items()
-                    if prepared.deadline is not None and prepared.deadline <= at]
+            late = [token for token, prepared in self._active.items()
+                    if prepared.deadline is not None and prepared.deadline <= at and token not in self._timed_out]
+            self._timed_out.update(late)  # each is reported once
+            return late
 
     def time_out(self, token: Any) -> Result | None:
         """Fail a running attempt that passed its ``timeout``; its body's late return is ignored."""

@@ -19,6 +19,7 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from types import FrameType
+from typing import Any
 
 import psycopg
 from django.db import DatabaseError, close_old_connections, connection, connections
@@ -237,7 +238,9 @@ class Worker:
         while not self._stopping.wait(tick):
             try:
                 for token in self.runner.overdue(store.now()):
-                    self.runner.time_out(token)
+                    # Its own thread: a slow reporter or handler must not hold up the leases.
+                    threading.Thread(target=self._time_out, args=(token,), name="pgflow-timeout",
+                                     daemon=True).start()
                 if time.monotonic() < next_beat:
                     continue
                 next_beat = time.monotonic() + interval
@@ -248,6 +251,14 @@ class Worker:
                 logger.warning("heartbeat failed: %s", " ".join(str(exc).split()),
                                extra={"action": "heartbeat_failed"})
                 connection.close()
+
+    def _time_out(self, token: Any) -> None:
+        try:
+            self.runner.time_out(token)
+        except Exception:
+            logger.exception("applying a step timeout failed", extra={"action": "timeout_failed"})
+        finally:
+            connection.close()
 
     # --- shutdown -------------------------------------------------------------------------
 

@@ -67,3 +67,15 @@ def test_sigterm_past_the_grace_hands_the_step_back(start_worker, marks):
     steps = list(run.steps.values_list("attempt", "status", "outcome"))
     assert steps == [(1, "cancelled", "handed_back"), (2, "scheduled", "")]
     assert "1 handed back" in worker.output()
+
+
+def test_a_step_past_its_timeout_fails_while_its_worker_keeps_going(start_worker, marks):
+    run = wf.TimesOut.start(input={"sleep": 4})
+    worker = start_worker("--concurrency", "2")
+    wait_until(lambda: run.steps.filter(status="failed").exists(), timeout=30, what="the timeout to apply")
+    step = run.steps.get()
+    assert (step.error_class, step.outcome) == ("pgflow.exceptions.StepTimeout", "paused")
+    run.refresh_from_db()
+    assert run.status == "paused"
+    worker.terminate()
+    assert "late completion ignored" in worker.output()

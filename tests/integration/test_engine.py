@@ -219,3 +219,44 @@ def test_a_workflow_path_that_no_longer_imports_pauses_the_run():
     step = run.steps.get()
     assert step.error_class == "pgflow.exceptions.WorkflowNotFound"
     assert "tests.gone.Missing" in run.paused_reason
+
+
+def test_a_failing_wait_pauses_the_run_naming_it_on_both_commit_paths():
+    one = run_workflow(wf.BadWait.start())
+    assert one.status == "paused"
+    assert one.current_step == "second"
+    assert "the wait of step 'second' failed: LookupError: no such customer timezone" in one.paused_reason
+    assert list(one.steps.values_list("step_name", "status")) == [("first", "completed")]
+    # the worker's group commit, with a healthy run in the same batch
+    batch_bad, healthy = wf.BadWait.start(), wf.ThreeSteps.start()
+    held = store.claim(worker="t", queues=["workflows"], limit=10)
+    assert store.finish_many([store.Finished(claim=c, outcome=pgflow.core.flow.Outcome(kind="complete"))
+                              for c in held]) == [True, True]
+    batch_bad.refresh_from_db()
+    healthy.refresh_from_db()
+    assert (batch_bad.status, batch_bad.current_step) == ("paused", "second")
+    assert (healthy.status, healthy.current_step) == ("running", "two")
+    with pytest.raises(store.WaitFailed, match="the wait of step 'second' failed"):
+        batch_bad.resume()
+
+
+def test_a_failing_skip_if_pauses_the_run_with_the_error_recorded():
+    run = run_workflow(wf.BadPredicate.start())
+    assert run.status == "paused"
+    step = run.steps.get()
+    assert (step.status, step.error_class, step.error_message) == ("failed", "ZeroDivisionError", "predicate bug")
+    assert run.paused_reason == "a cancel_if / skip_if of step 'guarded' failed: ZeroDivisionError: predicate bug"
+
+
+def test_a_step_reached_while_paused_keeps_its_wait_on_resume():
+    run = wf.WaitAfterPause.start()
+    held = store.claim(worker="t", queues=["workflows"], limit=1)[0]
+    store.prepare(held)
+    run.pause(actor="ops")
+    store.finish(held, pgflow.core.flow.Outcome(kind="complete"))
+    run.refresh_from_db()
+    assert (run.status, run.current_step) == ("paused", "later")
+    before = store.now()
+    run.resume()
+    later = run.steps.get(step_name="later")
+    assert later.scheduled_at >= before + timedelta(minutes=59)

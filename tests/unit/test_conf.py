@@ -18,7 +18,7 @@ from pgflow.conf import pgflow_settings
         ({"RETENTION": timedelta(0)}, "PGFLOW['RETENTION'] must be a positive timedelta or None"),
         ({"MAX_LOST_ATTEMPTS": 0}, "PGFLOW['MAX_LOST_ATTEMPTS'] must be a positive whole number, got 0"),
         ({"ERROR_BACKTRACE_LINES": True}, "PGFLOW['ERROR_BACKTRACE_LINES'] must be a positive whole number"),
-        ({"QUEUE": ""}, "PGFLOW['QUEUE'] must be a non-empty string"),
+        ({"QUEUE": ""}, "PGFLOW['QUEUE'] must be 1-100 letters, digits"),
         ({"ERROR_REPORTER": "no.such.module.report"}, "PGFLOW['ERROR_REPORTER'] must be None, a callable"),
         ("fast", "PGFLOW must be a dict, got str"),
     ],
@@ -62,3 +62,14 @@ def test_the_checks_import_each_apps_workflows_module():
     checks.check_workflows()
     assert "example_project.shop.workflows" in sys.modules
     assert "example_project.shop.workflows.OrderFulfilment" in [w.workflow_path() for w in registry.registered()]
+
+
+def test_a_heartbeat_not_shorter_than_the_lease_is_refused():
+    (problem,) = conf.validate({"LEASE": 10, "HEARTBEAT_INTERVAL": timedelta(seconds=10)})
+    assert problem == ("PGFLOW['HEARTBEAT_INTERVAL'] (10s) must be shorter than PGFLOW['LEASE'] (10s), "
+                       "or every long step loses its lease")
+
+
+def test_queue_names_follow_one_rule():
+    (problem,) = conf.validate({"QUEUE": "has space"})
+    assert problem == "PGFLOW['QUEUE'] must be 1-100 letters, digits, '_', '.', ':' or '-', got 'has space'"

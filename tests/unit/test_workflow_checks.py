@@ -100,7 +100,7 @@ def _set(name: str, value: Any) -> Any:
             _delete("on_error"),
             "on_exception: OnException handler 'on_error' names no method of Flow (expected def on_error(self, error))",
         ),
-        (_set("queue", ""), "queue must be a non-empty string or None, got ''"),
+        (_set("queue", ""), "queue must be None or 1-100 letters, digits, '_', '.', ':' or '-', got ''"),
         (_set("priority", "high"), "priority must be a whole number between -2147483648 and 2147483647, got 'high'"),
         (_set("removed_steps", ["legacy", "b"]), "removed_steps names 'b', a step that is still defined"),
     ],

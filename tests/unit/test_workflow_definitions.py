@@ -345,8 +345,10 @@ WRONG: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
         lambda: {"on_exception": [OnException(handler=lambda w: None)], "a": step(fresh())},
         "on_exception: OnException handler <lambda> must take (workflow, error), got (w)",
     ),
-    ("an empty queue", lambda: {"queue": "", "a": step(fresh())}, "queue must be a non-empty string or None, got ''"),
-    ("a queue that is no string", lambda: {"queue": 5}, "queue must be a non-empty string or None, got 5"),
+    ("an empty queue", lambda: {"queue": "", "a": step(fresh())},
+     "queue must be None or 1-100 letters, digits, '_', '.', ':' or '-', got ''"),
+    ("a queue that is no string", lambda: {"queue": 5},
+     "queue must be None or 1-100 letters, digits, '_', '.', ':' or '-', got 5"),
     (
         "a priority that is no int",
         lambda: {"priority": "high"},

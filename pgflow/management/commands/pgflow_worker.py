@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
 from pgflow.conf import pgflow_settings
+from pgflow.core.definitions import QUEUE_RULE, valid_queue
 from pgflow.runtime.worker import Worker
 
-QUEUE_NAME = re.compile(r"^[\w.:-]{1,100}$")
 MAX_CONCURRENCY = 256
 
 
@@ -22,9 +21,8 @@ def queue_list(value: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError("give at least one queue name, e.g. --queues workflows,mail")
     for name in names:
-        if not QUEUE_NAME.match(name):
-            raise argparse.ArgumentTypeError(
-                f"queue names are 1-100 letters, digits, '_', '.', ':' or '-'; got {name!r}")
+        if not valid_queue(name):
+            raise argparse.ArgumentTypeError(f"queue names are {QUEUE_RULE}; got {name!r}")
     return names
 
 
