@@ -78,6 +78,8 @@ def main() -> None:
         raise Stopped
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    # Ctrl-C raises KeyboardInterrupt even where SIGINT came in ignored (a background job of a script).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     bench = Bench(args)
     try:
         bench.run()

@@ -13,7 +13,8 @@ import sys
 
 from benchmarks.peers.common import System, main, versions
 
-CONCURRENCY = os.cpu_count() or 2
+CONCURRENCY = int(os.environ.get("BENCH_CELERY_CONCURRENCY", os.cpu_count() or 2))
+POOL = os.environ.get("BENCH_CELERY_POOL", "prefork")
 
 
 class Celery(System):
@@ -42,7 +43,7 @@ class Celery(System):
 
     def worker_argv(self) -> list[str]:
         return [sys.executable, "-m", "celery", "-A", "benchmarks.peers.celery_tasks", "worker", "--loglevel",
-                "WARNING", "--pool", "prefork", "--concurrency", str(CONCURRENCY), "--hostname",
+                "WARNING", "--pool", POOL, "--concurrency", str(CONCURRENCY), "--hostname",
                 f"bench-{os.getpid()}@%h"]
 
     def enqueue_latency_job(self) -> None:
