@@ -45,8 +45,8 @@ What costs what, and what is left:
 
 - The run list, the run page of a 500-attempt run, timeline.json and the 24-hour insights
   are under the target. The list is one indexed page of rows (its "current step for" is a
-  per-row subquery on `pgflow_step_run`) plus Django's count; facet counts are one pass
-  per filter.
+  per-row subquery on an index of `pgflow_step` by run) plus Django's count; facet counts
+  are one pass per filter.
 - The 7- and 30-day insights are not. Their floor is the per-step table: its exact counts
   per (workflow class, step) read every attempt of the window joined to its run (about
   250,000 rows for 7 days, 1,000,000 for 30 days; ~150 and ~400 ms here). The percentiles
