@@ -18,7 +18,8 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
-from django.urls import URLPattern, path
+from django.shortcuts import redirect
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from pgflow.exceptions import PgflowError
@@ -44,7 +45,7 @@ class WorkflowClassFilter(admin.SimpleListFilter):
         value = self.value()
         return queryset.filter(workflow_class=value) if value else queryset
 
-    def get_facet_counts(self, pk_attname: str, filtered_qs: QuerySet[WorkflowRun]) -> dict[str, Count]:
+    def get_facet_counts(self, pk_attname: str, filtered_qs: QuerySet[Any]) -> dict[str, Count]:
         # One pass counting each class, not the default "id IN (subquery)" per class.
         return {f"{index}__c": Count(pk_attname, filter=Q(workflow_class=value))
                 for index, (value, _label) in enumerate(self.lookup_choices)}
@@ -130,9 +131,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     @admin.display(description="subject")
     def subject_label(self, run: WorkflowRun) -> str:
-        if run.subject_type_id is None:
+        content_type = run.subject_type  # select_related: no query
+        if content_type is None:
             return "—"
-        content_type = run.subject_type
         return f"{content_type.app_label}.{content_type.model} #{run.subject_id}"
 
     @admin.display(description="status", ordering="status")
@@ -154,7 +155,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     @admin.display(description="duration", ordering="run_duration")
     def duration_label(self, run: WorkflowRun) -> str:
-        return duration(run.run_duration)
+        return duration(getattr(run, "run_duration", None))
 
     # --- bulk actions ----------------------------------------------------------------------
 
@@ -212,7 +213,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             return HttpResponseNotAllowed(["GET", "HEAD"])
         run = self.get_object(request, unquote(object_id))
         if run is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # What every admin change page does for a missing object.
+            self.message_user(request, f"workflow run with ID “{object_id}” doesn’t exist. Perhaps it was deleted?",
+                              messages.WARNING)
+            return redirect(reverse("admin:index", current_app=self.admin_site.name))
         if not self.has_view_or_change_permission(request, run):
             raise PermissionDenied
         return views.run_page(self, request, run)

@@ -64,10 +64,10 @@ def chart(run: WorkflowRun, *, now: datetime, steps: tuple[list[dict], int] | No
 
     ``steps`` is ``latest_steps()``'s answer when the caller has it already.
     """
-    steps, total = steps if steps is not None else latest_steps(run, TIMELINE_FIELDS)
+    rows, total = steps if steps is not None else latest_steps(run, TIMELINE_FIELDS)
     events = (Event.objects.filter(run=run, event__in=PAUSE_EVENTS)
               .order_by("-created_at", "-id").values("event", "created_at")[:MAX_EVENTS])
-    payload = timeline.chart(steps, list(events), status=run.status, now=now)
+    payload = timeline.chart(rows, list(events), status=run.status, now=now)
     return {**payload, "status": run.status, "now": timeline.millis(now), "attempts": total}
 
 
@@ -95,14 +95,14 @@ def definition(run: WorkflowRun) -> Definition:
 
 def subject(run: WorkflowRun, site: AdminSite) -> dict[str, Any] | None:
     """The subject's label and, when its model is in this admin, a link to it."""
-    if run.subject_type_id is None:
-        return None
     content_type = run.subject_type
+    if content_type is None or run.subject_id is None:
+        return None
     model = content_type.model_class()
     found = run.subject if model is not None else None
     label = str(found) if found is not None else f"{content_type.app_label}.{content_type.model} #{run.subject_id}"
     url = None
-    if found is not None and site.is_registered(model):
+    if found is not None and model is not None and site.is_registered(model):
         try:
             url = reverse(f"{site.name}:{content_type.app_label}_{content_type.model}_change",
                           args=[quote(run.subject_id)])

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from pgflow.models import Event, Signal, WorkflowRun
 from tests import dashboard_workflows as dw
-from tests.dashboard_support import changelist_url, control_url, insights_url, run_url, timeline_url
+from tests.dashboard_support import changelist_url, control_url, insights_url, messages_of, run_url, timeline_url
 
 pytest_plugins = ["tests.dashboard_fixtures"]  # the users and login fixtures
 
@@ -154,6 +154,7 @@ def test_a_missing_run_is_404_for_the_json_and_control_endpoints(login, operator
     response = client.get(run_url(999_999))
     assert response.status_code == 302
     assert response["Location"] == reverse("admin:index")
+    assert "doesn’t exist" in messages_of(client.get(response["Location"]))[0]
 
 
 def test_endpoints_serve_only_workflow_runs(login, operator, viewer):
