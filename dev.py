@@ -58,9 +58,10 @@ def newer_python() -> str | None:
 
 def test(args: list[str]) -> int:
     python = venv(".venv", sys.executable, "dev")
-    say("checks: ruff, makemigrations --check, system checks")
+    say("checks: ruff, mypy, makemigrations --check, system checks")
     for argv in (
         [python, "-m", "ruff", "check", "."],
+        [python, "-m", "mypy", "pgflow", "pgflow_dashboard"],
         [python, "manage.py", "makemigrations", "--check", "--dry-run"],
         [python, "manage.py", "check", "--fail-level", "WARNING"],
     ):
