@@ -69,9 +69,12 @@ def test_four_workers_on_5000_runs_never_claim_an_attempt_twice(start_worker, ma
 
     runs = 5000
     start_many(wf.ThreeSteps, runs)
-    workers = [start_worker("--concurrency", "4") for _ in range(4)]
+    # A long lease: this test is about claims, and on a loaded machine a short lease would
+    # (rightly) re-run a starved worker's attempts, which is the crash test's subject.
+    workers = [start_worker("--concurrency", "4", lease=30) for _ in range(4)]
     wait_until(lambda: WorkflowRun.objects.filter(status="finished").count() == runs, timeout=600,
                what=f"{runs} runs to finish")
+    assert not Step.objects.filter(outcome="lost").exists()
     for worker in workers:
         assert worker.terminate() == 0
     assert_every_run_finished_once(runs)
