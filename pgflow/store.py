@@ -820,11 +820,7 @@ def resume(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
     at = now()
     with locked(run_id) as run:
         _check(run, "resume")
-        run.status = RunStatus.RUNNING
-        run.paused_reason = ""
-        run.updated_at = at
-        run.save(update_fields=["status", "paused_reason", "updated_at"])
-        event(run, "resumed", at=at, actor=actor)
+        _unpause(run, at, actor=actor)
         if open_attempt(run) is None:  # an attempt still in progress will move the run on itself
             workflow = run.workflow()
             definition = workflow.steps().get(run.current_step or "")
@@ -839,6 +835,14 @@ def resume(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
                           signal_id=last.signal_id if last else None)
                 run.save(update_fields=["current_step", "updated_at"])
     return _refresh(into, run)
+
+
+def _unpause(run: WorkflowRun, at: datetime, *, actor: Any) -> None:
+    run.status = RunStatus.RUNNING
+    run.paused_reason = ""
+    run.updated_at = at
+    run.save(update_fields=["status", "paused_reason", "updated_at"])
+    event(run, "resumed", at=at, actor=actor)
 
 
 def _resume_missing(run: WorkflowRun, workflow: type[Workflow], *, at: datetime) -> None:
@@ -874,10 +878,7 @@ def skip_step(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None
     with locked(run_id) as run:
         _check(run, "skip_step")
         if run.status == RunStatus.PAUSED:
-            run.status = RunStatus.RUNNING
-            run.paused_reason = ""
-            run.save(update_fields=["status", "paused_reason"])
-            event(run, "resumed", at=at, actor=actor)
+            _unpause(run, at, actor=actor)
         step = open_attempt(run)
         name = run.current_step
         if step is not None:
