@@ -152,6 +152,7 @@ class Bench:
         self.ceiling_url = ""
         self.ceiling_scripts: dict[str, Path] = {}
         self.redis_log: Any = None
+        self.others_share = 0.0
 
     # ---- services -------------------------------------------------------------------
 
@@ -204,6 +205,16 @@ class Bench:
         version = subprocess.run([server, "--version"], capture_output=True, text=True, check=False).stdout.split()
         self.versions["redis-server"] = next((part[2:] for part in version if part.startswith("v=")), "?")
 
+    def others_cpu(self) -> report.OthersCpu:
+        """A meter, started now, of the CPU that processes outside this benchmark use."""
+        try:
+            postmaster = int((self.pg_dir / "data" / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            postmaster = 0
+        meter = report.OthersCpu([os.getpid(), postmaster, self.redis.pid if self.redis else 0])
+        meter.begin()
+        return meter
+
     def stop(self) -> None:
         """Stop everything this run started; safe to call twice."""
         if self.child is not None and self.child.poll() is None:
@@ -246,7 +257,7 @@ class Bench:
         for variant in ceiling.SCRIPTS:
             for clients in CLIENTS:
                 key = f"ceiling-{variant}-{clients}"
-                self.rows[key] = report.Row(key, f"ceiling ({ceiling.TITLES[variant]}), pgbench, {clients} "
+                self.rows[key] = report.Row(key, f"ceiling: {ceiling.TITLES[variant]}, {clients} "
                                             f"client{'s' if clients > 1 else ''}")
         for name in systems:
             self.rows[name] = report.Row(name, LABELS[name])
@@ -266,6 +277,7 @@ class Bench:
             except (RuntimeError, OSError) as exc:
                 self.rows["celery"].failed = f"redis: {one_line(exc)}"
         self.run_ceiling_setup()
+        whole_run = self.others_cpu()
         jobs = [job for name in systems for job in ([(name, 1), (name, 2)] if name == "pgflow" else [(name, 1)])]
         for round_number in range(1, args.rounds + 1):
             say(f"round {round_number} of {args.rounds}")
@@ -276,6 +288,7 @@ class Bench:
                 if self.rows[key].failed:
                     continue
                 self.measure(key, name, workers, round_number)
+        self.others_share = whole_run.share()  # now, while PostgreSQL and Redis still count as ours
 
     def run_ceiling_setup(self) -> None:
         ceilings = [row for key, row in self.rows.items() if key.startswith("ceiling-")]
@@ -301,6 +314,7 @@ class Bench:
                 if row.failed:
                     continue
                 ceiling.refill(self.ceiling_url)
+                others = self.others_cpu()
                 argv = ceiling.command(self.pgbench, self.ceiling_url, script, clients, self.args.ceiling_seconds)
                 try:
                     result = ceiling.parse(self.child_output(argv, self.args.ceiling_seconds + 60))
@@ -310,7 +324,7 @@ class Bench:
                 row.add(result)
                 row.config = (f"benchmarks/peers/ceiling.py script '{variant}', --client {clients} --jobs {clients}, "
                               f"--protocol prepared, {self.args.ceiling_seconds:.0f} s")
-                self.raw.append({"round": round_number, "system": row.key, **result})
+                self.raw.append({"round": round_number, "system": row.key, "others": others.share(), **result})
                 say(f"  ceiling, {ceiling.TITLES[variant]}, {clients} client(s): "
                     f"{result['steps_per_s']:,.0f} steps/s")
 
@@ -324,6 +338,7 @@ class Bench:
         if name == "celery":
             argv += ["--redis", self.redis_url]
         log = self.logs / f"{key}-round{round_number}.log"
+        others = self.others_cpu()
         say(f"  {row.label} ...")
         try:
             output = self.child_output(argv, args.timeout + args.samples * 2 + 180, stderr_log=log)
@@ -340,7 +355,7 @@ class Bench:
             return
         row.add(result)
         self.versions.update(result.get("versions") or {})
-        self.raw.append({"round": round_number, "system": key,
+        self.raw.append({"round": round_number, "system": key, "others": others.share(),
                          **{k: v for k, v in result.items() if k not in ("latency_ms", "versions")}})
         latency = (f", latency median {result['latency_median_ms']:.1f} ms p99 {result['latency_p99_ms']:.1f} ms"
                    if "latency_median_ms" in result else "")
@@ -392,8 +407,9 @@ class Bench:
         lines = [
             report.SECTION, "",
             f"Measured {started_at:%Y-%m-%d %H:%M} UTC on {info['nproc']} cores ({info['cpu']}), {info['memory']} "
-            f"of memory, Linux {info['kernel']}; load average {load_before} before, {load_after} after "
-            "(other engineers' test suites share this machine). pgflow at commit "
+            f"of memory, Linux {info['kernel']}; load average {load_before} before, {load_after} after; "
+            f"processes outside the benchmark (other engineers' test suites share this machine) used "
+            f"{self.others_share:.0%} of its CPU during the rounds. pgflow at commit "
             f"{commit}{' with uncommitted changes to pgflow/' if dirty else ''}.",
             "",
             "```", self.args.command, "```", "",
@@ -416,14 +432,19 @@ class Bench:
                                                                              key=lambda item: item[0].lower())),
                   "", f"PostgreSQL settings: {self.configs.get('PostgreSQL', '?')}.", "",
                   "### Method", "", *METHOD, "",
-                  "### Every round", "", "| round | system | steps/s | latency median | p99 | peak RSS | PSS |",
-                  "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+                  "### Every round", "",
+                  "\"others\" is the share of the machine's CPU that processes outside this benchmark (other "
+                  "engineers' tests, mostly) used during the measurement: the busy time of /proc/stat minus the "
+                  "CPU time of this run's own processes, its PostgreSQL and its Redis.", "",
+                  "| round | system | others | steps/s | latency median | p99 | peak RSS | PSS |",
+                  "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for item in self.raw:
             def fmt(name: str, unit: str, item: dict[str, Any] = item) -> str:
                 value = item.get(name)
                 return f"{value:,.1f}{unit}" if isinstance(value, (int, float)) else "—"
 
-            lines.append(f"| {item['round']} | {self.rows[item['system']].label} | {fmt('steps_per_s', '')} | "
+            lines.append(f"| {item['round']} | {self.rows[item['system']].label} | {item.get('others', 0):.0%} | "
+                         f"{fmt('steps_per_s', '')} | "
                          f"{fmt('latency_median_ms', ' ms')} | {fmt('latency_p99_ms', ' ms')} | "
                          f"{fmt('peak_rss_mb', ' MB')} | {fmt('peak_pss_mb', ' MB')} |")
         return "\n".join(lines) + "\n"

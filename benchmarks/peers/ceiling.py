@@ -81,7 +81,7 @@ INSERT INTO ceiling_step (run_id, step) SELECT run_id, step % 3 + 1 FROM done;
 """
 
 SCRIPTS = {"one": STEP, "two": CLAIM_THEN_COMPLETE}
-TITLES = {"one": "1 statement per step", "two": "claim, then complete: 2 transactions per step"}
+TITLES = {"one": "1 statement a step", "two": "claim + complete, 2 transactions a step"}
 
 
 def prepare(server_url: str) -> str:

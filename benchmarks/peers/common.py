@@ -389,6 +389,13 @@ class System:
         """Enqueue one 1-step job whose body stamps LATENCY; return once it is committed."""
         raise NotImplementedError
 
+    def discard_backlog(self) -> bool:
+        """Drop the chains a capped throughput phase left queued, so that latency is measured idle.
+
+        False: this system cannot, and its latency is not measured after a capped phase.
+        """
+        return False
+
     def close(self) -> None:
         pass
 
@@ -414,10 +421,13 @@ def main(system_class: type[System], description: str | None = None) -> None:
         sampler.start()
         result.update(system.throughput(workers))
         log(f"{system.name}: {result['steps']} steps in {result['seconds']:.2f} s")
-        if args.workers == 1 and args.samples:
-            time.sleep(1.0)  # the worker has drained the chains and is idle now
+        idle = not result["partial"] or system.discard_backlog()
+        if args.workers == 1 and args.samples and idle:
+            time.sleep(2.0 if result["partial"] else 1.0)  # the worker has drained the chains and is idle now
             result.update(summarise_latency(file_latency(args.work, args.samples, system.enqueue_latency_job,
                                                          workers)))
+        elif args.workers == 1 and args.samples:
+            log(f"{system.name}: latency not measured, chains are still queued")
         result.update(sampler.finish())
     except Exception as exc:  # noqa: BLE001 - the one-line reason is the driver's answer
         traceback.print_exc()

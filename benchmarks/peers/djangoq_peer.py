@@ -55,6 +55,12 @@ class DjangoQ(System):
 
         async_task(f"{TASK}.latency")  # autocommit: committed when it returns
 
+    def discard_backlog(self) -> bool:
+        from django_q.models import OrmQ
+
+        OrmQ.objects.all().delete()  # the tasks already handed to the pusher and workers still run
+        return True
+
     def close(self) -> None:
         from django.conf import settings
 

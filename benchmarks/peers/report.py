@@ -123,3 +123,49 @@ def replace_section(path: Path, body: str) -> None:
         tail = "".join(lines[end:])
         new = "".join(lines[:start]) + body.rstrip("\n") + "\n" + ("\n" + tail if tail else "")
     path.write_text(new)
+
+
+class OthersCpu:
+    """How much of the machine processes other than this benchmark's used over an interval.
+
+    The machine's busy time (/proc/stat) minus the CPU time of the benchmark's own trees (this
+    process, its PostgreSQL and its Redis, each with the children they have reaped and the
+    ones still running), as a share of all cores. Noise from elsewhere shows up here.
+    """
+
+    def __init__(self, roots: list[int]) -> None:
+        self.roots = roots
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.start_busy = self.start_mine = 0
+        self.start_time = 0.0
+
+    def begin(self) -> None:
+        import time
+
+        self.start_busy, self.start_mine, self.start_time = _busy(), self._mine(), time.monotonic()
+
+    def share(self) -> float:
+        """The others' share of all cores since begin(), from 0 to 1."""
+        import time
+
+        elapsed = time.monotonic() - self.start_time
+        others = (_busy() - self.start_busy) - (self._mine() - self.start_mine)
+        return max(0.0, others / (elapsed * self.tick * (os.cpu_count() or 1))) if elapsed > 0 else 0.0
+
+    def _mine(self) -> int:
+        from benchmarks.peers.common import tree
+
+        total = 0
+        for pid in tree([pid for pid in self.roots if pid]):
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+        return total
+
+
+def _busy() -> int:
+    fields = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return user + nice + system + irq + softirq + steal
