@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
 import pydoc
 import re
@@ -46,6 +45,7 @@ from django.db.models import Exists, F, OuterRef, Q
 from . import store
 from .conf import pgflow_settings
 from .core import errors as error_capture
+from .core import jsonvalue
 from .core.flow import COMPLETE, PAUSE, FlowControl, Outcome
 from .core.states import RunStatus, StepStatus
 from .exceptions import FanOutFailed, WorkflowNotFound
@@ -227,11 +227,10 @@ def _check_option(name: str, value: Any, path: str) -> None:
 
 
 def _check_json(value: Any, what: str, path: str) -> None:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
+    reason = jsonvalue.problem(value)
+    if reason is not None:
         raise TypeError(f"batch.add({path}): {what} must be JSON-serialisable (it is stored until django-q2 "
-                        f"runs the task), got {type(value).__name__}: {exc}") from None
+                        f"runs the task), got {type(value).__name__}: {reason}")
 
 
 # --- the step: run the body, open the batch ------------------------------------------------

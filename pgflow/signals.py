@@ -7,11 +7,11 @@ consumed twice, consumed in arrival order.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import store
+from .core import jsonvalue
 from .core.flow import CANCEL, PAUSE, SKIP, Outcome
 from .core.states import TERMINAL_RUN, StepStatus
 from .exceptions import InvalidTransition, WorkflowNotFound
@@ -30,12 +30,10 @@ def signal(run_or_id: WorkflowRun | int, name: str, payload: Any = None, *, acto
     finished or cancelled run, ``TypeError`` for a payload that is not JSON-serialisable
     (nothing is stored then). A paused run keeps the signal for when it resumes.
     """
-    if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT:
-        raise ValueError(f"a signal name must be a non-empty string of at most {NAME_LIMIT} characters, got {name!r}")
-    try:
-        size = len(json.dumps(payload, allow_nan=False).encode())
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"signal payload must be JSON-serialisable: {exc}") from None
+    if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT or "\x00" in name:
+        raise ValueError(f"a signal name must be a non-empty string of at most {NAME_LIMIT} characters "
+                         f"(no NUL), got {name!r}")
+    size = len(jsonvalue.encode(payload, "signal payload").encode())
     run_id = run_or_id.pk if isinstance(run_or_id, WorkflowRun) else run_or_id
     at = store.now()
     with store.locked(run_id) as run:

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from .conf import pgflow_settings
 from .core import errors as error_capture
+from .core import jsonvalue
 from .core.flow import CANCEL, COMPLETE, FINISH, PAUSE, REATTEMPT, SKIP, Outcome, attempt_status
 from .core.states import OPEN_STEP, RunStatus, StepStatus, control_error
 from .exceptions import InputTooLarge, InvalidTransition, PgflowError, StepNotFound, WorkflowNotFound
@@ -96,8 +97,8 @@ def start_run(workflow: type[Workflow], *, subject: Any = None, input: Any = Non
     """Create a run and its first attempt in the caller's transaction (see Workflow.start)."""
     payload = _checked_input(input)
     subject_type, subject_id = _checked_subject(subject)
-    if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
-        raise ValueError(f"key must be a non-empty string of at most 255 characters or None, got {key!r}")
+    if key is not None and (not isinstance(key, str) or not key or len(key) > 255 or "\x00" in key):
+        raise ValueError(f"key must be a non-empty string of at most 255 characters (no NUL) or None, got {key!r}")
     path = workflow.workflow_path()
     at = now()
     with transaction.atomic():
@@ -130,10 +131,7 @@ def _checked_input(value: Any) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise TypeError(f"input must be a dict (JSON object) or None, got {type(value).__name__}")
-    try:
-        encoded = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"input must be JSON-serialisable: {exc}") from None
+    encoded = jsonvalue.encode(value, "input")
     limit = pgflow_settings.MAX_INPUT_BYTES
     size = len(encoded.encode())
     if size > limit:

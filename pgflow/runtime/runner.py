@@ -7,7 +7,6 @@ happen once, because each is checked against the attempt's claim token.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -19,6 +18,7 @@ from typing import Any
 from .. import store
 from ..conf import pgflow_settings
 from ..core import errors as error_capture
+from ..core import jsonvalue
 from ..core.flow import COMPLETE, FlowControl, Outcome
 from ..core.policy import resolve
 from ..exceptions import StepTimeout
@@ -124,10 +124,9 @@ def run_body(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
     except Exception as exc:  # noqa: BLE001 - every body failure goes through the policies
         return Outcome(kind=COMPLETE), None, exc
     try:
-        json.dumps(returned, allow_nan=False)
+        jsonvalue.encode(returned, f"the output of step {prepared.definition.name!r}")
     except (TypeError, ValueError) as exc:
-        return Outcome(kind=COMPLETE), None, TypeError(
-            f"step {prepared.definition.name!r} returned a value that is not JSON-serialisable: {exc}")
+        return Outcome(kind=COMPLETE), None, exc
     return Outcome(kind=COMPLETE), returned, None
 
 

@@ -34,3 +34,23 @@ def test_a_hostile_signal_name_is_stored_as_given():
     name = "payment'; DROP TABLE pgflow_signal; --"
     pgflow.signal(run, name, None)
     assert Signal.objects.get(run=run).name == name
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda run: wf.ThreeSteps.start(input={"a": "nul\x00"}), ValueError,
+         "input holds a NUL character"),
+        (lambda run: wf.ThreeSteps.start(input={"a": float("nan")}), ValueError,
+         "input must be JSON-serialisable: Out of range float values are not JSON compliant"),
+        (lambda run: wf.ThreeSteps.start(key="k\x00"), ValueError, "key must be a non-empty string"),
+        (lambda run: pgflow.signal(run, "go", {"a": "\x00"}), ValueError, "signal payload holds a NUL character"),
+        (lambda run: pgflow.signal(run, "g\x00o"), ValueError, "a signal name must be a non-empty string"),
+    ],
+)
+def test_what_postgresql_cannot_store_is_refused_with_a_clear_error(call, error, message):
+    run = wf.WaitsForPayment.start()
+    with pytest.raises(error, match=message):
+        call(run)
+    assert WorkflowRun.objects.count() == 1
+    assert Signal.objects.count() == 0
