@@ -62,7 +62,7 @@ TASK_NAME = "pgflow-{batch}-{position}"  # a member's django-q2 task name: finds
 _TASK_NAME = re.compile(r"pgflow-(?P<batch>[0-9a-f]{32})-(?P<position>\d+)")
 # pgflow.testing.run_workflow claims attempts under this worker name; their members run
 # inline (run_inline) instead of going to django-q2.
-INLINE_WORKER = "pgflow.testing"
+INLINE_WORKER = store.TESTING_WORKER  # batches opened by pgflow.testing run inline
 REPAIR_LIMIT = 100  # repairs of each kind per sweep
 ERROR_LIMIT = 10_000  # characters of a member's error kept
 SAMPLE_FAILURES = 5  # failed members named in the fan_out_finished event

@@ -42,6 +42,7 @@ logger = logging.getLogger("pgflow")
 
 CHANNEL = "pgflow"  # the NOTIFY channel; the payload is the queue whose step came due
 SYSTEM = "system"
+TESTING_WORKER = "pgflow.testing"  # the worker name of attempts pgflow.testing runs in-process
 _OPEN = sorted(s.value for s in OPEN_STEP)
 
 # Step.outcome words that are not flow-control outcomes.

@@ -44,7 +44,7 @@ def run_workflow(run: WorkflowRun | int, *, skip_waits: bool = True, signals: di
             break  # a worker elsewhere holds it
         if step.scheduled_at > store.now() and not skip_waits:
             break
-        held = store.claim_step(step.pk, worker="pgflow.testing")
+        held = store.claim_step(step.pk, worker=store.TESTING_WORKER)
         if held is not None:
             runner.execute(held)
     return WorkflowRun.objects.get(pk=run_id)
@@ -62,5 +62,5 @@ def _deliver(run: WorkflowRun, step: Step, pending: dict[str, list[Any]]) -> boo
     name = definition.wait_for if definition else None
     if not name or not pending.get(name):
         return False
-    signal(run, name, pending[name].pop(0), actor="pgflow.testing")
+    signal(run, name, pending[name].pop(0), actor=store.TESTING_WORKER)
     return True
