@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.peers import ceiling, report, venvs  # noqa: E402 - after the path is set
 from benchmarks.peers.common import signal_group  # noqa: E402
+from example_project import pgcluster  # noqa: E402
 
 WORK = ROOT / "benchmarks" / ".work"
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
@@ -87,6 +88,8 @@ def main() -> None:
         say("interrupted: stopping what was started")
         bench.stop()
         raise SystemExit(130) from None
+    except pgcluster.ClusterError as exc:
+        raise SystemExit(f"cannot start PostgreSQL: {exc}") from None
     finally:
         bench.stop()
     text = bench.table()
@@ -153,12 +156,11 @@ class Bench:
         self.ceiling_scripts: dict[str, Path] = {}
         self.redis_log: Any = None
         self.others_share = 0.0
+        self.pgflow_sources: set[str] = set()  # digests of pgflow/ as each pgflow measurement began
 
     # ---- services -------------------------------------------------------------------
 
     def start_postgres(self) -> None:
-        from example_project import pgcluster
-
         WORK.mkdir(parents=True, exist_ok=True)
         os.chmod(WORK, 0o755)  # noqa: S103 - the postgres user must reach its data folder below it
         say("starting PostgreSQL")
@@ -240,8 +242,6 @@ class Bench:
             self.redis = None
             self.redis_log.close()
         if self.pg_started:
-            from example_project import pgcluster
-
             self.pg_started = False
             try:
                 pgcluster.stop(self.pg_dir)
@@ -354,9 +354,11 @@ class Bench:
                 row.failed = reason  # not tried again: a broken peer must not eat the time of three rounds
             return
         row.add(result)
-        self.versions.update(result.get("versions") or {})
-        self.raw.append({"round": round_number, "system": key, "others": others.share(),
-                         **{k: v for k, v in result.items() if k not in ("latency_ms", "versions")}})
+        self.versions.update({k: v for k, v in (result.get("versions") or {}).items() if k != "pgflow sources"})
+        self.raw.append({**{k: v for k, v in result.items() if k not in ("latency_ms", "versions")},
+                         "round": round_number, "system": key, "others": others.share()})
+        if name == "pgflow":
+            self.pgflow_sources.add(str((result.get("versions") or {}).get("pgflow sources", "?")))
         latency = (f", latency median {result['latency_median_ms']:.1f} ms p99 {result['latency_p99_ms']:.1f} ms"
                    if "latency_median_ms" in result else "")
         say(f"  {row.label}: {result['steps_per_s']:,.0f} steps/s{' (partial)' if result.get('partial') else ''}"
@@ -399,6 +401,14 @@ class Bench:
     def table(self) -> str:
         return report.table(list(self.rows.values()))
 
+    def sources_note(self) -> str:
+        if len(self.pgflow_sources) > 1:
+            return (f"; pgflow's sources changed during the run (another engineer is optimising the engine): "
+                    f"{len(self.pgflow_sources)} versions were measured ({', '.join(sorted(self.pgflow_sources))})")
+        if self.pgflow_sources:
+            return f" (sources digest {next(iter(self.pgflow_sources))})"
+        return ""
+
     def section(self, text: str, started_at: datetime, load_before: str, load_after: str) -> str:
         info = report.machine()
         self.versions.setdefault("Python", info["python"])
@@ -410,7 +420,8 @@ class Bench:
             f"of memory, Linux {info['kernel']}; load average {load_before} before, {load_after} after; "
             f"processes outside the benchmark (other engineers' test suites share this machine) used "
             f"{self.others_share:.0%} of its CPU during the rounds. pgflow at commit "
-            f"{commit}{' with uncommitted changes to pgflow/' if dirty else ''}.",
+            f"{commit}{' with uncommitted changes to pgflow/' if dirty else ''}"
+            f"{self.sources_note()}.",
             "",
             "```", self.args.command, "```", "",
             f"{self.args.rounds} interleaved round(s); every figure is the median over the rounds. "

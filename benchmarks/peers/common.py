@@ -122,6 +122,7 @@ class Workers:
             proc.wait()
             (self.work / "pgids" / str(proc.pid)).unlink(missing_ok=True)
         self.procs.clear()
+        reap_orphans()
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -137,6 +138,39 @@ def last_line(path: Path) -> str:
     except FileNotFoundError:
         return "(no output)"
     return lines[-1][:300] if lines else "(no output)"
+
+
+def become_subreaper() -> None:
+    """Adopt our workers' orphans (prctl PR_SET_CHILD_SUBREAPER), so that we reap them.
+
+    A pool child whose parent died first would otherwise go to init: it would escape the
+    memory sampler, and its CPU time would not be counted as the benchmark's own.
+    """
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def reap_orphans(timeout: float = 5.0) -> None:
+    """Wait for every child left (adopted orphans included), up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if time.monotonic() > deadline:
+                for child in tree([os.getpid()])[1:]:  # still alive, in a group of its own: end it
+                    try:
+                        os.kill(child, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                deadline = time.monotonic() + timeout
+            time.sleep(0.05)
 
 
 def exit_on_sigterm() -> None:
@@ -404,6 +438,7 @@ def main(system_class: type[System], description: str | None = None) -> None:
     args = parser(description).parse_args()
     args.work = args.work.resolve()
     exit_on_sigterm()
+    become_subreaper()
     fresh_stamps(args.work)
     system = system_class(args)
     workers = Workers(args.work, args.work / "logs" / f"{system.name}-{args.label}.log")

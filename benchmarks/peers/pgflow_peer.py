@@ -9,10 +9,11 @@ pgflow_bench on the same PostgreSQL. Steps/s come from the step rows: first clai
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
-from benchmarks.peers.common import System, Workers, main, versions, wait_until
+from benchmarks.peers.common import ROOT, System, Workers, main, versions, wait_until
 
 CONCURRENCY = int(os.environ.get("BENCH_PGFLOW_CONCURRENCY", "8"))
 
@@ -24,7 +25,12 @@ class Pgflow(System):
         return f"{self.args.workers} x pgflow_worker --concurrency {CONCURRENCY} (threads)"
 
     def versions(self) -> dict[str, str]:
-        return versions("django-pgflow", "Django", "psycopg")
+        # The engine changes under our feet while others optimise it: name the sources measured.
+        digest = hashlib.sha1(usedforsecurity=False)
+        for path in sorted((ROOT / "pgflow").rglob("*")):
+            if path.suffix in (".py", ".sql") and path.is_file():
+                digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+        return {**versions("django-pgflow", "Django", "psycopg"), "pgflow sources": digest.hexdigest()[:10]}
 
     def prepare(self) -> None:
         os.environ["DATABASE_URL"] = self.args.db
