@@ -476,8 +476,8 @@ METHOD = [
     "children share with their parent once per process, so the PSS beside it is the fairer figure for "
     "Celery's prefork pool and django-q2's processes.",
     "- The ceiling: benchmarks/peers/ceiling.py, pgbench on a step table holding 2,000 due rows. '1 statement "
-    "per step' claims a due row (FOR UPDATE SKIP LOCKED), marks it done and inserts the next step in one "
-    "prepared statement: no queue doing one transaction per step beats it here. 'claim, then complete' is the "
+    "a step' claims a due row (FOR UPDATE SKIP LOCKED), marks it done and inserts the next step in one "
+    "prepared statement: no queue doing one transaction per step beats it here. 'claim + complete' is the "
     "least a worker taking one step at a time needs, since the body runs between the two: one transaction "
     "claims, a second completes and inserts the next. An engine that batches claims and outcomes can pass "
     "both. \"÷ best ceiling\" divides by the best ceiling figure of the run.",
@@ -486,6 +486,14 @@ METHOD = [
     "- PostgreSQL is the project's private test cluster: fsync, synchronous_commit and full_page_writes off. "
     "Commits cost almost nothing here, unlike on a durable server where each waits for a disk flush; that "
     "flatters systems that make many small transactions, and every figure above would be lower there.",
+    "- Not equal, and worth knowing: the systems do not promise the same. pgflow, DBOS, Procrastinate and "
+    "django-q2 keep every step's state in PostgreSQL; Celery here keeps its messages in a Redis that saves "
+    "nothing, acknowledges a task when it starts (its default) and stores no results. Worker settings are "
+    "each system's usual ones for throughput, not all defaults: pgflow 8 threads; Celery's prefork pool of "
+    "one process a core (its default); Procrastinate 8 async jobs; DBOS 32 workflows a worker, its queue "
+    "polled every 0.1 s (defaults, no limit and 1 s, gave ~235 steps/s and ~0.5 s of latency); django-q2 "
+    "with save_limit 0 (see its line above). The chains are enqueued in whatever way is natural: pgflow's "
+    "2,000 runs in one transaction, the others one call each; enqueueing is not timed.",
 ]
 
 
