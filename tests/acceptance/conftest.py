@@ -26,6 +26,11 @@ class WorkerProcess:
         self.proc.wait(10)
 
     def terminate(self) -> int:
+        # A worker still importing Django has no SIGTERM handler yet and would just die:
+        # wait until it says it started, as a supervisor's stop after a restart would.
+        deadline = time.monotonic() + 60
+        while "starting: queues=" not in self.output() and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(60)
 
