@@ -47,13 +47,16 @@ def venv(folder: str, python: str, extras: str, django: str | None = None) -> Pa
 
 
 def newer_python() -> str | None:
-    """A Python 3.12+ for the Django 6 run: on the PATH or under pyenv."""
-    for name in ("python3.13", "python3.12"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")), reverse=True)
-    return pyenv[0] if pyenv else None
+    """A Python 3.12+ for the Django 6 run, under pyenv or on the PATH, that really runs
+    (a pyenv shim for a version that is not selected exists but fails)."""
+    candidates = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")), reverse=True)
+    candidates += [found for name in ("python3.13", "python3.12") if (found := shutil.which(name))]
+    for candidate in candidates:
+        probe = subprocess.run([candidate, "-c", "import sys, venv; print(sys.version_info >= (3, 12))"],
+                               capture_output=True, text=True, check=False)
+        if probe.returncode == 0 and probe.stdout.strip() == "True":
+            return candidate
+    return None
 
 
 def test(args: list[str]) -> int:
