@@ -87,7 +87,7 @@ def test(args: list[str]) -> int:
 def demo(args: list[str]) -> int:
     python = venv(".venv", sys.executable, "dev,demo")
     say("starting the demo (the first start also writes a week of history for the dashboard)")
-    return run([python, "manage.py", "pgflow_demo", *(args or ["--history", "3000"])])
+    return run([python, "manage.py", "pgflow_demo", *args])
 
 
 def main() -> int:

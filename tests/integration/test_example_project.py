@@ -38,7 +38,7 @@ def test_the_history_has_the_shapes_the_engine_writes():
 
 
 def test_the_demo_sets_up_and_starts_runs_without_serving(capsys):
-    call_command("pgflow_demo", "--no-serve", "--runs", "3")
+    call_command("pgflow_demo", "--no-serve", "--runs", "3", "--history", "0")
     out = capsys.readouterr().out
     assert "[pgflow demo] created the admin login admin" in out
     assert "started" in out

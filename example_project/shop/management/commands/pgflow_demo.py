@@ -32,8 +32,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--runs", type=int, default=12, help="example runs to start (default 12)")
-        parser.add_argument("--history", type=int, default=0,
-                            help="also generate this many historical runs for the dashboard")
+        parser.add_argument("--history", type=int, default=3000,
+                            help="historical runs written once, on a fresh database, for the dashboard "
+                                 "(default 3000; 0 for none)")
         parser.add_argument("--no-serve", action="store_true", help="set up, start the runs, and exit")
 
     def handle(self, *args: Any, port: int, runs: int, history: int, no_serve: bool, **options: Any) -> None:
@@ -81,10 +82,12 @@ class Command(BaseCommand):
         return children
 
     def supervise(self, children: dict[str, subprocess.Popen[bytes]]) -> None:
-        def stop_on_term(signum: int, frame: object) -> None:
+        def stop(signum: int, frame: object) -> None:
             raise KeyboardInterrupt  # SIGTERM stops the demo like Ctrl-C: children first
 
-        signal.signal(signal.SIGTERM, stop_on_term)
+        # Both set explicitly: a process started in the background inherits SIGINT ignored.
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         try:
             while True:
                 for name, child in children.items():
