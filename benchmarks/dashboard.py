@@ -70,22 +70,9 @@ ERRORS = ["ConnectionError", "TimeoutError", "ValueError", "shop.errors.PaymentD
 
 
 def setup_django() -> None:
-    import django
+    from benchmarks import engine
 
-    django.setup()
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB])
-        exists = cursor.fetchone()
-    if not exists:
-        with connection.cursor() as cursor:
-            cursor.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    connection.close()
-    connection.settings_dict["NAME"] = BENCH_DB
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
+    engine.setup_django(BENCH_DB)
 
 
 # --- seeding ----------------------------------------------------------------------------------

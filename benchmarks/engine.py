@@ -29,20 +29,21 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
 BENCH_DB = "pgflow_bench"
 
 
-def setup_django() -> None:
+def setup_django(database: str = BENCH_DB) -> None:
+    """Set Django up on ``database`` (created if missing, then migrated) beside the project's own."""
     import django
 
     django.setup()
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB])
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database])
         exists = cursor.fetchone()
     if not exists:
         with connection.cursor() as cursor:
-            cursor.execute(f'CREATE DATABASE "{BENCH_DB}"')
+            cursor.execute(f'CREATE DATABASE "{database}"')
     connection.close()
-    connection.settings_dict["NAME"] = BENCH_DB
+    connection.settings_dict["NAME"] = database
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pgflow
 from pgflow import step
-
-
-def _mark(name: str) -> None:
-    path = os.environ.get("PGFLOW_TEST_MARKS")
-    if path:
-        # O_APPEND writes of one short line are atomic, so concurrent workers never interleave.
-        with Path(path).open("a") as marks:
-            marks.write(name + "\n")
+from tests.workflows import _mark
 
 
 class Load(pgflow.Workflow):
