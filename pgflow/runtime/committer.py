@@ -33,9 +33,13 @@ class Committer:
 
     def submit(self, item: store.Finished) -> bool:
         """Apply ``item`` (in some batch); True when it was applied, False when ignored."""
+        return self.submit_later(item).result()
+
+    def submit_later(self, item: store.Finished) -> Future[bool]:
+        """Queue ``item``; the future answers as ``submit`` does, once its batch committed."""
         future: Future[bool] = Future()
         self._queue.put((item, future))
-        return future.result()
+        return future
 
     def stop(self) -> None:
         self._queue.put(None)

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -36,6 +37,13 @@ class Result:
     outcome: str  # the Step.outcome word, or "ignored" / "ended_before_body" / "parked"
     applied: bool
     seconds: float
+    # Set when the outcome was handed to a group commit that has not answered yet: the
+    # body is over, the transition is not. ``settled`` gives the final Result.
+    pending: Future[bool] | None = None
+
+    def settled(self, applied: bool) -> Result:
+        """This result once its pending commit answered ``applied``; logs its line."""
+        return _logged(self.claim, self.outcome if applied else "ignored", self.seconds, applied=applied)
 
 
 class Runner:
@@ -44,13 +52,20 @@ class Runner:
     ``finish`` applies a body's outcome: ``store.finish`` by default (one transaction per
     attempt); the worker passes its committer's, which groups the outcomes of attempts that
     end together into one transaction.
+
+    ``finish_later``, when given, takes the outcome of a body that returned and answers at
+    once with a future of the commit: the thread (and the worker's slot) is free for the
+    next body while the group commit runs, so claiming overlaps committing. Failures still
+    go through ``finish`` and wait, because their errors are reported after the commit.
     """
 
-    def __init__(self, finish: Callable[[store.Finished], bool] | None = None) -> None:
+    def __init__(self, finish: Callable[[store.Finished], bool] | None = None,
+                 finish_later: Callable[[store.Finished], Future[bool]] | None = None) -> None:
         self._active: dict[Any, Prepared] = {}
         self._timed_out: set[Any] = set()
         self._lock = threading.Lock()
         self._finish = finish or _finish_one
+        self._finish_later = finish_later
 
     def execute(self, held: Claim) -> Result:
         started = time.monotonic()
@@ -68,7 +83,11 @@ class Runner:
             outcome, output, error = run_body(prepared)
             if error is not None:
                 return self._fail(prepared, error, started)
-            applied = self._finish(store.Finished(claim=held, outcome=outcome, output=output))
+            finished = store.Finished(claim=held, outcome=outcome, output=output)
+            if self._finish_later is not None:
+                return Result(claim=held, outcome=outcome.word, applied=False, seconds=time.monotonic() - started,
+                              pending=self._finish_later(finished))
+            applied = self._finish(finished)
             return self._result(held, outcome.word if applied else "ignored", started, applied=applied)
         finally:
             with self._lock:
@@ -104,11 +123,14 @@ class Runner:
 
     @staticmethod
     def _result(held: Claim, outcome: str, started: float, *, applied: bool = True) -> Result:
-        seconds = time.monotonic() - started
-        logger.info("run=%s step=%s attempt=%s outcome=%s duration=%.3fs", held.run_id, held.step_name,
-                    held.attempt, outcome, seconds,
-                    extra={"action": "step", "run_id": held.run_id, "step": held.step_name, "outcome": outcome})
-        return Result(claim=held, outcome=outcome, applied=applied, seconds=seconds)
+        return _logged(held, outcome, time.monotonic() - started, applied=applied)
+
+
+def _logged(held: Claim, outcome: str, seconds: float, *, applied: bool) -> Result:
+    logger.info("run=%s step=%s attempt=%s outcome=%s duration=%.3fs", held.run_id, held.step_name,
+                held.attempt, outcome, seconds,
+                extra={"action": "step", "run_id": held.run_id, "step": held.step_name, "outcome": outcome})
+    return Result(claim=held, outcome=outcome, applied=applied, seconds=seconds)
 
 
 def _finish_one(item: store.Finished) -> bool:

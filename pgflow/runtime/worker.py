@@ -29,7 +29,7 @@ from .. import store
 from ..conf import pgflow_settings
 from ..store import Claim
 from . import sweep
-from .committer import Committer
+from .committer import MAX_BATCH, Committer
 from .runner import Result, Runner
 
 logger = logging.getLogger("pgflow")
@@ -56,7 +56,11 @@ class Worker:
         self.runner = Runner()
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._running: dict[Future[Result], Claim] = {}
+        # Held attempts by claim token: from the claim until their transition committed
+        # (the heartbeat keeps their leases, the drain waits for them). ``_bodies`` are
+        # those whose body is still running: they take the concurrency slots.
+        self._running: dict[Any, Claim] = {}
+        self._bodies: set[Any] = set()
         self._running_lock = threading.Lock()
         self._next_sweep = 0.0
         self._signals = 0
@@ -72,7 +76,7 @@ class Worker:
         logger.info("worker %s starting: queues=%s concurrency=%d%s", self.name, ",".join(self.queues),
                     self.concurrency, " burst" if self.burst else "", extra={"action": "worker_start"})
         self.committer = Committer()
-        self.runner = Runner(finish=self.committer.submit)
+        self.runner = Runner(finish=self.committer.submit, finish_later=self.committer.submit_later)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pgflow-step")
         threads = [threading.Thread(target=self._listen, name="pgflow-listen", daemon=True),
                    threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True)]
@@ -126,16 +130,24 @@ class Worker:
             if wait > 0:
                 self._wake.wait(wait)
 
+    def _free(self) -> int:
+        """Slots for new claims: bodies running take one each, and attempts whose outcome
+        waits for the group commit are bounded by one more batch."""
+        with self._running_lock:
+            return max(0, min(self.concurrency - len(self._bodies),
+                              self.concurrency + MAX_BATCH - len(self._running)))
+
     def _claim_and_submit(self, pool: ThreadPoolExecutor) -> int:
-        free = self.concurrency - len(self._running)
+        free = self._free()
         if free <= 0:
             return 0
         claims = store.claim(worker=self.name, queues=self.queues, limit=free)
         for held in claims:
-            future = pool.submit(self._execute, held)
             with self._running_lock:
-                self._running[future] = held
-            future.add_done_callback(self._done)
+                self._running[held.token] = held
+                self._bodies.add(held.token)
+            future = pool.submit(self._execute, held)
+            future.add_done_callback(lambda done, held=held: self._done(held, done))
         return len(claims)
 
     def _execute(self, held: Claim) -> Result:
@@ -147,20 +159,39 @@ class Worker:
             connection.close()
             raise
 
-    def _done(self, future: Future[Result]) -> None:
+    def _done(self, held: Claim, future: Future[Result]) -> None:
+        """The body is over: its slot is free; the attempt stays held until its commit answered."""
+        exc = future.exception()
+        result = None if exc is not None else future.result()
         with self._running_lock:
-            self._running.pop(future, None)
-        if future.exception() is not None:
-            exc = future.exception()
+            self._bodies.discard(held.token)
+            if result is None or result.pending is None:
+                self._running.pop(held.token, None)
+        if exc is not None:
             logger.error("step runner failed: %s", exc, exc_info=exc, extra={"action": "runner_error"})
+        elif result is not None and result.pending is not None:
+            result.pending.add_done_callback(lambda commit: self._committed(result, commit))
         else:
+            self.completed += 1
+        self._wake.set()
+
+    def _committed(self, result: Result, commit: Future[bool]) -> None:
+        with self._running_lock:
+            self._running.pop(result.claim.token, None)
+        exc = commit.exception()
+        if exc is not None:
+            # The attempt keeps its lease until it expires, then the sweep runs it again.
+            logger.error("applying the outcome of step %s failed: %s", result.claim.step_id, exc,
+                         extra={"action": "commit_failed"})
+        else:
+            result.settled(bool(commit.result()))
             self.completed += 1
         self._wake.set()
 
     def _idle_wait(self, claimed: int) -> float:
         """Seconds to sleep before the next claim: none while slots are free and work was
         found; up to the next due time or the poll interval otherwise."""
-        free = self.concurrency - len(self._running)
+        free = self._free()
         if claimed and free > 0:
             return 0.0
         if free <= 0:

@@ -68,3 +68,45 @@ def test_an_output_of_none_is_stored_as_null_and_the_next_delay_queue_and_priori
     assert Step.objects.get(pk=held.step_id).output is None
     assert Step.objects.filter(pk=held.step_id, output__isnull=True).exists()
     assert null.pk == held.run_id
+
+
+@pytest.fixture
+def committer():
+    from pgflow.runtime.committer import Committer
+
+    running = Committer()
+    yield running
+    running.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_returned_body_frees_its_thread_before_the_commit_and_settles_once_committed(committer):
+    from pgflow.runtime.runner import Runner
+
+    runner = Runner(finish=committer.submit, finish_later=committer.submit_later)
+    advancing, cancelled = wf.ThreeSteps.start(), wf.ThreeSteps.start()
+    held = claim_all()
+    store.cancel(cancelled.pk, actor="ops")  # between the claim and the body: its commit must be ignored
+
+    result = runner.execute(held[advancing.pk])
+    assert result.pending is not None and result.pending.result(timeout=10) is True
+    assert result.settled(True).outcome == "completed"
+    assert list(Step.objects.filter(run=advancing).values_list("step_name", "status")) == [
+        ("one", "completed"), ("two", "scheduled")]
+
+    late = runner.execute(held[cancelled.pk])
+    assert late.pending is not None and late.pending.result(timeout=10) is False
+    assert late.settled(False).outcome == "ignored"
+    assert WorkflowRun.objects.get(pk=cancelled.pk).status == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_body_waits_for_its_commit_so_errors_are_reported_after_it(committer):
+    from pgflow.runtime.runner import Runner
+
+    runner = Runner(finish=committer.submit, finish_later=committer.submit_later)
+    run = wf.Failing.start()
+    (held,) = claim_all().values()
+    result = runner.execute(held)
+    assert (result.pending, result.applied, result.outcome) == (None, True, "paused")
+    assert WorkflowRun.objects.get(pk=run.pk).status == "paused"
