@@ -61,7 +61,9 @@ def worker_command(concurrency: int, *extra: str) -> tuple[list[str], dict[str, 
     """The argv and the extra environment of a worker on the benchmark database."""
     argv = [sys.executable, str(ROOT / "manage.py"), "pgflow_worker", "-v", "0", "--concurrency", str(concurrency),
             *extra]
-    return argv, {"PGFLOW_TEST_DB_NAME": BENCH_DB, "PGFLOW_LOG_LEVEL": "WARNING", "PGFLOW_POLL_SECONDS": "5"}
+    # DEBUG off, as in production: with it on, Django records every query (the peers run without it).
+    return argv, {"PGFLOW_TEST_DB_NAME": BENCH_DB, "PGFLOW_LOG_LEVEL": "WARNING", "PGFLOW_POLL_SECONDS": "5",
+                  "DEBUG": "false"}
 
 
 def worker(concurrency: int, *extra: str) -> subprocess.Popen[bytes]:

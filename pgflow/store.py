@@ -434,7 +434,8 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
         return []
     at = at or now()
     lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
-    with transaction.atomic(), connection.cursor() as cursor:
+    # One statement is its own transaction: no BEGIN and COMMIT round trips around it.
+    with connection.cursor() as cursor:
         cursor.execute(_CLAIM_SQL, {"queues": queues, "now": at, "limit": limit, "worker": worker,
                                     "lease_until": lease_until})
         rows = cursor.fetchall()

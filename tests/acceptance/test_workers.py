@@ -79,3 +79,11 @@ def test_a_step_past_its_timeout_fails_while_its_worker_keeps_going(start_worker
     assert run.status == "paused"
     worker.terminate()
     assert "late completion ignored" in worker.output()
+
+
+def test_a_worker_started_with_debug_on_says_it_slows_it_down(start_worker):
+    noisy = start_worker("--burst", env={"DEBUG": "true"})
+    quiet = start_worker("--burst", env={"DEBUG": "false"})
+    assert noisy.proc.wait(60) == 0 and quiet.proc.wait(60) == 0
+    assert "DEBUG is on" in noisy.output()
+    assert "DEBUG is on" not in quiet.output()

@@ -7,6 +7,7 @@ import logging
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from pgflow.conf import pgflow_settings
@@ -56,6 +57,9 @@ class Command(BaseCommand):
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             pgflow_logger.addHandler(handler)
         pgflow_logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO if verbosity else logging.WARNING)
+        if settings.DEBUG:
+            pgflow_logger.warning("DEBUG is on: Django records every query the worker sends, which slows it "
+                                  "down; run workers with DEBUG = False", extra={"action": "worker_debug"})
         worker = Worker(queues=queues or [pgflow_settings.QUEUE], concurrency=concurrency, burst=burst, name=name)
         code = worker.run()
         if code:
