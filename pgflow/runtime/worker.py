@@ -9,6 +9,7 @@ database one cheap query per poll interval.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -147,7 +148,7 @@ class Worker:
                 self._running[held.token] = held
                 self._bodies.add(held.token)
             future = pool.submit(self._execute, held)
-            future.add_done_callback(lambda done, held=held: self._done(held, done))
+            future.add_done_callback(functools.partial(self._done, held))
         return len(claims)
 
     def _execute(self, held: Claim) -> Result:
