@@ -668,26 +668,36 @@ SET status = 'completed', outcome = 'completed', finished_at = %(at)s, claim_tok
 FROM unnest(%(ids)s::bigint[], %(outputs)s::text[]) AS v(id, output)
 WHERE s.id = v.id
 """
-_INSERT_STEPS = """
-INSERT INTO pgflow_step (run_id, step_name, attempt, status, outcome, queue, priority, created_at, scheduled_at,
-                         worker)
-SELECT v.run_id, v.step_name, 1, 'scheduled', '', v.queue, v.priority, %(at)s, v.due, ''
-FROM unnest(%(runs)s::bigint[], %(names)s::text[], %(queues)s::text[], %(priorities)s::int[],
-            %(due)s::timestamptz[]) AS v(run_id, step_name, queue, priority, due)
-"""
-_INSERT_EVENTS = """
-INSERT INTO pgflow_event (run_id, step_id, event, actor, details, created_at)
-SELECT v.run_id, v.step_id, v.event, 'system', '{}'::jsonb, %(at)s
-FROM unnest(%(runs)s::bigint[], %(steps)s::bigint[], %(events)s::text[]) WITH ORDINALITY AS v(run_id, step_id, event)
-ORDER BY ordinality
-"""
-_MOVE_RUNS = """
-UPDATE pgflow_run AS r
-SET status = v.status, current_step = v.current_step, finished_at = v.finished_at, updated_at = %(at)s,
-    paused_reason = ''
-FROM unnest(%(ids)s::bigint[], %(statuses)s::text[], %(current)s::text[], %(finished)s::timestamptz[])
-     AS v(id, status, current_step, finished_at)
-WHERE r.id = v.id
+# The rest of a batch's common case in one statement (one round trip): the next attempts,
+# the events, the runs moved on, and a NOTIFY per queue with a step due now. The attempts
+# closed by _CLOSE_COMPLETED must be closed by then: the one-open-attempt index is checked
+# as each row is inserted.
+_ADVANCE = """
+WITH next_steps AS (
+    INSERT INTO pgflow_step (run_id, step_name, attempt, status, outcome, queue, priority, created_at, scheduled_at,
+                             worker)
+    SELECT v.run_id, v.step_name, 1, 'scheduled', '', v.queue, v.priority, %(at)s, v.due, ''
+    FROM unnest(%(step_runs)s::bigint[], %(step_names)s::text[], %(step_queues)s::text[],
+                %(step_priorities)s::int[], %(step_due)s::timestamptz[]) AS v(run_id, step_name, queue, priority, due)
+    RETURNING 1
+), events AS (
+    INSERT INTO pgflow_event (run_id, step_id, event, actor, details, created_at)
+    SELECT v.run_id, v.step_id, v.event, 'system', '{}'::jsonb, %(at)s
+    FROM unnest(%(event_runs)s::bigint[], %(event_steps)s::bigint[], %(events)s::text[]) WITH ORDINALITY
+         AS v(run_id, step_id, event)
+    ORDER BY ordinality
+    RETURNING 1
+), moved AS (
+    UPDATE pgflow_run AS r
+    SET status = v.status, current_step = v.current_step, finished_at = v.finished_at, updated_at = %(at)s,
+        paused_reason = ''
+    FROM unnest(%(run_ids)s::bigint[], %(run_statuses)s::text[], %(run_current)s::text[],
+                %(run_finished)s::timestamptz[]) AS v(id, status, current_step, finished_at)
+    WHERE r.id = v.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM next_steps), (SELECT count(*) FROM events), (SELECT count(*) FROM moved),
+       (SELECT count(pg_notify(%(channel)s, queue)) FROM unnest(%(due_queues)s::text[]) AS queue)
 """
 
 
@@ -696,8 +706,13 @@ def _outputs_with(item: Finished) -> Callable[[], dict[str, Any]]:
     return lambda: {**outputs_of(item.claim.run()), item.claim.step_name: item.output}
 
 
+def _add(columns: dict[str, list[Any]], **values: Any) -> None:
+    for name, value in values.items():
+        columns[name].append(value)
+
+
 def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetime) -> None:
-    """Close completed attempts and move their runs on: four statements for all of them.
+    """Close completed attempts and move their runs on: two statements for all of them.
 
     The same transitions ``apply`` makes for a COMPLETE outcome on a running run; a run
     whose next step cannot be worked out (its class or step is gone) goes through
@@ -705,9 +720,11 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
     """
     from .registry import resolve
 
-    steps: dict[str, list[Any]] = {"runs": [], "names": [], "queues": [], "priorities": [], "due": []}
-    events: dict[str, list[Any]] = {"runs": [], "steps": [], "events": []}
-    moved: dict[str, list[Any]] = {"ids": [], "statuses": [], "current": [], "finished": []}
+    # _ADVANCE's array parameters, one list each, filled together per attempt
+    advance: dict[str, list[Any]] = {name: [] for name in (
+        "step_runs", "step_names", "step_queues", "step_priorities", "step_due",
+        "event_runs", "event_steps", "events",
+        "run_ids", "run_statuses", "run_current", "run_finished")}
     due_queues: set[str] = set()
     closing, outputs, fallback = [], [], []
     for item, workflow_class in done:
@@ -725,37 +742,23 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
             continue
         closing.append(claim.step_id)
         outputs.append(None if item.output is None else json.dumps(item.output))
-        events["runs"].append(claim.run_id)
-        events["steps"].append(claim.step_id)
-        events["events"].append("step_completed")
-        moved["ids"].append(claim.run_id)
+        _add(advance, event_runs=claim.run_id, event_steps=claim.step_id, events="step_completed")
         if nxt is None:
-            moved["statuses"].append(RunStatus.FINISHED.value)
-            moved["current"].append(None)
-            moved["finished"].append(at)
-            events["runs"].append(claim.run_id)
-            events["steps"].append(None)
-            events["events"].append("finished")
+            _add(advance, run_ids=claim.run_id, run_statuses=RunStatus.FINISHED.value, run_current=None,
+                 run_finished=at)
+            _add(advance, event_runs=claim.run_id, event_steps=None, events="finished")
             continue
         due = at + timedelta(seconds=delay) if delay else at
         queue = workflow.queue_for(nxt.name)
-        for key, value in (("runs", claim.run_id), ("names", nxt.name), ("queues", queue),
-                           ("priorities", workflow.priority_for(nxt.name)), ("due", due)):
-            steps[key].append(value)
-        moved["statuses"].append(RunStatus.RUNNING.value)
-        moved["current"].append(nxt.name)
-        moved["finished"].append(None)
+        _add(advance, step_runs=claim.run_id, step_names=nxt.name, step_queues=queue,
+             step_priorities=workflow.priority_for(nxt.name), step_due=due)
+        _add(advance, run_ids=claim.run_id, run_statuses=RunStatus.RUNNING.value, run_current=nxt.name,
+             run_finished=None)
         if due <= at:
             due_queues.add(queue)
     if closing:
-        # Close before inserting: the one-open-attempt index is checked per statement.
         cursor.execute(_CLOSE_COMPLETED, {"at": at, "ids": closing, "outputs": outputs})
-        if steps["runs"]:
-            cursor.execute(_INSERT_STEPS, {"at": at, **steps})
-        cursor.execute(_INSERT_EVENTS, {"at": at, **events})
-        cursor.execute(_MOVE_RUNS, {"at": at, **moved})
-        for queue in sorted(due_queues):
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
+        cursor.execute(_ADVANCE, {"at": at, "channel": CHANNEL, "due_queues": sorted(due_queues), **advance})
     for item in fallback:
         apply(WorkflowRun.objects.get(pk=item.claim.run_id), Step.objects.get(pk=item.claim.step_id), item.outcome,
               at=at, output=item.output)

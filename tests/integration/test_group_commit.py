@@ -110,3 +110,26 @@ def test_a_failed_body_waits_for_its_commit_so_errors_are_reported_after_it(comm
     result = runner.execute(held)
     assert (result.pending, result.applied, result.outcome) == (None, True, "paused")
     assert WorkflowRun.objects.get(pk=run.pk).status == "paused"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_notifies_each_queue_with_a_step_due_now_once_and_no_queue_of_a_delayed_one():
+    import psycopg
+    from django.db import connection
+
+    listener = psycopg.connect(**{key: value for key, value in connection.get_connection_params().items()
+                                  if key in ("dbname", "user", "password", "host", "port")}, autocommit=True)
+    try:
+        listener.execute(f"LISTEN {store.CHANNEL}")
+        due_now = [wf.ThreeSteps.start(), wf.ThreeSteps.start()]
+        delayed = wf.ThenWait.start()  # its next step waits 120 s, on the "mail" queue
+        held = claim_all()
+        list(listener.notifies(timeout=0.2))  # the starts' own notifications
+        items = [store.Finished(claim=held[run.pk], outcome=Outcome(kind="complete"), output="now")
+                 for run in (*due_now, delayed)]
+        assert store.finish_many(items) == [True, True, True]
+        payloads = [note.payload for note in listener.notifies(timeout=0.5)]
+    finally:
+        listener.close()
+    assert payloads == ["workflows"]
+    assert Step.objects.filter(run__in=due_now, step_name="two", status="scheduled").count() == 2
