@@ -18,6 +18,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from pgflow import rollup
 from pgflow.models import Batch, BatchMember, Event, Signal, Step, WorkflowRun
 
 from .demo import pick_vendors
@@ -38,7 +39,9 @@ class _Rows:
 
 
 def generate(count: int, *, days: int = 7, seed: int | None = None, now: datetime | None = None) -> int:
-    """Write ``count`` finished, failed, paused and waiting order runs spread over ``days``."""
+    """Write ``count`` finished, failed, paused and waiting order runs spread over ``days``,
+    then count again the insights' rollup of those hours (the sweep may have rolled them
+    already, before these rows were there)."""
     rng = random.Random(seed)
     now = now or timezone.now()
     written = 0
@@ -46,6 +49,7 @@ def generate(count: int, *, days: int = 7, seed: int | None = None, now: datetim
         chunk = min(500, count - written)
         _write_chunk(rng, chunk, days=days, now=now)
         written += chunk
+    rollup.rebuild(now - timedelta(days=days), now)
     return written
 
 

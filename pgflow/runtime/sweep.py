@@ -5,7 +5,10 @@ an advisory lock, and each repair is its own short transition under the run's lo
   MAX_LOST_ATTEMPTS in a row;
 - signal waits past their deadline: ``on_timeout``;
 - fan-out steps whose batch callback was lost;
-- retention: finished and cancelled runs older than RETENTION, in bounded batches.
+- the hourly rollup of the insights' figures: the hours closed since the last sweep
+  (``pgflow.rollup.roll``, a bounded number per sweep);
+- retention: finished and cancelled runs older than RETENTION, in bounded batches, and the
+  rollup's rows as old.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 
-from .. import store
+from .. import rollup, store
 from ..conf import pgflow_settings
 from ..core.states import RunStatus, StepStatus
 from ..models import Step
@@ -40,6 +43,7 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
             "lost_leases": _each(_expired_leases(at), lambda step_id: recover_lost(step_id, at=at)),
             "wait_timeouts": _each(_past_deadline(at), lambda step_id: _time_out(step_id, at)),
             "fan_out_repairs": _repair_fan_outs(at),
+            "rolled_hours": _roll(at),
             "purged_runs": purge(at=at),
         }
     finally:
@@ -57,6 +61,15 @@ def _each(ids: list[int], repair: object) -> int:
             # One broken run must not stop the sweep for all the others.
             logger.exception("sweep: repair of step %s failed", step_id, extra={"action": "sweep_error"})
     return done
+
+
+def _roll(at: datetime) -> int:
+    try:
+        return rollup.roll(at=at)
+    except Exception:
+        # The insights count the hours it missed live until the next sweep rolls them.
+        logger.exception("sweep: rollup failed", extra={"action": "sweep_error"})
+        return 0
 
 
 def _expired_leases(at: datetime) -> list[int]:
@@ -142,11 +155,13 @@ _PURGE = [
 
 
 def purge(*, at: datetime) -> int:
-    """Delete finished and cancelled runs older than RETENTION (with their rows)."""
+    """Delete finished and cancelled runs older than RETENTION (with their rows), and the
+    rollup's rows of hours as old."""
     retention = pgflow_settings.RETENTION
     if retention is None:
         return 0
     cutoff = at - (retention if isinstance(retention, timedelta) else timedelta(seconds=retention))
+    rollup.purge(cutoff)
     deleted = 0
     for _ in range(RETENTION_ROUNDS):
         with transaction.atomic(), connection.cursor() as cursor:

@@ -1,0 +1,447 @@
+"""The hourly rollup: the insights' figures of each closed hour, counted once and kept, so
+a 30-day window reads a few thousand small rows instead of a million attempts.
+
+Each figure is counted in the hour it became final, so a rolled hour never changes:
+
+- runs *started*, by ``created_at``;
+- runs *finished* and *cancelled*, and finished runs' durations, by the run's ``finished_at``;
+- attempts, by their ``finished_at`` (their waited / queued / ran phases are over then):
+  how many, how many failed, and a :mod:`histogram <pgflow.core.histogram>` of each phase;
+- failed attempts, by ``finished_at``, per action taken (``outcome``) and error class.
+
+An hour ``H`` is *closed* once ``now >= H + 1 h + SETTLE``: ``finished_at`` is the time of
+the group commit that writes it, so a few minutes cover every row of the hour. The sweep
+(one worker at a time) calls :func:`roll`, which rolls the closed hours after the
+watermark (``pgflow_rollup_state.rolled_until``) oldest first, at most
+``HOURS_PER_SWEEP`` hours holding rows per call (a first deploy on a long history
+catches up over several sweeps); a stretch of hours with no row at all is passed over at
+the cost of three index probes, and counts as rolled. Rolling an hour replaces its rows,
+so it is idempotent. When a day's last hour is rolled, the day's rows (``hours = 24``) are
+summed from its hours: a month's histograms are then 30 rows per group, not 720.
+
+:func:`tally` is what the insights read for a window: the rolled hours from these rows
+(day rows for whole days), and the rest — the partial first hour, every hour after the
+watermark, the open hour — counted live from the engine's tables by :func:`aggregate`,
+the same function that writes an hour. A database the sweep never rolled is therefore
+exactly right, only slower.
+
+A row that becomes visible more than ``SETTLE`` after its timestamp (a history written
+backdated, a ``start()`` inside a transaction held open for longer) is not in an hour
+already rolled: :func:`rebuild` counts such hours again (``manage.py pgflow_rollup
+--rebuild``). Retention (``sweep.purge``) deletes rollup rows older than ``RETENTION``
+with :func:`purge`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from .core import histogram
+from .core.histogram import Histogram
+from .models import FailureRollup, RollupState, RunRollup, StepRollup
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+SETTLE = timedelta(minutes=5)  # an hour is rolled this long after it ends
+HOURS_PER_SWEEP = 12  # hours holding rows rolled per sweep: a sweep stays short while catching up
+LOCK_KEY = 0x7067_666C_6F78  # serialises the rollup's writers (the sweep, rebuild, the command)
+PHASES = ("waited", "queued", "ran")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# --- time -----------------------------------------------------------------------------------
+
+
+def floor_to(moment: datetime, size: timedelta) -> datetime:
+    """The start (UTC) of the epoch-aligned span of ``size`` holding ``moment``."""
+    return _EPOCH + (moment - _EPOCH) // size * size
+
+
+def ceil_to(moment: datetime, size: timedelta) -> datetime:
+    start = floor_to(moment, size)
+    return start if start == moment else start + size
+
+
+def closed_until(at: datetime) -> datetime:
+    """Every hour that ends at or before this is closed at ``at``."""
+    return floor_to(at - SETTLE, HOUR)
+
+
+# --- what a span of time adds up to ------------------------------------------------------------
+
+
+@dataclass
+class StepTally:
+    attempts: int = 0
+    failures: int = 0
+    waited: Histogram = field(default_factory=dict)
+    queued: Histogram = field(default_factory=dict)
+    ran: Histogram = field(default_factory=dict)
+
+    def add(self, other: StepTally) -> None:
+        self.attempts += other.attempts
+        self.failures += other.failures
+        for phase in PHASES:
+            histogram.merge(getattr(self, phase), getattr(other, phase))
+
+
+@dataclass
+class Tally:
+    """The figures of some span of time, summed. Chart counts are keyed by bucket number
+    (``floor(epoch / bucket_seconds)``); the per-class and per-step figures are totals."""
+
+    # (bucket, class): [started, finished, cancelled]
+    runs: dict[tuple[int, str], list[int]] = field(default_factory=dict)
+    durations: dict[str, Histogram] = field(default_factory=dict)  # class: finished runs' durations
+    failures: dict[tuple[int, str, str], int] = field(default_factory=dict)  # (bucket, outcome, error class)
+    steps: dict[tuple[str, str], StepTally] = field(default_factory=dict)  # (class, step)
+
+    def add(self, other: Tally) -> Tally:
+        for key, counts in other.runs.items():
+            mine = self.runs.setdefault(key, [0, 0, 0])
+            for index, count in enumerate(counts):
+                mine[index] += count
+        for path, durations in other.durations.items():
+            histogram.merge(self.durations.setdefault(path, {}), durations)
+        histogram.merge(self.failures, other.failures)
+        for group, step in other.steps.items():
+            self.steps.setdefault(group, StepTally()).add(step)
+        return self
+
+    def _run(self, bucket: int, path: str) -> list[int]:
+        return self.runs.setdefault((bucket, path), [0, 0, 0])
+
+
+def tally(since: datetime, until: datetime, bucket_seconds: int) -> Tally:
+    """The figures of ``[since, until)`` by buckets of ``bucket_seconds``: rolled hours read
+    from the rollup, the rest counted live. Buckets shorter than an hour are all live."""
+    mark = rolled_until()
+    if bucket_seconds % 3600 or mark is None:
+        return aggregate([(since, until)], bucket_seconds)
+    first = ceil_to(since, HOUR)  # [since, first) is a partial hour: live
+    last = max(first, min(floor_to(until, HOUR), mark))  # [last, until) is not rolled yet: live
+    counted = aggregate([(since, first), (last, until)], bucket_seconds)
+    if first < last:
+        counted.add(read(first, last, bucket_seconds))
+    return counted
+
+
+# --- counting live -----------------------------------------------------------------------------
+
+# One attempt's phases, as pgflow_dashboard.timeline.segments splits them, in SQL. A phase
+# is NULL until it is over (it then has no bucket and is not counted in the histogram).
+# "woken" is a signal step parked before its body and scheduled again when the signal came.
+_PHASES_SQL = """
+    CASE WHEN s.waiting_since IS NOT NULL AND s.waiting_since < s.scheduled_at
+         THEN s.waiting_since ELSE s.scheduled_at END AS waited_end,
+    s.created_at, s.scheduled_at, s.started_at, s.finished_at, s.waiting_since, s.status,
+    (s.waiting_since IS NOT NULL AND s.waiting_since >= s.scheduled_at) AS parked_after_body
+"""
+_WAITED = """CASE WHEN started_at IS NOT NULL OR finished_at IS NOT NULL
+                  THEN greatest(extract(epoch FROM least(waited_end, coalesce(finished_at, waited_end))
+                                         - created_at)::float8, 0) END"""
+_QUEUED = """CASE WHEN started_at IS NOT NULL
+                  THEN greatest(extract(epoch FROM started_at - scheduled_at)::float8, 0) END"""
+_RAN = """CASE WHEN started_at IS NULL THEN NULL
+               WHEN parked_after_body THEN greatest(extract(epoch FROM waiting_since - started_at)::float8, 0)
+               WHEN finished_at IS NOT NULL THEN greatest(extract(epoch FROM finished_at - started_at)::float8, 0)
+          END"""
+
+_STARTED_SQL = """
+    SELECT floor(extract(epoch FROM created_at) / %(bucket)s)::bigint, workflow_class, count(*)
+    FROM pgflow_run WHERE {created} GROUP BY 1, 2
+"""
+
+# One scan gives the counts per bucket and the duration histogram per class (grouping sets).
+_ENDED_SQL = f"""
+    SELECT GROUPING(slot), workflow_class, slot, status, duration, count(*)
+    FROM (
+        SELECT workflow_class, status, floor(extract(epoch FROM finished_at) / %(bucket)s)::bigint AS slot,
+               CASE WHEN status = 'finished'
+                    THEN {histogram.sql_bucket("extract(epoch FROM finished_at - created_at)::float8")} END AS duration
+        FROM pgflow_run WHERE status IN ('finished', 'cancelled') AND {{finished}}
+    ) AS ended
+    GROUP BY GROUPING SETS ((workflow_class, slot, status), (workflow_class, duration))
+"""
+
+# One scan of the attempts that ended gives each step's counts, its three histograms, and
+# the failures per bucket, action and error class. GROUPING(...) names the set of a row.
+_ATTEMPTS_SQL = f"""
+    WITH attempt AS (
+        SELECT s.run_id, s.step_name, s.outcome, coalesce(s.error_class, '') AS error_class,
+               floor(extract(epoch FROM s.finished_at) / %(bucket)s)::bigint AS slot, {_PHASES_SQL}
+        FROM pgflow_step s WHERE {{finished}}
+    ), phases AS (
+        SELECT run_id, step_name, status, outcome, error_class, slot,
+               {_WAITED} AS waited, {_QUEUED} AS queued, {_RAN} AS ran
+        FROM attempt
+    ), keyed AS (
+        SELECT r.workflow_class, p.step_name, p.status, p.outcome, p.error_class, p.slot,
+               {histogram.sql_bucket("p.waited")} AS waited, {histogram.sql_bucket("p.queued")} AS queued,
+               {histogram.sql_bucket("p.ran")} AS ran
+        FROM phases p JOIN pgflow_run r ON r.id = p.run_id
+    )
+    SELECT GROUPING(waited, queued, ran, slot), workflow_class, step_name, slot, outcome, error_class,
+           waited, queued, ran, count(*), count(*) FILTER (WHERE status = 'failed')
+    FROM keyed
+    GROUP BY GROUPING SETS ((workflow_class, step_name), (workflow_class, step_name, waited),
+                            (workflow_class, step_name, queued), (workflow_class, step_name, ran),
+                            (slot, outcome, error_class))
+"""
+# GROUPING(waited, queued, ran, slot): a bit is set for each column the row's set leaves out.
+_STEP_TOTALS, _FAILURES = 0b1111, 0b1110
+_PHASE_SETS = {0b0111: 0, 0b1011: 1, 0b1101: 2}  # -> index into PHASES
+
+
+def aggregate(ranges: Sequence[tuple[datetime, datetime]], bucket_seconds: int) -> Tally:
+    """Count the engine's rows whose figure became final in any of the half-open ``ranges``
+    (see the module docstring), by buckets of ``bucket_seconds``. Writes an hour's rollup
+    and reads the live parts of a window."""
+    spans = [(low, high) for low, high in ranges if low < high]
+    counted = Tally()
+    if not spans:
+        return counted
+    params: dict[str, Any] = {"bucket": bucket_seconds}
+    for index, (low, high) in enumerate(spans):
+        params[f"low{index}"], params[f"high{index}"] = low, high
+
+    def within(column: str) -> str:
+        return "(" + " OR ".join(f"({column} >= %(low{i})s AND {column} < %(high{i})s)"
+                                 for i in range(len(spans))) + ")"
+
+    for slot, path, count in _rows(_STARTED_SQL.format(created=within("created_at")), params):
+        counted._run(slot, path)[0] += count
+    for grouping, path, slot, status, duration, count in _rows(
+            _ENDED_SQL.format(finished=within("finished_at")), params):
+        if grouping == 0:
+            counted._run(slot, path)[1 if status == "finished" else 2] += count
+        elif duration is not None:  # a cancelled run has no duration
+            counted.durations.setdefault(path, {})[duration] = count
+    for grouping, path, name, slot, outcome, error_class, *keys, count, failed in _rows(
+            _ATTEMPTS_SQL.format(finished=within("s.finished_at")), params):
+        if grouping == _FAILURES:
+            if failed:
+                counted.failures[(slot, outcome, error_class)] = failed
+            continue
+        step = counted.steps.setdefault((path, name), StepTally())
+        if grouping == _STEP_TOTALS:
+            step.attempts, step.failures = count, failed
+        else:
+            phase = _PHASE_SETS[grouping]
+            if keys[phase] is not None:  # NULL: the phase is not over
+                getattr(step, PHASES[phase])[keys[phase]] = count
+    return counted
+
+
+# --- reading the rollup ----------------------------------------------------------------------
+
+
+def rolled_until() -> datetime | None:
+    """The watermark: every hour before it is rolled (None: the sweep never rolled)."""
+    found = _rows("SELECT rolled_until FROM pgflow_rollup_state WHERE id = 1", {})
+    return found[0][0] if found else None
+
+
+def read(first: datetime, last: datetime, bucket_seconds: int, *, days: bool = True) -> Tally:
+    """The rolled figures of the whole hours ``[first, last)`` (all rolled), by buckets of
+    ``bucket_seconds`` (a multiple of an hour). Histograms and per-step totals come from
+    day rows for whole days (``days``), the chart counts from hour rows."""
+    counted = Tally()
+    params: dict[str, Any] = {"first": first, "last": last, "bucket": bucket_seconds}
+    for slot, path, started, finished, cancelled in _rows(
+            "SELECT floor(extract(epoch FROM start) / %(bucket)s)::bigint, workflow_class, sum(started), "
+            "sum(finished), sum(cancelled) FROM pgflow_rollup_run "
+            "WHERE hours = 1 AND start >= %(first)s AND start < %(last)s GROUP BY 1, 2", params):
+        counted.runs[(slot, path)] = [int(started), int(finished), int(cancelled)]
+    for slot, outcome, error_class, attempts in _rows(
+            "SELECT floor(extract(epoch FROM start) / %(bucket)s)::bigint, outcome, error_class, sum(attempts) "
+            "FROM pgflow_rollup_failure WHERE start >= %(first)s AND start < %(last)s GROUP BY 1, 2, 3", params):
+        counted.failures[(slot, outcome, error_class)] = int(attempts)
+
+    spans = [(1, first, last)]
+    day_first, day_last = ceil_to(first, DAY), floor_to(last, DAY)
+    if days and day_first < day_last:
+        spans = [(24, day_first, day_last), (1, first, day_first), (1, day_last, last)]
+    where = " OR ".join(f"(hours = {hours} AND start >= %(f{i})s AND start < %(l{i})s)"
+                        for i, (hours, _, _) in enumerate(spans))
+    for i, (_, low, high) in enumerate(spans):
+        params[f"f{i}"], params[f"l{i}"] = low, high
+    # Summed with string keys as stored, converted once per group: a month is ~100,000 buckets.
+    durations: dict[str, dict[str, int]] = {}
+    for path, document in _rows(f"SELECT workflow_class, durations FROM pgflow_rollup_run "
+                                f"WHERE ({where}) AND durations <> '{{}}'::jsonb", params):
+        histogram.merge(durations.setdefault(path, {}), _json(document))
+    counted.durations = {path: histogram.from_json(merged) for path, merged in durations.items()}
+    steps: dict[tuple[str, str], tuple[list[int], list[dict[str, int]]]] = {}
+    for path, name, attempts, failures, *phases in _rows(
+            f"SELECT workflow_class, step_name, attempts, failures, waited, queued, ran FROM pgflow_rollup_step "
+            f"WHERE {where}", params):
+        totals, merged = steps.setdefault((path, name), ([0, 0], [{}, {}, {}]))
+        totals[0] += attempts
+        totals[1] += failures
+        for into, document in zip(merged, phases, strict=True):
+            histogram.merge(into, _json(document))
+    for key, (totals, merged) in steps.items():
+        counted.steps[key] = StepTally(totals[0], totals[1], *(histogram.from_json(m) for m in merged))
+    return counted
+
+
+# --- writing the rollup ------------------------------------------------------------------------
+
+
+def roll(*, at: datetime | None = None, limit: int | None = HOURS_PER_SWEEP) -> int:
+    """Roll the hours closed at ``at`` (now by default) after the watermark, oldest first:
+    at most ``limit`` hours holding rows (``None``: every one). Returns how many it rolled."""
+    at = at or timezone.now()
+    until = closed_until(at)
+    rolled = 0
+    while limit is None or rolled < limit:
+        with transaction.atomic():
+            mark = _lock_watermark()
+            start = mark
+            if mark is None:
+                first = first_activity()
+                mark = until if first is None else min(floor_to(first, HOUR), until)
+            if mark >= until:
+                if mark != start:
+                    _save_watermark(mark)
+                break
+            following = _next_activity(mark)
+            if following is None or following >= mark + HOUR:
+                # No row until `target`: its hours count as rolled, without a query each.
+                target = until if following is None else min(floor_to(following, HOUR), until)
+                day = floor_to(mark, DAY)
+                if day < mark and day + DAY <= target:
+                    _compact_day(day)  # the day's last hours are among those passed over
+                _save_watermark(target)
+                continue
+            _write_hour(mark)
+            mark += HOUR
+            if mark == floor_to(mark, DAY):
+                _compact_day(mark - DAY)
+            _save_watermark(mark)
+            rolled += 1
+    return rolled
+
+
+def rebuild(since: datetime, until: datetime) -> int:
+    """Count again every rolled hour that overlaps ``[since, until)``, and the days holding
+    them: for rows written after their hour was rolled (a backdated history). Hours after
+    the watermark are left to :func:`roll`. Returns how many hours it counted."""
+    done = 0
+    day = floor_to(since, DAY)
+    while day < until:
+        with transaction.atomic():
+            mark = _lock_watermark()
+            if mark is None or day >= mark:
+                break
+            hours = _hours(max(floor_to(since, HOUR), day), min(ceil_to(until, HOUR), day + DAY, mark))
+            for hour in hours:
+                _write_hour(hour)
+            done += len(hours)
+            if day + DAY <= mark:
+                _compact_day(day)
+        day += DAY
+    return done
+
+
+def purge(cutoff: datetime) -> int:
+    """Delete the rollup rows of hours and days that ended before ``cutoff``; returns how many."""
+    deleted = 0
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table in ("pgflow_rollup_run", "pgflow_rollup_step"):
+            cursor.execute(f"DELETE FROM {table} WHERE (hours = 1 AND start <= %(hour)s) "  # noqa: S608
+                           f"OR (hours = 24 AND start <= %(day)s)", {"hour": cutoff - HOUR, "day": cutoff - DAY})
+            deleted += cursor.rowcount
+        cursor.execute("DELETE FROM pgflow_rollup_failure WHERE start <= %s", [cutoff - HOUR])
+        deleted += cursor.rowcount
+    return deleted
+
+
+def _write_hour(hour: datetime) -> None:
+    """Replace the rows of one hour with a fresh count."""
+    counted = aggregate([(hour, hour + HOUR)], 3600)
+    _replace(hour, 1, counted)
+    FailureRollup.objects.filter(start=hour).delete()
+    FailureRollup.objects.bulk_create([
+        FailureRollup(start=hour, outcome=outcome, error_class=error_class, attempts=count)
+        for (_, outcome, error_class), count in sorted(counted.failures.items())])
+
+
+def _compact_day(day: datetime) -> None:
+    """Replace the day's rows (``hours = 24``) with the sum of its hour rows."""
+    _replace(day, 24, read(day, day + DAY, 86_400, days=False))
+
+
+def _replace(start: datetime, hours: int, counted: Tally) -> None:
+    RunRollup.objects.filter(hours=hours, start=start).delete()
+    StepRollup.objects.filter(hours=hours, start=start).delete()
+    per_class: dict[str, list[int]] = {}
+    for (_, path), counts in counted.runs.items():
+        mine = per_class.setdefault(path, [0, 0, 0])
+        for index, count in enumerate(counts):
+            mine[index] += count
+    RunRollup.objects.bulk_create([
+        RunRollup(start=start, hours=hours, workflow_class=path, started=counts[0], finished=counts[1],
+                  cancelled=counts[2], durations=histogram.to_json(counted.durations.get(path, {})))
+        for path, counts in sorted(per_class.items())])
+    StepRollup.objects.bulk_create([
+        StepRollup(start=start, hours=hours, workflow_class=path, step_name=name, attempts=step.attempts,
+                   failures=step.failures, waited=histogram.to_json(step.waited),
+                   queued=histogram.to_json(step.queued), ran=histogram.to_json(step.ran))
+        for (path, name), step in sorted(counted.steps.items())])
+
+
+def _lock_watermark() -> datetime | None:
+    """Take the rollup's lock for this transaction and read the watermark."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
+    return rolled_until()
+
+
+def _save_watermark(mark: datetime) -> None:
+    RollupState.objects.update_or_create(pk=1, defaults={"rolled_until": mark})
+
+
+def first_activity() -> datetime | None:
+    """The earliest moment any figure became final (None for empty tables)."""
+    return _next_activity(None)
+
+
+def _next_activity(after: datetime | None) -> datetime | None:
+    """The earliest moment at or after ``after`` (ever, for None) at which a figure became
+    final: three probes of the indexes on the timestamps."""
+    bound = "" if after is None else "WHERE {column} >= %(after)s"
+    sql = "SELECT least(" + ", ".join(
+        f"(SELECT min({column}) FROM {table} {bound.format(column=column)})"
+        for table, column in (("pgflow_run", "created_at"), ("pgflow_run", "finished_at"),
+                              ("pgflow_step", "finished_at"))) + ")"
+    return _rows(sql, {"after": after})[0][0]
+
+
+def _hours(first: datetime, last: datetime) -> list[datetime]:
+    return list(_steps(first, last, HOUR))
+
+
+def _steps(first: datetime, last: datetime, size: timedelta) -> Iterator[datetime]:
+    moment = first
+    while moment < last:
+        yield moment
+        moment += size
+
+
+def _json(document: Any) -> dict[str, int]:
+    return json.loads(document) if isinstance(document, str | bytes) else document
+
+
+def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
