@@ -1,11 +1,15 @@
-"""The insights window's figures: aggregate SQL over indexed columns -> plain dicts.
+"""The insights window's figures: the hourly rollup plus live SQL over indexed columns -> plain dicts.
 
-Every windowed figure reads only rows whose indexed timestamp lies in
-``[window.since(), window.now]`` and is aggregated by PostgreSQL, so the page costs the
-same whether the tables hold a day or a year; no list here is unbounded. ``window.now`` is
-fixed by the caller, once per request, so every figure and every link share one end.
+The windowed figures come from :func:`pgflow.rollup.tally`: the hours the sweep has rolled
+are read from the rollup's rows (day rows for whole days), the rest (the partial first
+hour, the hours not rolled yet, the open hour; the whole of the 1-hour window) is counted
+live over the indexed timestamps inside ``[window.since(), window.now]``. So the page costs
+what its window holds, whether the tables hold a day or a year; no list here is unbounded.
+``window.now`` is fixed by the caller, once per request, so every figure and every link
+share one end.
 
-What each figure counts, so the page and the JSON mean the same thing:
+Each figure counts a row in the moment it became final (that is what lets a rolled hour
+stay unchanged), so the page and the JSON mean:
 
 ``runs_per_bucket``
     runs *started* (``created_at``) and runs that *ended* finished or cancelled
@@ -14,26 +18,33 @@ What each figure counts, so the page and the JSON mean the same thing:
     failed attempts (``status = 'failed'``: an error was recorded, whatever the policy then
     did) by the bucket of their ``finished_at``, split by the action taken (``outcome``).
 ``workflows``
-    per workflow class, the runs started in the window by their status now; the success
-    rate is finished / (finished + cancelled) among them; p50/p95 of finished runs'
-    ``finished_at - created_at``.
+    per workflow class: ``started``, the runs started in the window; ``running`` and
+    ``paused``, how many of those are running or paused *now* (live); ``finished`` and
+    ``cancelled``, the runs that *ended* in the window (whenever they started); the success
+    rate is finished / (finished + cancelled) of those; p50/p95 of the ``finished_at -
+    created_at`` of the runs that finished in the window.
 ``steps``
-    per (class, step), attempts created in the window, how many failed, and p50/p95 of the
-    waited / queued / ran phases (as ``timeline.segments`` splits them) over the attempts
-    whose phase is over (over a systematic sample above PERCENTILE_SAMPLE attempts).
+    per (class, step), the attempts that *ended* (``finished_at``) in the window, how many
+    failed, and p50/p95 of their waited / queued / ran phases (as ``timeline.segments``
+    splits them; a phase that did not happen, such as ``ran`` of an attempt closed before
+    it started, is left out). Attempts still open are not counted until they end.
 ``errors``
     the most frequent ``error_class`` of the attempts that failed in the window.
 ``stuck``
     the state *now*, whatever the window: runs paused, attempts due but unclaimed for longer
     than :data:`OVERDUE_AFTER`, attempts in progress past their lease, signal waits past
     their deadline, and open runs started on a definition that has changed since.
+``percentiles``
+    how the p50/p95 above are estimated: from log-scale histograms
+    (:mod:`pgflow.core.histogram`, 8 buckets per doubling from 1 ms, linear inside a
+    bucket), within ``max_relative_error`` (9.05 %) of the exact ``percentile_cont``, or
+    within 1 ms below 1 ms. Counts are exact.
 
 Datetimes stay ``datetime`` objects (aware, UTC); ``DjangoJSONEncoder`` writes them as ISO 8601.
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -41,6 +52,8 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from pgflow import rollup
+from pgflow.core import histogram
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.registry import resolve
 
@@ -50,19 +63,15 @@ OVERDUE_AFTER = timedelta(minutes=5)  # a due attempt no worker claimed for this
 STUCK_LIMIT = 50  # rows listed per stuck category (the count is always exact)
 TOP_ERRORS = 10
 PERCENTILES = (0.5, 0.95)
-PERCENTILE_SAMPLE = 50_000  # attempts: above this, per-step percentiles use a systematic sample
 ENDED = ("finished", "cancelled")
 FAILURE_OUTCOMES = ("reattempted", "paused", "cancelled", "skipped")
-
-# One attempt's phases, as pgflow_dashboard.timeline.segments splits them, in SQL. A phase
-# is NULL until it is over, so percentile_cont (which skips NULLs) only sees finished ones.
-# "woken" is a signal step parked before its body and scheduled again when the signal came.
-_PHASES_SQL = """
-    CASE WHEN s.waiting_since IS NOT NULL AND s.waiting_since < s.scheduled_at
-         THEN s.waiting_since ELSE s.scheduled_at END AS waited_end,
-    s.created_at, s.scheduled_at, s.started_at, s.finished_at, s.waiting_since, s.status,
-    (s.waiting_since IS NOT NULL AND s.waiting_since >= s.scheduled_at) AS parked_after_body
-"""
+PERCENTILE_METHOD = {
+    "method": "log-scale histograms: 8 buckets per doubling from 1 ms, linear inside a bucket",
+    "max_relative_error": histogram.MAX_RELATIVE_ERROR,  # 2 ** (1/8) - 1 = 0.0905
+    "max_absolute_error_below_1ms": histogram.FLOOR,
+}
+# The window is [since, now], now included; timestamps are whole microseconds.
+_THROUGH_NOW = timedelta(microseconds=1)
 
 
 def compute(window: WorkflowWindow) -> dict[str, Any]:
@@ -72,84 +81,55 @@ def compute(window: WorkflowWindow) -> dict[str, Any]:
         # tens of milliseconds and saves less; 4 MB of work_mem sends a month's sort to disk.
         cursor.execute("SET LOCAL jit = off")
         cursor.execute("SET LOCAL work_mem = '64MB'")
-        failures = _failures(window)
+        counted = tally(window)
         return {
             "window": {**window.to_dict(), "since": window.since(), "now": window.now},
-            "runs_per_bucket": runs_per_bucket(window),
-            "step_failures_per_bucket": step_failures_per_bucket(window, failures),
-            "workflows": workflows(window),
-            "steps": steps(window),
-            "errors": top_errors(window, failures),
+            "runs_per_bucket": runs_per_bucket(window, counted),
+            "step_failures_per_bucket": step_failures_per_bucket(window, counted),
+            "workflows": workflows(window, counted),
+            "steps": steps(window, counted),
+            "errors": top_errors(window, counted),
+            "percentiles": dict(PERCENTILE_METHOD),
             "stuck": stuck(window.now),
         }
+
+
+def tally(window: WorkflowWindow) -> rollup.Tally:
+    """The window's counts and histograms: rolled hours from the rollup, the rest live."""
+    return rollup.tally(window.since(), window.now + _THROUGH_NOW, window.bucket_seconds)
 
 
 # --- buckets ------------------------------------------------------------------------------
 
 
-def _bounds(window: WorkflowWindow) -> dict[str, Any]:
-    return {"since": window.since(), "now": window.now, "bucket": window.bucket_seconds}
-
-
-def _bucket_key(moment: datetime, bucket_seconds: int) -> int:
-    return int(moment.timestamp()) // bucket_seconds
-
-
 def _empty_buckets(window: WorkflowWindow, fields: Sequence[str]) -> dict[int, dict[str, Any]]:
+    # A bucket's number is floor(epoch / bucket), as the rollup keys its counts.
     return {
-        _bucket_key(start, window.bucket_seconds): {"start": start.astimezone(UTC), **dict.fromkeys(fields, 0)}
+        int(start.timestamp()) // window.bucket_seconds: {"start": start.astimezone(UTC), **dict.fromkeys(fields, 0)}
         for start in window.buckets()
     }
 
 
-def runs_per_bucket(window: WorkflowWindow) -> list[dict[str, Any]]:
+def runs_per_bucket(window: WorkflowWindow, counted: rollup.Tally | None = None) -> list[dict[str, Any]]:
     """``[{"start", "started", "finished", "cancelled"}]``, one per bucket, oldest first."""
-    buckets = _empty_buckets(window, ("started", "finished", "cancelled"))
-    # floor(epoch / bucket) is the bucket's number; WorkflowWindow.buckets() aligns the same way.
-    started = """
-        SELECT floor(extract(epoch FROM created_at) / %(bucket)s)::bigint, count(*)
-        FROM pgflow_run WHERE created_at >= %(since)s AND created_at <= %(now)s
-        GROUP BY 1
-    """
-    ended = """
-        SELECT floor(extract(epoch FROM finished_at) / %(bucket)s)::bigint, status, count(*)
-        FROM pgflow_run WHERE finished_at >= %(since)s AND finished_at <= %(now)s
-        GROUP BY 1, 2
-    """
-    for key, count in _rows(started, _bounds(window)):
+    counted = tally(window) if counted is None else counted
+    buckets = _empty_buckets(window, ("started", *ENDED))
+    for (key, _path), counts in counted.runs.items():
         if key in buckets:
-            buckets[key]["started"] = count
-    for key, status, count in _rows(ended, _bounds(window)):
-        if key in buckets and status in ENDED:
-            buckets[key][status] = count
+            for field, count in zip(("started", *ENDED), counts, strict=True):
+                buckets[key][field] += count
     return list(buckets.values())
 
 
-def _failures(window: WorkflowWindow) -> list[tuple[Any, ...]]:
-    """(bucket, outcome, error_class, attempts) of the attempts that failed in the window.
-
-    One scan feeds both the failures chart and the top errors: the groups are few (buckets x
-    actions x error classes) however many rows they count.
-    """
-    sql = """
-        SELECT floor(extract(epoch FROM finished_at) / %(bucket)s)::bigint, outcome,
-               coalesce(error_class, ''), count(*)
-        FROM pgflow_step
-        WHERE finished_at >= %(since)s AND finished_at <= %(now)s AND status = 'failed'
-        GROUP BY 1, 2, 3
-    """
-    return _rows(sql, _bounds(window))
-
-
-def step_failures_per_bucket(window: WorkflowWindow, failures: list[tuple[Any, ...]] | None = None,
-                             ) -> list[dict[str, Any]]:
+def step_failures_per_bucket(window: WorkflowWindow, counted: rollup.Tally | None = None) -> list[dict[str, Any]]:
     """``[{"start", "failures", "reattempted", "paused", "cancelled", "skipped"}]`` per bucket.
 
     The four action columns add up to ``failures``, except for an attempt whose outcome is
     something else (a lost worker: ``"lost"``), counted in ``failures`` only.
     """
+    counted = tally(window) if counted is None else counted
     buckets = _empty_buckets(window, ("failures", *FAILURE_OUTCOMES))
-    for key, outcome, _error_class, count in _failures(window) if failures is None else failures:
+    for (key, outcome, _error_class), count in counted.failures.items():
         if key not in buckets:
             continue
         buckets[key]["failures"] += count
@@ -158,11 +138,12 @@ def step_failures_per_bucket(window: WorkflowWindow, failures: list[tuple[Any, .
     return list(buckets.values())
 
 
-def top_errors(window: WorkflowWindow, failures: list[tuple[Any, ...]] | None = None, *,
+def top_errors(window: WorkflowWindow, counted: rollup.Tally | None = None, *,
                limit: int = TOP_ERRORS) -> list[dict[str, Any]]:
     """``[{"error_class", "count"}]``: the error classes of the window's failed attempts, most first."""
+    counted = tally(window) if counted is None else counted
     totals: dict[str, int] = defaultdict(int)
-    for _key, _outcome, error_class, count in _failures(window) if failures is None else failures:
+    for (_key, _outcome, error_class), count in counted.failures.items():
         totals[error_class] += count
     ranked = sorted(totals.items(), key=lambda item: (-item[1], item[0]))[:limit]
     return [{"error_class": name or None, "count": count} for name, count in ranked]
@@ -171,24 +152,26 @@ def top_errors(window: WorkflowWindow, failures: list[tuple[Any, ...]] | None = 
 # --- per workflow class and per step --------------------------------------------------------
 
 
-def workflows(window: WorkflowWindow) -> list[dict[str, Any]]:
-    """Per workflow class, the runs started in the window (see the module docstring)."""
-    sql = """
-        SELECT workflow_class, count(*),
-               count(*) FILTER (WHERE status = 'running'),
-               count(*) FILTER (WHERE status = 'paused'),
-               count(*) FILTER (WHERE status = 'finished'),
-               count(*) FILTER (WHERE status = 'cancelled'),
-               percentile_cont(%(percentiles)s::float8[])
-                   WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - created_at)::float8)
-                   FILTER (WHERE status = 'finished')
-        FROM pgflow_run WHERE created_at >= %(since)s AND created_at <= %(now)s
-        GROUP BY workflow_class ORDER BY workflow_class
-    """
+def workflows(window: WorkflowWindow, counted: rollup.Tally | None = None) -> list[dict[str, Any]]:
+    """Per workflow class: runs started, open now, ended in the window (see the module docstring)."""
+    counted = tally(window) if counted is None else counted
+    totals: dict[str, list[int]] = {}
+    for (_key, path), counts in counted.runs.items():
+        mine = totals.setdefault(path, [0, 0, 0])
+        for index, count in enumerate(counts):
+            mine[index] += count
+    # Live: how many of the runs started in the window are open now (index (status, created_at)).
+    open_now = {path: (running, paused) for path, running, paused in _rows("""
+        SELECT workflow_class, count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'paused')
+        FROM pgflow_run WHERE status IN ('running', 'paused') AND created_at >= %(since)s AND created_at <= %(now)s
+        GROUP BY 1
+    """, {"since": window.since(), "now": window.now})}
     result = []
-    for path, started, running, paused, finished, cancelled, durations in _rows(sql, _with_percentiles(window)):
+    for path in sorted(set(totals) | set(open_now) | set(counted.durations)):
+        started, finished, cancelled = totals.get(path, (0, 0, 0))
+        running, paused = open_now.get(path, (0, 0))
         ended = finished + cancelled
-        p50, p95 = _pair(durations)
+        p50, p95 = histogram.quantiles(counted.durations.get(path, {}), PERCENTILES)
         result.append({
             "workflow_class": path,
             "started": started,
@@ -203,96 +186,18 @@ def workflows(window: WorkflowWindow) -> list[dict[str, Any]]:
     return result
 
 
-def steps(window: WorkflowWindow, *, sample_above: int = PERCENTILE_SAMPLE) -> list[dict[str, Any]]:
-    """Per (workflow class, step), the attempts created in the window (see the module docstring).
-
-    Counts are exact. The percentiles are exact up to ``sample_above`` attempts in the
-    window; above that they are computed over a systematic sample (every k-th attempt by
-    id) of about that size, and each row says so in ``sample_every`` (1 = every attempt):
-    sorting a month of attempts three times costs seconds, and p50/p95 of 50,000 values
-    differ from those of a million by well under a percent.
-    """
-    params = _with_percentiles(window)
-    if _estimated_attempts(window) <= sample_above:
-        # Few rows: one exact pass, counts and percentiles together.
-        rows = _rows(_steps_sql(counts=True, sampled=False), {**params, "every": 1})
-        if sum(row[2] for row in rows) <= sample_above:
-            return [_step_row(path, name, attempts, failures, 1, phases)
-                    for path, name, attempts, failures, *phases in sorted(rows)]
-    # Many rows: percentile_cont would sort every joined row by its group, so the exact counts
-    # hash-aggregate in one query and the percentiles sort only a sample in another.
-    counted = _rows(_steps_sql(counts=True, sampled=False, percentiles=False), params)
-    every = max(1, -(-sum(row[2] for row in counted) // sample_above))  # ceiling division
-    spread = {(path, name): phases for path, name, *phases
-              in _rows(_steps_sql(counts=False, sampled=every > 1), {**params, "every": every})}
-    # A rare step the sample missed has no percentiles rather than wrong ones.
-    return [_step_row(path, name, attempts, failures, every, spread.get((path, name), (None, None, None)))
-            for path, name, attempts, failures in sorted(counted)]
-
-
-def _estimated_attempts(window: WorkflowWindow) -> float:
-    """The planner's estimate of the window's attempts (from pgflow_step_created's statistics):
-    free, and only used to choose how to compute, never shown."""
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) SELECT 1 FROM pgflow_step "
-                       "WHERE created_at >= %(since)s AND created_at <= %(now)s", _bounds(window))
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str):  # a driver that does not decode json
-        plan = json.loads(plan)
-    return float(plan[0]["Plan"]["Plan Rows"])
-
-
-def _steps_sql(*, counts: bool, sampled: bool, percentiles: bool = True) -> str:
-    figures = []
-    if counts:
-        figures.append("count(*), count(*) FILTER (WHERE p.status = 'failed')")
-    if percentiles:
-        figures.extend(f"percentile_cont(%(percentiles)s::float8[]) WITHIN GROUP (ORDER BY p.{phase})"
-                       for phase in ("waited", "queued", "ran"))
-    return f"""
-        WITH attempt AS (
-            SELECT s.run_id, s.step_name, {_PHASES_SQL}
-            FROM pgflow_step s
-            WHERE s.created_at >= %(since)s AND s.created_at <= %(now)s
-                  {"AND s.id %% %(every)s = 0" if sampled else ""}
-        ), phases AS (
-            SELECT run_id, step_name, status,
-                   CASE WHEN started_at IS NOT NULL OR finished_at IS NOT NULL
-                        THEN greatest(extract(epoch FROM least(waited_end, coalesce(finished_at, waited_end))
-                                               - created_at)::float8, 0) END AS waited,
-                   CASE WHEN started_at IS NOT NULL
-                        THEN greatest(extract(epoch FROM started_at - scheduled_at)::float8, 0) END AS queued,
-                   CASE WHEN started_at IS NULL THEN NULL
-                        WHEN parked_after_body
-                        THEN greatest(extract(epoch FROM waiting_since - started_at)::float8, 0)
-                        WHEN finished_at IS NOT NULL
-                        THEN greatest(extract(epoch FROM finished_at - started_at)::float8, 0)
-                   END AS ran
-            FROM attempt
-        )
-        SELECT r.workflow_class, p.step_name, {", ".join(figures)}
-        FROM phases p JOIN pgflow_run r ON r.id = p.run_id
-        GROUP BY 1, 2
-    """
-
-
-def _step_row(path: str, name: str, attempts: int, failures: int, every: int,
-              phases: Sequence[Sequence[float] | None]) -> dict[str, Any]:
-    row: dict[str, Any] = {"workflow_class": path, "step_name": name, "attempts": attempts, "failures": failures,
-                           "sample_every": every}
-    for phase, values in zip(("waited", "queued", "ran"), phases, strict=True):
-        row[f"{phase}_p50_seconds"], row[f"{phase}_p95_seconds"] = _pair(values)
-    return row
-
-
-def _with_percentiles(window: WorkflowWindow) -> dict[str, Any]:
-    return {**_bounds(window), "percentiles": list(PERCENTILES)}
-
-
-def _pair(values: Sequence[float | None] | None) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return values[0], values[1]
+def steps(window: WorkflowWindow, counted: rollup.Tally | None = None) -> list[dict[str, Any]]:
+    """Per (workflow class, step), the attempts that ended in the window (see the module docstring)."""
+    counted = tally(window) if counted is None else counted
+    result = []
+    for (path, name), step in sorted(counted.steps.items()):
+        row: dict[str, Any] = {"workflow_class": path, "step_name": name, "attempts": step.attempts,
+                               "failures": step.failures}
+        for phase in rollup.PHASES:
+            row[f"{phase}_p50_seconds"], row[f"{phase}_p95_seconds"] = histogram.quantiles(
+                getattr(step, phase), PERCENTILES)
+        result.append(row)
+    return result
 
 
 # --- stuck ----------------------------------------------------------------------------------

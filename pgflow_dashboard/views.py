@@ -137,7 +137,6 @@ def insights_page(model_admin: WorkflowRunAdmin, request: HttpRequest) -> Templa
                     for name in WorkflowWindow.CHOICES],
         "overdue_after": insights.OVERDUE_AFTER.total_seconds(),
         "stuck_limit": insights.STUCK_LIMIT,
-        "percentile_sample": insights.PERCENTILE_SAMPLE,
     }
     templates = [f"admin/{opts.app_label}/insights.html", "admin/pgflow_dashboard/insights.html"]
     try:

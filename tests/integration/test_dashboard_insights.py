@@ -53,6 +53,8 @@ def test_the_page_shows_every_section(login, viewer, history):
     for name in ("1h", "24h", "7d", "30d"):
         assert f'href="{insights_url(name)}"' in text
     assert 'aria-current="page">24h<' in text
+    # The percentiles say how exact they are.
+    assert "within 9.1% of the exact value" in text
 
 
 @pytest.mark.parametrize("name", ["1h", "24h", "7d", "30d"])
@@ -90,7 +92,8 @@ def test_insights_json_serves_the_same_figures(login, viewer, history):
     client = login(viewer)
     data = client.get(insights_url("24h", as_json=True)).json()
     assert set(data) == {"window", "runs_per_bucket", "step_failures_per_bucket", "workflows", "steps", "errors",
-                         "stuck"}
+                         "percentiles", "stuck"}
+    assert data["percentiles"]["max_relative_error"] == pytest.approx(0.0905, abs=1e-4)
     assert data["window"]["name"] == "24h" and data["window"]["bucket_seconds"] == 3600
     assert sum(bucket["started"] for bucket in data["runs_per_bucket"]) == 3
     assert sum(bucket["finished"] for bucket in data["runs_per_bucket"]) == 1

@@ -6,12 +6,15 @@ helper fills only what a real row of that state would have.
 
 from __future__ import annotations
 
+import random
 import statistics
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 
+from pgflow.core import histogram
 from pgflow.models import Step, WorkflowRun
 from pgflow_dashboard import insights, timeline
 from pgflow_dashboard.window import WorkflowWindow
@@ -117,30 +120,43 @@ def test_failures_per_bucket_by_action_and_the_top_errors():
 
 
 def test_per_class_counts_success_rate_and_duration_percentiles():
+    """started: runs started in the window; running / paused: of those, now; finished,
+    cancelled, success rate and durations: runs that ended in the window."""
     for seconds in (10, 30):
         created = at(2)
         make_run(A, status="finished", created=created, finished=created + timedelta(seconds=seconds))
     make_run(A, status="cancelled", created=at(3), finished=at(2))
     make_run(A, status="running", created=at(1))
-    make_run(A, status="finished", created=at(30), finished=at(1))  # started before the window
+    make_run(A, status="finished", created=at(30), finished=at(1))  # started before the window, ended in it
+    make_run(A, status="finished", created=at(30), finished=at(26))  # ended before the window
+    make_run(A, status="running", created=at(30))  # open, but started before the window
+    make_run(A, status="paused", created=at(29))  # likewise
     make_run(B, status="paused", created=at(1), paused_reason="why")
 
     rows = {row["workflow_class"]: row for row in insights.workflows(window())}
     alpha = rows[A]
     assert {k: alpha[k] for k in ("started", "running", "paused", "finished", "cancelled")} == {
-        "started": 4, "running": 1, "paused": 0, "finished": 2, "cancelled": 1}
-    assert alpha["success_rate"] == pytest.approx(2 / 3)
-    assert alpha["p50_seconds"] == pytest.approx(20.0)  # percentile_cont: halfway from 10 to 30
-    assert alpha["p95_seconds"] == pytest.approx(29.0)
+        "started": 4, "running": 1, "paused": 0, "finished": 3, "cancelled": 1}
+    assert alpha["success_rate"] == pytest.approx(3 / 4)
+    durations = [10.0, 30.0, 29 * 3600.0]
+    tolerance = histogram.MAX_RELATIVE_ERROR
+    assert alpha["p50_seconds"] == pytest.approx(statistics.median(durations), rel=tolerance)
+    assert alpha["p95_seconds"] == pytest.approx(30 + 0.9 * (29 * 3600 - 30), rel=tolerance)
     beta = rows[B]
     assert (beta["started"], beta["paused"], beta["success_rate"], beta["p50_seconds"]) == (1, 1, None, None)
     assert list(rows) == [A, B]
 
 
+def test_a_class_with_runs_that_only_ended_in_the_window_is_listed():
+    make_run(B, status="cancelled", created=at(40), finished=at(3))
+    (row,) = insights.workflows(window())
+    assert (row["workflow_class"], row["started"], row["cancelled"], row["success_rate"]) == (B, 0, 1, 0.0)
+
+
 # --- per step ----------------------------------------------------------------------------------------
 
 
-def test_per_step_attempts_failures_and_phase_percentiles():
+def test_per_step_counts_the_attempts_that_ended_in_the_window_and_their_phases():
     run = make_run(created=at(5))
     t = at(4)
     s = timedelta(seconds=1)
@@ -148,23 +164,29 @@ def test_per_step_attempts_failures_and_phase_percentiles():
               finished=t + 15 * s)  # waited 10, queued 2, ran 3
     make_step(run, status="failed", outcome="reattempted", created=t, scheduled=t, started=t + 4 * s,
               finished=t + 5 * s, error_class="E")  # waited 0, queued 4, ran 1
+    old = at(30)
+    make_step(make_run(created=at(31)), status="completed", outcome="completed", created=old, scheduled=old + 6 * s,
+              started=old + 7 * s, finished=at(2))  # created before the window, ended in it: waited 6, queued 1
+    make_step(make_run(created=at(5)), status="cancelled", outcome="paused", created=t, scheduled=t + 3600 * s,
+              finished=t + 20 * s)  # closed before it was due: waited 20, never queued nor ran
     other = make_run(created=at(5))
     make_step(other, status="waiting", created=t, scheduled=t + s, started=t + 2 * s,
-              waiting_since=t + 5 * s)  # parked after its body: waited 1, queued 1, ran 3
-    third = make_run(created=at(5))
-    make_step(third, status="scheduled", created=t, scheduled=t + 3600 * s)  # not due yet: no phase over
+              waiting_since=t + 5 * s)  # open (parked after its body): not counted until it ends
+    make_step(make_run(created=at(5)), status="scheduled", created=t, scheduled=t + 3600 * s)  # open
     make_step(make_run(created=at(5)), "two", status="completed", outcome="completed", created=at(30),
-              started=at(30), finished=at(30))  # created before the window
+              started=at(30), finished=at(29))  # ended before the window
 
     (row,) = insights.steps(window())
     assert (row["workflow_class"], row["step_name"], row["attempts"], row["failures"]) == (A, "one", 4, 1)
-    # waited [0, 1, 10], queued [1, 2, 4], ran [1, 3, 3]; percentile_cont interpolates.
-    assert row["waited_p50_seconds"] == pytest.approx(1.0)
-    assert row["waited_p95_seconds"] == pytest.approx(1 + 0.9 * 9)
-    assert row["queued_p50_seconds"] == pytest.approx(2.0)
-    assert row["queued_p95_seconds"] == pytest.approx(2 + 0.9 * 2)
-    assert row["ran_p50_seconds"] == pytest.approx(3.0)
-    assert row["ran_p95_seconds"] == pytest.approx(3.0)
+    ran_long = (at(2) - (old + 7 * s)).total_seconds()
+    tolerance = histogram.MAX_RELATIVE_ERROR
+    # percentile_cont interpolates between ranks: waited [0, 6, 10, 20], queued [1, 2, 4], ran [1, 3, ran_long]
+    assert row["waited_p50_seconds"] == pytest.approx(8.0, rel=tolerance)
+    assert row["waited_p95_seconds"] == pytest.approx(10 + 0.85 * 10, rel=tolerance)
+    assert row["queued_p50_seconds"] == pytest.approx(2.0, rel=tolerance)
+    assert row["queued_p95_seconds"] == pytest.approx(2 + 0.9 * 2, rel=tolerance)
+    assert row["ran_p50_seconds"] == pytest.approx(3.0, rel=tolerance)
+    assert row["ran_p95_seconds"] == pytest.approx(3 + 0.9 * (ran_long - 3), rel=tolerance)
 
 
 def test_step_phases_in_sql_agree_with_the_timeline():
@@ -188,35 +210,35 @@ def test_step_phases_in_sql_agree_with_the_timeline():
         expected = timeline.durations(step, now=NOW)
         row = rows[f"shape{index}"]
         for phase in ("waited", "queued", "ran"):
-            assert row[f"{phase}_p50_seconds"] == pytest.approx(expected[phase]), (index, phase)
+            # One attempt: its histogram's one bucket, estimated at the bucket's middle.
+            low, high = histogram.bounds(histogram.bucket(expected[phase]))
+            assert row[f"{phase}_p50_seconds"] == pytest.approx((low + high) / 2), (index, phase)
+            assert low <= expected[phase] < high
 
 
-def test_above_the_sample_size_counts_stay_exact_and_percentiles_use_every_kth_attempt():
+def test_estimated_percentiles_stay_within_the_stated_error_of_postgresqls():
+    """Many attempts spread over four orders of magnitude: p50 and p95 of each phase are
+    within MAX_RELATIVE_ERROR of percentile_cont over the same rows."""
+    rng = random.Random(11)
     run = make_run(created=at(10))
-    started = at(5)
-    made = [make_step(run, status="completed" if n % 4 else "failed", outcome="completed", created=started,
-                      started=started, finished=started + timedelta(seconds=n)) for n in range(1, 13)]
-    (exact,) = insights.steps(window())
-    assert exact["sample_every"] == 1
-    assert exact["ran_p50_seconds"] == pytest.approx(6.5)
-    (sampled,) = insights.steps(window(), sample_above=4)  # 12 attempts: every 3rd by id
-    assert sampled["sample_every"] == 3
-    assert (sampled["attempts"], sampled["failures"]) == (12, 3)
-    kept = [float(n) for n, step in enumerate(made, start=1) if step.pk % 3 == 0]
-    assert len(kept) == 4
-    assert sampled["ran_p50_seconds"] == pytest.approx(statistics.median(kept))
-
-
-def test_many_attempts_percentiles_match_pythons_interpolation():
-    run = make_run(created=at(10))
-    ran = [0.5, 1.0, 1.5, 2.0, 8.0, 9.0, 30.0]
-    for seconds in ran:
-        started = at(5)
-        make_step(run, status="completed", outcome="completed", created=started, started=started,
-                  finished=started + timedelta(seconds=seconds))
+    for _ in range(300):
+        created = at(rng.uniform(1, 20))
+        scheduled = created + timedelta(seconds=rng.choice([0, rng.uniform(0.01, 100)]))
+        started = scheduled + timedelta(seconds=rng.expovariate(2))
+        make_step(run, status="completed", outcome="completed", created=created, scheduled=scheduled, started=started,
+                  finished=started + timedelta(seconds=10 ** rng.uniform(-2.5, 2)))
+    exact_sql = ", ".join(f"percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY extract(epoch FROM {b} - {a}))"
+                          for a, b in (("created_at", "scheduled_at"), ("scheduled_at", "started_at"),
+                                       ("started_at", "finished_at")))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {exact_sql} FROM pgflow_step")
+        exact = dict(zip(("waited", "queued", "ran"), cursor.fetchone(), strict=True))
     (row,) = insights.steps(window())
-    assert row["ran_p50_seconds"] == pytest.approx(statistics.median(ran))
-    assert row["ran_p95_seconds"] == pytest.approx(statistics.quantiles(ran, n=20, method="inclusive")[-1])
+    assert row["attempts"] == 300
+    for phase, (p50, p95) in exact.items():
+        assert row[f"{phase}_p50_seconds"] == pytest.approx(p50, rel=histogram.MAX_RELATIVE_ERROR), phase
+        assert row[f"{phase}_p95_seconds"] == pytest.approx(p95, rel=histogram.MAX_RELATIVE_ERROR), phase
+        assert row[f"{phase}_p50_seconds"] != p50  # estimated, not computed exactly (else this proves nothing)
 
 
 # --- stuck -------------------------------------------------------------------------------------------
@@ -301,7 +323,8 @@ def test_the_30_day_window_buckets_by_day():
 def test_compute_has_every_figure_and_an_empty_database_gives_zeros():
     figures = insights.compute(window("1h"))
     assert set(figures) == {"window", "runs_per_bucket", "step_failures_per_bucket", "workflows", "steps",
-                            "errors", "stuck"}
+                            "errors", "percentiles", "stuck"}
+    assert figures["percentiles"]["max_relative_error"] == pytest.approx(histogram.MAX_RELATIVE_ERROR, abs=1e-4)
     assert len(figures["runs_per_bucket"]) == 13  # 5-minute buckets over an hour, the first partial
     assert figures["workflows"] == [] and figures["steps"] == [] and figures["errors"] == []
     assert all(group["count"] == 0 for group in figures["stuck"].values())

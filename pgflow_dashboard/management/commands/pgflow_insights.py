@@ -49,7 +49,8 @@ def report(figures: dict[str, Any]) -> list[str]:
     cancelled, failed = sum(b["cancelled"] for b in runs), sum(b["failures"] for b in failures)
     lines.append(f"runs: {started} started, {finished} finished, {cancelled} cancelled; failed attempts: {failed}")
     lines.append("")
-    lines.append("workflows (runs started in the window):")
+    lines.append("workflows (started in the window, of those running and paused now; finished, cancelled, success "
+                 "and durations of the runs that ended in the window):")
     for row in figures["workflows"]:
         rate = "—" if row["success_rate"] is None else f"{row['success_rate'] * 100:.1f}%"
         lines.append(f"  {row['workflow_class']}: {row['started']} started, {row['running']} running, "
@@ -58,7 +59,7 @@ def report(figures: dict[str, Any]) -> list[str]:
     if not figures["workflows"]:
         lines.append("  none")
     lines.append("")
-    lines.append("steps (attempts created in the window; p50/p95 waited, queued, ran):")
+    lines.append("steps (attempts that ended in the window; p50/p95 waited, queued, ran):")
     for row in figures["steps"]:
         phases = ", ".join(f"{phase} {duration(row[f'{phase}_p50_seconds'])}/{duration(row[f'{phase}_p95_seconds'])}"
                            for phase in ("waited", "queued", "ran"))
@@ -66,6 +67,8 @@ def report(figures: dict[str, Any]) -> list[str]:
                      f"{row['failures']} failed; {phases}")
     if not figures["steps"]:
         lines.append("  none")
+    lines.append(f"(p50/p95 from log-scale histograms: within {figures['percentiles']['max_relative_error']:.1%} "
+                 f"of the exact value)")
     lines.append("")
     lines.append("top errors:")
     for row in figures["errors"]:
