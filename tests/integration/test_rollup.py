@@ -364,3 +364,5 @@ def test_the_command_rolls_and_rebuilds():
 def test_the_command_refuses_a_bad_number_of_days():
     with pytest.raises(CommandError, match=r"must be a positive whole number of days, got '0'"):
         call_command("pgflow_rollup", "--rebuild", "--days", "0")
+    with pytest.raises(CommandError, match=r"--days goes with --rebuild"):
+        call_command("pgflow_rollup", "--days", "3")

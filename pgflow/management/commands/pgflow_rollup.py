@@ -7,7 +7,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from pgflow import rollup
@@ -35,6 +35,8 @@ class Command(BaseCommand):
                             help="with --rebuild: how many days back (default: RETENTION, or all when it is None)")
 
     def handle(self, *args: Any, rebuild: bool, days: int | None, **options: Any) -> None:
+        if days is not None and not rebuild:
+            raise CommandError("--days goes with --rebuild")
         now = timezone.now()
         started = time.monotonic()
         if rebuild:
