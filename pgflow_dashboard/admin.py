@@ -29,6 +29,10 @@ from . import insights, site, views
 from .timeformat import duration
 
 MAX_LISTED_REFUSALS = 20  # a bulk action's warning names at most this many runs one by one
+MAX_LISTED_APPLIED = 50  # and its success message at most this many run ids
+# One bulk action applies at most this many runs (a transaction each), so one request stays
+# short; "select all" across a big list is refused as a whole, nothing applied.
+MAX_BULK_RUNS = 1000
 
 
 class WorkflowClassFilter(admin.SimpleListFilter):
@@ -174,6 +178,12 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def _control_each(self, request: HttpRequest, queryset: QuerySet[WorkflowRun], method: str, verb: str) -> None:
         """Apply one control to each selected run, each in its own transaction, and say per
         run what applied and what did not (and why)."""
+        selected = queryset.count()
+        if selected > MAX_BULK_RUNS:
+            self.message_user(request, f"Nothing {verb}: {selected:,} runs are selected and one action takes at most "
+                                       f"{MAX_BULK_RUNS:,}; narrow the list with the filters or the search first.",
+                              messages.ERROR)
+            return
         applied: list[int] = []
         refused: list[str] = []
         for run in queryset.order_by("pk"):
@@ -185,7 +195,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             else:
                 applied.append(run.pk)
         if applied:
-            ids = ", ".join(f"#{pk}" for pk in applied)
+            ids = ", ".join(f"#{pk}" for pk in applied[:MAX_LISTED_APPLIED])
+            if len(applied) > MAX_LISTED_APPLIED:
+                ids += f" and {len(applied) - MAX_LISTED_APPLIED} more"
             self.message_user(request, f"{verb.capitalize()} {_runs(len(applied))}: {ids}.", messages.SUCCESS)
         if refused:
             listed = "; ".join(refused[:MAX_LISTED_REFUSALS])

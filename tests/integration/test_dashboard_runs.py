@@ -137,6 +137,25 @@ def test_bulk_actions_report_per_run_what_applied_and_what_did_not(login, operat
     assert Event.objects.get(run=running, event="cancelled").actor == "user:operator"
 
 
+def test_a_bulk_action_over_too_many_runs_is_refused_whole_and_long_lists_are_cut(login, operator, monkeypatch):
+    from pgflow_dashboard import admin as dashboard_admin
+
+    runs = [dw.Later.start() for _ in range(4)]
+    client = login(operator)
+    monkeypatch.setattr(dashboard_admin, "MAX_BULK_RUNS", 3)
+    response = client.post(changelist_url(), {"action": "pause_runs",
+                                              "_selected_action": [run.pk for run in runs]}, follow=True)
+    assert messages_of(response) == ["Nothing paused: 4 runs are selected and one action takes at most 3; "
+                                     "narrow the list with the filters or the search first."]
+    assert set(WorkflowRun.objects.filter(pk__in=[run.pk for run in runs]).values_list("status", flat=True)) == {
+        "running"}
+
+    monkeypatch.setattr(dashboard_admin, "MAX_LISTED_APPLIED", 2)
+    response = client.post(changelist_url(), {"action": "pause_runs",
+                                              "_selected_action": [run.pk for run in runs[:3]]}, follow=True)
+    assert messages_of(response) == [f"Paused 3 runs: #{runs[0].pk}, #{runs[1].pk} and 1 more."]
+
+
 # --- the run page -----------------------------------------------------------------------------
 
 
