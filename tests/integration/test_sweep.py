@@ -121,3 +121,18 @@ def test_claim_takes_higher_priority_first_and_only_its_queues():
     assert [c.run_id for c in store.claim(worker="t", queues=["workflows"], limit=1)] == [high.pk]
     assert [c.run_id for c in store.claim(worker="t", queues=["workflows"], limit=5)] == [low.pk]
     assert [c.run_id for c in store.claim(worker="t", queues=["mail", "x"], limit=5)] == [other_queue.pk]
+
+
+def test_claim_over_several_queues_takes_the_highest_priority_then_the_longest_due_across_them():
+    def started(queue, priority, due_seconds_ago):
+        run = wf.ThreeSteps.start()
+        Step.objects.filter(run=run).update(queue=queue, priority=priority,
+                                            scheduled_at=store.now() - timedelta(seconds=due_seconds_ago))
+        return run.pk
+
+    order = [started("a", 5, 1), started("b", 3, 1), started("b", 1, 60), started("a", 1, 30), started("a", 0, 90)]
+    later = wf.ThreeSteps.start()
+    Step.objects.filter(run=later).update(queue="b", priority=9, scheduled_at=store.now() + timedelta(hours=1))
+    assert {c.run_id for c in store.claim(worker="t", queues=["a", "b"], limit=2)} == set(order[:2])
+    taken = [store.claim(worker="t", queues=["b", "a"], limit=1) for _ in range(4)]
+    assert [[c.run_id for c in claims] for claims in taken] == [[order[2]], [order[3]], [order[4]], []]
