@@ -453,6 +453,23 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
     return _claims(rows)
 
 
+# The earliest scheduled attempt of each queue (one index probe each), then the earliest of those.
+_NEXT_DUE_SQL = """
+SELECT min(first.scheduled_at)
+FROM unnest(%(queues)s::text[]) AS q(name),
+LATERAL (SELECT scheduled_at FROM pgflow_step WHERE status = 'scheduled' AND queue = q.name
+         ORDER BY scheduled_at LIMIT 1) AS first
+"""
+
+
+def next_due(queues: list[str]) -> datetime | None:
+    """When the next attempt on ``queues`` comes due (maybe already past); None when none is scheduled."""
+    with connection.cursor() as cursor:
+        cursor.execute(_NEXT_DUE_SQL, {"queues": queues})
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
 def heartbeat(tokens: list[uuid.UUID], *, at: datetime | None = None) -> int:
     """Extend the lease of every attempt still held under ``tokens``; returns how many."""
     if not tokens:

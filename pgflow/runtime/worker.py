@@ -204,11 +204,7 @@ class Worker:
         return max(0.0, min(poll, (nxt - store.now()).total_seconds()))
 
     def _next_due(self) -> datetime | None:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT min(scheduled_at) FROM pgflow_step WHERE status = 'scheduled' AND queue = ANY(%s)",
-                           [self.queues])
-            row = cursor.fetchone()
-        return row[0] if row else None
+        return store.next_due(self.queues)
 
     def _due_soon(self) -> bool:
         nxt = self._next_due()
