@@ -164,6 +164,11 @@ class Step(models.Model):
             # Shaped like the claim query: due rows of a queue, by priority then due time.
             models.Index(models.F("queue"), models.F("priority").desc(), models.F("scheduled_at"), models.F("id"),
                          name="pgflow_step_claim", condition=Q(status=StepStatus.SCHEDULED)),
+            # Scheduled rows of a queue by due time: when few are due among many scheduled far
+            # ahead, the claim reads just the due ones here (the claim index would walk past
+            # every delayed row of the priority), and the next-due lookup is one probe.
+            models.Index(fields=["queue", "scheduled_at"], name="pgflow_step_due",
+                         condition=Q(status=StepStatus.SCHEDULED)),
             models.Index(fields=["lease_expires_at"], name="pgflow_step_lease",
                          condition=Q(status=StepStatus.IN_PROGRESS)),
             models.Index(fields=["deadline_at"], name="pgflow_step_deadline",
