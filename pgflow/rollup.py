@@ -35,7 +35,7 @@ with :func:`purge`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -357,7 +357,7 @@ def purge(cutoff: datetime) -> int:
     deleted = 0
     with transaction.atomic(), connection.cursor() as cursor:
         for table in ("pgflow_rollup_run", "pgflow_rollup_step"):
-            cursor.execute(f"DELETE FROM {table} WHERE (hours = 1 AND start <= %(hour)s) "  # noqa: S608
+            cursor.execute(f"DELETE FROM {table} WHERE (hours = 1 AND start <= %(hour)s) "
                            f"OR (hours = 24 AND start <= %(day)s)", {"hour": cutoff - HOUR, "day": cutoff - DAY})
             deleted += cursor.rowcount
         cursor.execute("DELETE FROM pgflow_rollup_failure WHERE start <= %s", [cutoff - HOUR])
@@ -427,14 +427,7 @@ def _next_activity(after: datetime | None) -> datetime | None:
 
 
 def _hours(first: datetime, last: datetime) -> list[datetime]:
-    return list(_steps(first, last, HOUR))
-
-
-def _steps(first: datetime, last: datetime, size: timedelta) -> Iterator[datetime]:
-    moment = first
-    while moment < last:
-        yield moment
-        moment += size
+    return [first + index * HOUR for index in range(max(0, (last - first) // HOUR))]
 
 
 def _json(document: Any) -> dict[str, int]:
