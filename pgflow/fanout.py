@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("pgflow")
 
 HOOK = "pgflow.fanout.member_hook"  # the django-q2 result hook of every member task
+RUNNER = "pgflow.fanout.run_member"  # the django-q2 function of every member task: it calls the member's own
 TASK_NAME = "pgflow-{batch}-{position}"  # a member's django-q2 task name: finds the member without its task id
 _TASK_NAME = re.compile(r"pgflow-(?P<batch>[0-9a-f]{32})-(?P<position>\d+)")
 # pgflow.testing.run_workflow claims attempts under this worker name; their members run
@@ -311,7 +312,8 @@ def enqueue(batch_id: uuid.UUID) -> int:
         options = {"hook": HOOK, "group": str(batch_id), "task_name": task_name(batch_id, member.position),
                    "save": True, "cached": False}
         try:
-            task_id = async_task(member.func, *member.args, q_options=options, **member.kwargs)
+            task_id = async_task(RUNNER, str(batch_id), member.position, member.func, *member.args,
+                                 q_options=options, **member.kwargs)
         except Exception as exc:  # noqa: BLE001 - one member's enqueue must not strand the others
             logger.warning("fan_out: batch %s member %s could not be enqueued: %s", batch_id, member.position, exc,
                            extra={"action": "fan_out_enqueue_failed", "batch_id": str(batch_id)})
@@ -323,6 +325,18 @@ def enqueue(batch_id: uuid.UUID) -> int:
         BatchMember.objects.filter(pk=member.pk).update(task_id=task_id, enqueued_at=store.now())
         enqueued += 1
     return enqueued
+
+
+def run_member(batch_id: str, position: int, func: str, /, *args: Any, **kwargs: Any) -> Any:
+    """What django-q2 runs for a member: the member's ``func``, unless its step no longer waits
+    on this batch (the run was cancelled or paused, the step skipped or ended): then the task
+    does nothing and says so in its result. A resumed fan_out opens a fresh batch, so running
+    the old one's members would run them twice."""
+    if not Step.objects.filter(batch_id=batch_id, status=StepStatus.WAITING).exists():
+        logger.info("fan_out: batch %s member %s not run: its step no longer waits on the batch", batch_id,
+                    position, extra={"action": "fan_out_member_skipped", "batch_id": str(batch_id)})
+        return {"pgflow": "not run: the step no longer waits on this batch (cancelled, paused or skipped)"}
+    return pydoc.locate(func)(*args, **kwargs)  # type: ignore[operator]
 
 
 def _sync_mode() -> bool:

@@ -197,6 +197,24 @@ def test_two_tasks_ending_at_the_same_instant_resolve_the_step_once(start_qclust
     assert Step.objects.filter(run=run, step_name="after").count() == 1
 
 
+def test_members_of_a_run_cancelled_before_django_q2_ran_them_do_not_run(start_qcluster, tmp_path):
+    ran = tmp_path / "ran"
+    run = fw.Fan.start(input=tasks(*[("tests.fanout_tasks.mark", [str(ran), f"m{n}"]) for n in range(3)]))
+    assert run_due_step(run) == "parked"
+    batch = Batch.objects.get(run=run)
+    run.cancel(actor="ops")  # the three tasks are queued in django-q2, no cluster has taken them yet
+    start_qcluster(workers=2)
+    wait_until(lambda: Task.objects.filter(group=str(batch.pk)).count() == 3, timeout=30,
+               what="django-q2 to take the three tasks")
+    assert not ran.exists(), "a member of a cancelled run ran"
+    results = Task.objects.filter(group=str(batch.pk))
+    assert {task.func for task in results} == {fanout.RUNNER}
+    assert {str(task.result["pgflow"]) for task in results} == {
+        "not run: the step no longer waits on this batch (cancelled, paused or skipped)"}
+    assert WorkflowRun.objects.get(pk=run.pk).status == "cancelled"
+    assert "fan_out_finished" not in events(run)
+
+
 def test_a_member_whose_worker_was_killed_counts_as_failed_after_the_sweep(start_qcluster):
     run = fw.Fan.start(input=tasks(("tests.fanout_tasks.double", [1]), ("tests.fanout_tasks.die", [])))
     cluster = start_qcluster(workers=1)
