@@ -1,7 +1,7 @@
 """The worker: claim due attempts, run them in a thread pool, heartbeat, sweep, shut down.
 
-Life cycle: start the listener and the heartbeat → claim and run until stopped → drain
-within the grace period → hand back what is still running. The main thread claims (one
+Life cycle: start the listener, the heartbeat and the sweep threads → claim and run until
+stopped → drain within the grace period → hand back what is still running. The main thread claims (one
 statement for all free slots) and sleeps on a wake-up event that NOTIFY, a finished
 attempt or the next due time sets, with a polling fallback, so an idle worker costs the
 database one cheap query per poll interval.
@@ -63,7 +63,6 @@ class Worker:
         self._running: dict[Any, Claim] = {}
         self._bodies: set[Any] = set()
         self._running_lock = threading.Lock()
-        self._next_sweep = 0.0
         self._signals = 0
         self._db_down_since: float | None = None
         self.completed = 0
@@ -80,7 +79,8 @@ class Worker:
         self.runner = Runner(finish=self.committer.submit, finish_later=self.committer.submit_later)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pgflow-step")
         threads = [threading.Thread(target=self._listen, name="pgflow-listen", daemon=True),
-                   threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True)]
+                   threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True),
+                   threading.Thread(target=self._sweep, name="pgflow-sweep", daemon=True)]
         for thread in threads:
             thread.start()
         try:
@@ -118,7 +118,6 @@ class Worker:
             self._wake.clear()
             try:
                 claimed = self._claim_and_submit(pool)
-                self._maybe_sweep()
                 wait = self._idle_wait(claimed)
                 self._database_back()
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
@@ -210,14 +209,6 @@ class Worker:
         nxt = self._next_due()
         return nxt is not None and nxt <= store.now()
 
-    def _maybe_sweep(self) -> None:
-        if time.monotonic() < self._next_sweep:
-            return
-        self._next_sweep = time.monotonic() + pgflow_settings.seconds("SWEEP_INTERVAL")
-        counts = sweep.run(worker=self.name)
-        if any(counts.values()):
-            logger.info("sweep: %s", ", ".join(f"{k}={v}" for k, v in counts.items() if v),
-                        extra={"action": "sweep", **counts})
 
     def _database_away(self, exc: BaseException) -> None:
         if self._db_down_since is None:
@@ -279,6 +270,25 @@ class Worker:
                 logger.warning("heartbeat failed: %s", " ".join(str(exc).split()),
                                extra={"action": "heartbeat_failed"})
                 connection.close()
+
+    def _sweep(self) -> None:
+        """Sweeps now and every SWEEP_INTERVAL, in its own thread: a long sweep (rolling a
+        busy hour up takes seconds) never holds up the claim loop. Its connection is closed
+        after each sweep, so it holds one only while sweeping."""
+        interval = pgflow_settings.seconds("SWEEP_INTERVAL")
+        while not self._stopping.is_set():
+            try:
+                counts = sweep.run(worker=self.name)
+                if any(counts.values()):
+                    logger.info("sweep: %s", ", ".join(f"{k}={v}" for k, v in counts.items() if v),
+                                extra={"action": "sweep", **counts})
+            except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
+                logger.warning("sweep failed: %s", " ".join(str(exc).split()), extra={"action": "sweep_failed"})
+            except Exception:
+                logger.exception("sweep failed", extra={"action": "sweep_failed"})  # the next one may not
+            finally:
+                connection.close()
+            self._stopping.wait(interval)
 
     def _time_out(self, token: Any) -> None:
         try:

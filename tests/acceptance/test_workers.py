@@ -87,3 +87,29 @@ def test_a_worker_started_with_debug_on_says_it_slows_it_down(start_worker):
     assert noisy.proc.wait(60) == 0 and quiet.proc.wait(60) == 0
     assert "DEBUG is on" in noisy.output()
     assert "DEBUG is on" not in quiet.output()
+
+
+def test_a_sweep_held_up_does_not_hold_up_claims(start_worker):
+    import psycopg
+    from django.db import connection
+
+    from pgflow import rollup
+
+    params = {key: value for key, value in connection.get_connection_params().items()
+              if key in ("dbname", "user", "password", "host", "port")}
+    with psycopg.connect(**params, autocommit=True) as blocker:
+        blocker.execute("SELECT pg_advisory_lock(%s)", [rollup.LOCK_KEY])  # the sweep's rollup waits on this
+        runs = [wf.ThreeSteps.start() for _ in range(30)]
+        worker = start_worker("--concurrency", "4")
+
+        def sweep_waiting() -> bool:
+            row = blocker.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                                  "AND objid = %s", [rollup.LOCK_KEY & 0xFFFF_FFFF]).fetchone()
+            return bool(row and row[0])
+
+        wait_until(sweep_waiting, timeout=30, what="the worker's sweep to wait on the rollup lock")
+        wait_until(lambda: finished(30), timeout=60, what="30 runs to finish while the sweep waits")
+        assert sweep_waiting(), "the sweep was still held up while the runs finished"
+        blocker.execute("SELECT pg_advisory_unlock(%s)", [rollup.LOCK_KEY])
+    assert worker.terminate() == 0
+    assert {run.pk for run in runs} == set(WorkflowRun.objects.filter(status="finished").values_list("pk", flat=True))
