@@ -101,9 +101,19 @@ def step_window() -> tuple[int, float]:
     return int(steps), float(seconds or 0.0)
 
 
+def analyze() -> None:
+    """Statistics for the just-filled tables, as autovacuum would soon have (see
+    benchmarks/peers/common.analyze_server)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE pgflow_run, pgflow_step")
+
+
 def throughput(runs: int, workers: int, concurrency: int) -> float:
     reset()
     enqueue(runs)
+    analyze()
     procs = [worker(concurrency, "--burst") for _ in range(workers)]
     try:
         for proc in procs:

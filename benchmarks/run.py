@@ -465,7 +465,10 @@ METHOD = [
     "- Steps/s: the chains are enqueued and committed with no worker running, then one worker (pgflow: also "
     "two) drains them; 3 × chains ÷ seconds from the first step to the last. pgflow's seconds come from its "
     "step rows (first claim to last finish), the peers' from a line each step body appends to a file (first "
-    "body start to last body start), which every peer pays alike.",
+    "body start to last body start), which every peer pays alike. After the enqueue and before the workers "
+    "start, every database of the server is ANALYZEd: the tables were just emptied and filled, and until "
+    "autovacuum reaches them (seconds into a run) PostgreSQL plans with no statistics, which made some of "
+    "pgflow's rounds run at a third of their speed for their first seconds; a deployed queue's tables have them.",
     "- Idle latency: the worker has drained the chains and idles for a second; then a 1-step job is enqueued "
     "(autocommit) and its body appends the time; latency is that time minus the middle of the enqueue call "
     "(the commit happens inside it, and a body can start before the call returns), with 50–250 ms of random "

@@ -164,11 +164,14 @@ class Step(models.Model):
             # Shaped like the claim query: due rows of a queue, by priority then due time.
             models.Index(models.F("queue"), models.F("priority").desc(), models.F("scheduled_at"), models.F("id"),
                          name="pgflow_step_claim", condition=Q(status=StepStatus.SCHEDULED)),
-            # Scheduled rows of a queue by due time: when few are due among many scheduled far
-            # ahead, the claim reads just the due ones here (the claim index would walk past
-            # every delayed row of the priority), and the next-due lookup is one probe.
-            models.Index(fields=["queue", "scheduled_at"], name="pgflow_step_due",
-                         condition=Q(status=StepStatus.SCHEDULED)),
+            # Scheduled rows of a queue by due time, for the next-due lookup (one probe) and the
+            # claim's count of what is due (so its ordered scan stops there instead of walking
+            # every delayed row of the priority). On timezone('UTC', scheduled_at), not the
+            # column: the claim's own scan, which must stay on the claim index, cannot use it,
+            # so a planner with stale statistics cannot pick it and sort a whole backlog.
+            models.Index(models.F("queue"), models.Func(models.Value("UTC"), models.F("scheduled_at"),
+                                                        function="timezone", output_field=models.DateTimeField()),
+                         name="pgflow_step_due", condition=Q(status=StepStatus.SCHEDULED)),
             models.Index(fields=["lease_expires_at"], name="pgflow_step_lease",
                          condition=Q(status=StepStatus.IN_PROGRESS)),
             models.Index(fields=["deadline_at"], name="pgflow_step_deadline",

@@ -377,14 +377,21 @@ def _cancel_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step
 # read before its body runs.
 _RUN_COLUMNS = ("workflow_class", "status", "current_step", "subject_type_id", "subject_id", "input", "key",
                 "definition_digest", "created_at", "updated_at", "finished_at", "paused_reason")
-_RETURNING = ("RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, "
-              + ", ".join(f"r.{column}" for column in _RUN_COLUMNS))
+# What a claim reads of the attempt (s) and its run (r): Claim's fields, then run_fields.
+_CLAIMED = ("s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, "
+            + ", ".join(f"r.{column}" for column in _RUN_COLUMNS))
+_RETURNING = "RETURNING " + _CLAIMED
 
-# Each queue's due attempts in its own index scan (LATERAL), merged and cut to the limit.
-# With ``queue = ANY(...)`` the claim index cannot give the order across queues, so
-# PostgreSQL would read and sort every due row of the queues: ~60 ms a claim behind a
-# backlog of 100,000 due attempts instead of ~2. SKIP LOCKED sits in the per-queue scans;
-# a candidate cut by the merge is unlocked when the statement ends.
+# Each queue's due attempts in its own ordered scan of the claim index (LATERAL), merged
+# and cut to the limit. With ``queue = ANY(...)`` the claim index cannot give the order
+# across queues, so PostgreSQL would read and sort every due row of the queues: ~60 ms a
+# claim behind a backlog of 100,000 due attempts instead of ~2. Each scan stops at the
+# number due (counted, up to the limit, on pgflow_step_due): past the due rows of a
+# priority lie its delayed ones, and a scan asked for more than are due walks them all.
+# SKIP LOCKED sits in the per-queue scans; a candidate cut by the merge is unlocked when
+# the statement ends. The runs are joined
+# to the claimed rows only: joined inside the UPDATE, a planner working from stale
+# statistics (a table just truncated or filled) drove the claim from every run instead.
 _CLAIM_SQL = """
 WITH candidates AS (
     SELECT c.id, c.priority, c.scheduled_at
@@ -393,17 +400,23 @@ WITH candidates AS (
         SELECT id, priority, scheduled_at FROM pgflow_step
         WHERE status = 'scheduled' AND queue = q.name AND scheduled_at <= %(now)s
         ORDER BY priority DESC, scheduled_at, id
-        LIMIT %(limit)s
+        LIMIT least(%(limit)s, (SELECT count(*) FROM (
+            SELECT 1 FROM pgflow_step WHERE status = 'scheduled' AND queue = q.name
+                AND timezone('UTC', scheduled_at) <= timezone('UTC', %(now)s::timestamptz)
+            ORDER BY timezone('UTC', scheduled_at) LIMIT %(limit)s) AS due_now))
         FOR UPDATE SKIP LOCKED
     ) AS c
 ), due AS (
     SELECT id FROM candidates ORDER BY priority DESC, scheduled_at, id LIMIT %(limit)s
+), claimed AS (
+    UPDATE pgflow_step AS s
+    SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
+        lease_expires_at = %(lease_until)s
+    FROM due WHERE s.id = due.id
+    RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at
 )
-UPDATE pgflow_step AS s
-SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
-    lease_expires_at = %(lease_until)s
-FROM pgflow_run AS r WHERE s.id IN (SELECT id FROM due) AND r.id = s.run_id
-""" + _RETURNING
+SELECT """ + _CLAIMED + """ FROM claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id
+"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -453,12 +466,13 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
     return _claims(rows)
 
 
-# The earliest scheduled attempt of each queue (one index probe each), then the earliest of those.
+# The earliest scheduled attempt of each queue (one probe each of pgflow_step_due), then the
+# earliest of those.
 _NEXT_DUE_SQL = """
 SELECT min(first.scheduled_at)
 FROM unnest(%(queues)s::text[]) AS q(name),
 LATERAL (SELECT scheduled_at FROM pgflow_step WHERE status = 'scheduled' AND queue = q.name
-         ORDER BY scheduled_at LIMIT 1) AS first
+         ORDER BY timezone('UTC', scheduled_at) LIMIT 1) AS first
 """
 
 

@@ -362,6 +362,30 @@ def recreate_database(server_url: str, name: str) -> str:
     return database_url(server_url, name)
 
 
+def analyze_server(server_url: str) -> int:
+    """ANALYZE every database of the benchmark's server; returns how many.
+
+    Each measurement starts from freshly emptied tables and a bulk enqueue, which leaves
+    PostgreSQL planning with no statistics (or those of the emptied tables) until
+    autovacuum gets to them, a few seconds into the run: then any system's plans may read
+    whole tables. A deployed queue's tables have statistics, so every system gets them
+    before its workers start. A system without psycopg here (Celery) keeps nothing in
+    PostgreSQL and is skipped."""
+    try:
+        import psycopg
+    except ImportError:
+        return 0
+    params = {key: value for key, value in conninfo(server_url).items() if value is not None}
+    params["dbname"] = "postgres"
+    with psycopg.connect(**params, autocommit=True) as conn:
+        names = [row[0] for row in conn.execute(
+            "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate").fetchall()]
+    for name in names:
+        with psycopg.connect(**{**params, "dbname": name}, autocommit=True) as conn:
+            conn.execute("ANALYZE")
+    return len(names)
+
+
 def versions(*names: str) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -450,6 +474,7 @@ def main(system_class: type[System], description: str | None = None) -> None:
         started = time.monotonic()
         system.enqueue_chains(args.runs)
         log(f"{system.name}: {args.runs} chains enqueued in {time.monotonic() - started:.1f} s")
+        analyze_server(args.db)
         for _ in range(args.workers):
             workers.start(system.worker_argv(), system.worker_env())
         sampler = MemorySampler(lambda: [proc.pid for proc in workers.procs])

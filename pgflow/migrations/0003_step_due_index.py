@@ -20,7 +20,12 @@ class Migration(migrations.Migration):
     operations = [
         AddIndexConcurrently(
             model_name="step",
-            index=models.Index(condition=models.Q(("status", pgflow.core.states.StepStatus["SCHEDULED"])),
-                               fields=["queue", "scheduled_at"], name="pgflow_step_due"),
+            index=models.Index(
+                models.F("queue"),
+                models.Func(models.Value("UTC"), models.F("scheduled_at"), function="timezone",
+                            output_field=models.DateTimeField()),
+                condition=models.Q(("status", pgflow.core.states.StepStatus["SCHEDULED"])),
+                name="pgflow_step_due",
+            ),
         ),
     ]
