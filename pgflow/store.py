@@ -221,7 +221,7 @@ def delay_of(workflow: type[Workflow], run: WorkflowRun, definition: StepDefinit
     A wait method that fails raises WaitFailed naming the step, so the run can pause with
     the reason instead of the failure escaping the transition.
     """
-    if definition.wait is None and definition.wait_until is None:
+    if not definition.waits:
         return None
     instance = workflow(run=run, step_name=definition.name, attempt=1, outputs=outputs)
     try:
@@ -389,9 +389,9 @@ _RETURNING = "RETURNING " + _CLAIMED
 # number due (counted, up to the limit, on pgflow_step_due): past the due rows of a
 # priority lie its delayed ones, and a scan asked for more than are due walks them all.
 # SKIP LOCKED sits in the per-queue scans; a candidate cut by the merge is unlocked when
-# the statement ends. The runs are joined
-# to the claimed rows only: joined inside the UPDATE, a planner working from stale
-# statistics (a table just truncated or filled) drove the claim from every run instead.
+# the statement ends. The runs are joined to the claimed rows only: joined inside the
+# UPDATE, a planner working from stale statistics (a table just truncated or filled) drove
+# the claim from every run instead.
 _CLAIM_SQL = """
 WITH candidates AS (
     SELECT c.id, c.priority, c.scheduled_at
@@ -778,7 +778,8 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
                 raise StepNotFound(claim.step_name)
             nxt = definitions.next_after(claim.step_name)
             # This step's own output is not written yet: the loader adds it to what the rows hold.
-            delay = None if nxt is None else delay_of(workflow, claim.run(), nxt, at, _outputs_with(item))
+            # (Building the run's model costs more than the rest of this loop: only for a wait.)
+            delay = delay_of(workflow, claim.run(), nxt, at, _outputs_with(item)) if nxt and nxt.waits else None
         except (StepNotFound, WorkflowNotFound, WaitFailed):
             fallback.append(item)  # apply() pauses the run, naming the failure
             continue

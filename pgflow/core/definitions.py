@@ -125,6 +125,11 @@ class StepDefinition:
             object.__setattr__(self, "on_exception", tuple(self.on_exception))
 
     @property
+    def waits(self) -> bool:
+        """Whether the step has a ``wait`` or ``wait_until`` to work out before it is due."""
+        return self.wait is not None or self.wait_until is not None
+
+    @property
     def job_options(self) -> dict[str, Any]:
         """The step's own queue/priority, only those it sets."""
         return {k: v for k, v in (("queue", self.queue), ("priority", self.priority)) if v is not None}

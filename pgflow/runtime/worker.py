@@ -1,10 +1,10 @@
 """The worker: claim due attempts, run them in a thread pool, heartbeat, sweep, shut down.
 
 Life cycle: start the listener, the heartbeat and the sweep threads → claim and run until
-stopped → drain within the grace period → hand back what is still running. The main thread claims (one
-statement for all free slots) and sleeps on a wake-up event that NOTIFY, a finished
-attempt or the next due time sets, with a polling fallback, so an idle worker costs the
-database one cheap query per poll interval.
+stopped → drain within the grace period → hand back what is still running. The main
+thread claims (one statement for all free slots) and sleeps on a wake-up event that
+NOTIFY, a finished attempt or the next due time sets, with a polling fallback, so an idle
+worker costs the database one cheap query per poll interval.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime
 from types import FrameType
 from typing import Any
 
@@ -197,18 +196,14 @@ class Worker:
         if free <= 0:
             return pgflow_settings.seconds("POLL_INTERVAL")  # a finished step wakes us sooner
         poll = pgflow_settings.seconds("POLL_INTERVAL")
-        nxt = self._next_due()
+        nxt = store.next_due(self.queues)
         if nxt is None:
             return poll
         return max(0.0, min(poll, (nxt - store.now()).total_seconds()))
 
-    def _next_due(self) -> datetime | None:
-        return store.next_due(self.queues)
-
     def _due_soon(self) -> bool:
-        nxt = self._next_due()
+        nxt = store.next_due(self.queues)
         return nxt is not None and nxt <= store.now()
-
 
     def _database_away(self, exc: BaseException) -> None:
         if self._db_down_since is None:
