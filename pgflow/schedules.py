@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import Min, Q
+from django.utils.module_loading import autodiscover_modules
 
 from . import registry, store
 from .core import ticks
@@ -57,9 +58,13 @@ def parse_key(key: str | None) -> tuple[int, str] | None:
 
 
 def declared(workflows: Iterable[type[Workflow]] | None = None) -> dict[tuple[str, str], ticks.Schedule]:
-    """``{(workflow path, name): Schedule}`` over the registered workflow classes."""
+    """``{(workflow path, name): Schedule}`` over the registered workflow classes, after
+    importing each installed app's ``workflows`` module (as the admin finds ``admin.py``)."""
+    if workflows is None:
+        autodiscover_modules("workflows")
+        workflows = registry.registered()
     found: dict[tuple[str, str], ticks.Schedule] = {}
-    for workflow in registry.registered() if workflows is None else workflows:
+    for workflow in workflows:
         for declaration in workflow._pgflow_schedules:
             found[(workflow.workflow_path(), declaration.name)] = declaration
     return found
@@ -92,7 +97,13 @@ def sync(*, now: datetime | None = None, **_: Any) -> dict[str, int]:
                 row.updated_at = at
                 row.save()
         for row in rows.values():
-            if row.enabled:
+            declaration = _declaration_of(row)
+            if declaration is not None:  # its module was not imported yet, but it is there
+                if _apply(row, declaration, at):
+                    row.updated_at = at
+                    row.save()
+                    counts["updated"] += 1
+            elif row.enabled:
                 row.enabled = False
                 row.disabled_reason = f"removed from the code (synced {at:%Y-%m-%d %H:%M} UTC)"
                 row.updated_at = at
@@ -102,8 +113,18 @@ def sync(*, now: datetime | None = None, **_: Any) -> dict[str, int]:
                                row.workflow_class, extra={"action": "schedule_disabled", "schedule": row.pk})
     if any(counts.values()):
         logger.info("schedules synced: %s", ", ".join(f"{k}={v}" for k, v in counts.items() if v),
-                    extra={"action": "schedule_sync", **counts})
+                    extra={"action": "schedule_sync", **{f"schedules_{k}": v for k, v in counts.items()}})
     return counts
+
+
+def _declaration_of(row: Schedule) -> ticks.Schedule | None:
+    """The row's declaration, its class imported from its path now: a class that nothing
+    imported yet is not a removed one."""
+    try:
+        workflow = registry.resolve(row.workflow_class)
+    except PgflowError:
+        return None
+    return next((item for item in workflow._pgflow_schedules if item.name == row.name), None)
 
 
 def _apply(row: Schedule, declaration: ticks.Schedule, at: datetime) -> bool:
