@@ -61,13 +61,19 @@ def declared(workflows: Iterable[type[Workflow]] | None = None) -> dict[tuple[st
     """``{(workflow path, name): Schedule}`` over the registered workflow classes, after
     importing each installed app's ``workflows`` module (as the admin finds ``admin.py``)."""
     if workflows is None:
-        autodiscover_modules("workflows")
-        workflows = registry.registered()
+        workflows = workflow_classes()
     found: dict[tuple[str, str], ticks.Schedule] = {}
     for workflow in workflows:
         for declaration in workflow._pgflow_schedules:
             found[(workflow.workflow_path(), declaration.name)] = declaration
     return found
+
+
+def workflow_classes() -> list[type[Workflow]]:
+    """The workflow classes a schedule may start: every registered one, after importing
+    each installed app's ``workflows`` module."""
+    autodiscover_modules("workflows")
+    return registry.registered()
 
 
 def sync(*, now: datetime | None = None, **_: Any) -> dict[str, int]:
@@ -96,21 +102,21 @@ def sync(*, now: datetime | None = None, **_: Any) -> dict[str, int]:
                 counts["created" if row.pk is None else "updated"] += 1
                 row.updated_at = at
                 row.save()
-        for row in rows.values():
-            declaration = _declaration_of(row)
-            if declaration is not None:  # its module was not imported yet, but it is there
-                if _apply(row, declaration, at):
-                    row.updated_at = at
-                    row.save()
+        for stale in rows.values():
+            found = _declaration_of(stale)
+            if found is not None:  # its module was not imported yet, but it is there
+                if _apply(stale, found, at):
+                    stale.updated_at = at
+                    stale.save()
                     counts["updated"] += 1
-            elif row.enabled:
-                row.enabled = False
-                row.disabled_reason = f"removed from the code (synced {at:%Y-%m-%d %H:%M} UTC)"
-                row.updated_at = at
-                row.save(update_fields=["enabled", "disabled_reason", "updated_at"])
+            elif stale.enabled:
+                stale.enabled = False
+                stale.disabled_reason = f"removed from the code (synced {at:%Y-%m-%d %H:%M} UTC)"
+                stale.updated_at = at
+                stale.save(update_fields=["enabled", "disabled_reason", "updated_at"])
                 counts["disabled"] += 1
-                logger.warning("schedule %s of %s is no longer declared: disabled, not deleted", row.name,
-                               row.workflow_class, extra={"action": "schedule_disabled", "schedule": row.pk})
+                logger.warning("schedule %s of %s is no longer declared: disabled, not deleted", stale.name,
+                               stale.workflow_class, extra={"action": "schedule_disabled", "schedule": stale.pk})
     if any(counts.values()):
         logger.info("schedules synced: %s", ", ".join(f"{k}={v}" for k, v in counts.items() if v),
                     extra={"action": "schedule_sync", **{f"schedules_{k}": v for k, v in counts.items()}})
@@ -155,8 +161,9 @@ def save(row: Schedule, *, now: datetime | None = None) -> Schedule:
         row.created_at = at
         row.next_tick_at = rule.next_after(at)
     else:
-        before = Schedule.objects.filter(pk=row.pk).values("cron", "every", "timezone").first()
-        if before != {"cron": row.cron, "every": row.every, "timezone": row.timezone}:
+        before = Schedule.objects.filter(pk=row.pk).values_list("cron", "every", "timezone", "paused").first()
+        resumed = before is not None and before[3] and not row.paused  # no catching up a pause
+        if resumed or before is None or before[:3] != (row.cron, row.every, row.timezone):
             row.next_tick_at = rule.next_after(at)
     row.updated_at = at
     row.save()
@@ -328,6 +335,6 @@ def upcoming(row: Schedule, count: int = 5, *, now: datetime | None = None) -> l
     return [start, *row.rule().upcoming(start, count - 1)]
 
 
-__all__ = ["declared", "fire", "fire_due", "next_due", "parse_key", "run_key", "save", "set_paused",
+__all__ = ["declared", "workflow_classes", "fire", "fire_due", "next_due", "parse_key", "run_key", "save", "set_paused",
            "start_now", "sync", "tick_loop",
            "upcoming"]

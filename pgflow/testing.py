@@ -73,8 +73,9 @@ def fire_schedule(schedule: Any, name: str | None = None) -> WorkflowRun | None:
     Returns the run started, or None when the overlap policy started none."""
     from . import schedules
     from .models import Schedule
+    from .workflow import Workflow
 
-    if isinstance(schedule, type):
+    if isinstance(schedule, type) and issubclass(schedule, Workflow):
         if name is None:
             raise TypeError("fire_schedule(WorkflowClass, name): name the schedule to fire")
         schedules.sync()
