@@ -63,7 +63,8 @@ def main() -> None:
     keys = WorkflowRun.objects.values_list("key", flat=True)
     assert len(keys) == len(set(keys)) == args.schedules, "a tick started more than one run"
     p95 = lags[int(0.95 * (len(lags) - 1))]
-    print(f"{args.schedules} schedules due at once, {args.workers} workers: lag min {lags[0]:.3f}s, p50 {statistics.median(lags):.3f}s, "
+    print(f"{args.schedules} schedules due at once, {args.workers} workers: lag min {lags[0]:.3f}s, "
+          f"p50 {statistics.median(lags):.3f}s, "
           f"p95 {p95:.3f}s, max {lags[-1]:.3f}s; {len(keys)} runs, one per tick")
 
 
