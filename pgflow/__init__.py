@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.flow import FlowControl
 from .core.policy import OnException
+from .core.ticks import Schedule
 from .exceptions import (
     DefinitionError,
     FanOutFailed,
@@ -33,6 +34,7 @@ __all__ = [
     "InvalidTransition",
     "OnException",
     "PgflowError",
+    "Schedule",
     "StepNotFound",
     "StepTimeout",
     "Workflow",

@@ -7,6 +7,24 @@ class PgflowConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registering the checks is the only thing ready() does: no signal handlers,
+        # Registering the checks and the post-migrate schedule sync is all ready() does:
         # no connections, no settings frozen at start-up.
+        from django.db.models.signals import post_migrate
+
         from . import checks  # noqa: F401
+
+        post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="pgflow.schedules.sync")
+
+
+def _sync_schedules(*, using: str = "default", **_: object) -> None:
+    """After ``migrate``: the declared schedules into the table (the workers sync too)."""
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    from .models import Schedule
+
+    # Not on another database, nor after migrating back to before the schedules existed.
+    if using != DEFAULT_DB_ALIAS or Schedule._meta.db_table not in connections[using].introspection.table_names():
+        return
+    from .schedules import sync
+
+    sync()

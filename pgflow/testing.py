@@ -64,3 +64,25 @@ def _deliver(run: WorkflowRun, step: Step, pending: dict[str, list[Any]]) -> boo
         return False
     signal(run, name, pending[name].pop(0), actor=store.TESTING_WORKER)
     return True
+
+
+def fire_schedule(schedule: Any, name: str | None = None) -> WorkflowRun | None:
+    """Fire a schedule's next tick now, without waiting for it: what a worker does when the
+    tick comes due (overlap policy included). ``schedule`` is a ``Schedule`` row or its id,
+    or a workflow class with the ``name`` of one of its declared schedules (synced first).
+    Returns the run started, or None when the overlap policy started none."""
+    from . import schedules
+    from .models import Schedule
+    from .workflow import Workflow
+
+    if isinstance(schedule, type) and issubclass(schedule, Workflow):
+        if name is None:
+            raise TypeError("fire_schedule(WorkflowClass, name): name the schedule to fire")
+        schedules.sync()
+        row = Schedule.objects.get(workflow_class=schedule.workflow_path(), name=name)
+    else:
+        row = Schedule.objects.get(pk=schedule.pk if isinstance(schedule, Schedule) else schedule)
+    if row.next_tick_at is None:
+        raise ValueError(f"schedule {row} has no next tick (disabled: {row.disabled_reason or 'no'})")
+    started = schedules.fire(row.pk, now=row.next_tick_at)
+    return started[-1] if started else None

@@ -50,6 +50,7 @@ from .core.definitions import (
 )
 from .core.flow import FlowControl, Outcome
 from .core.policy import OnException, coerce_all
+from .core.ticks import Schedule
 from .exceptions import DefinitionError
 
 if TYPE_CHECKING:
@@ -194,11 +195,14 @@ class Workflow(metaclass=WorkflowType):
     on_exception: ClassVar[Sequence[Any]] = ()
     # Steps that no longer exist: a run scheduled on one skips to the step after its place.
     removed_steps: ClassVar[Sequence[str]] = ()
+    # pgflow.Schedule declarations: this class started on a cron or an interval. Not inherited.
+    schedules: ClassVar[Sequence[Any]] = ()
 
     # Built for each class by __init_subclass__; frozen, never mutated.
     _pgflow_steps: ClassVar[StepList] = StepList()
     _pgflow_policies: ClassVar[tuple[OnException, ...]] = ()
     _pgflow_cancel_conditions: ClassVar[tuple[str | Callable[..., Any], ...]] = ()
+    _pgflow_schedules: ClassVar[tuple[Schedule, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -207,6 +211,7 @@ class Workflow(metaclass=WorkflowType):
             cls._pgflow_steps = steps
             cls._pgflow_policies = policies
             cls._pgflow_cancel_conditions = conditions
+            cls._pgflow_schedules = _class_schedules(cls.__dict__.get("schedules", ()))
             problems = definition_problems(cls)
             if problems:
                 raise DefinitionError(problems[0])
@@ -504,6 +509,19 @@ def _removed_names(value: Any) -> tuple[str, ...]:
         if not (isinstance(name, str) and name.isidentifier()):
             raise DefinitionError(f"removed_steps must be a list of step names, got {name!r} in it")
     return tuple(value)
+
+
+def _class_schedules(value: Any) -> tuple[Schedule, ...]:
+    """The class's own ``schedules`` (a subclass does not inherit its parent's ticks)."""
+    items = list(value) if isinstance(value, list | tuple) else None
+    if items is None or not all(isinstance(item, Schedule) for item in items):
+        raise DefinitionError(f"schedules must be a list of pgflow.Schedule, got {value!r}")
+    names = [item.name for item in items]
+    doubled = sorted({name for name in names if names.count(name) > 1})
+    if doubled:
+        raise DefinitionError(f"schedules: each needs a name of its own; {', '.join(map(repr, doubled))} "
+                              f"is used more than once")
+    return tuple(items)
 
 
 def _class_policies(value: Any) -> tuple[OnException, ...]:

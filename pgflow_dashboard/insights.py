@@ -91,7 +91,38 @@ def compute(window: WorkflowWindow) -> dict[str, Any]:
             "errors": top_errors(window, counted),
             "percentiles": dict(PERCENTILE_METHOD),
             "stuck": stuck(window.now),
+            "schedules": schedules(window),
         }
+
+
+# Per schedule, the ticks recorded in the window: lag (tick due -> run started) of the
+# ticks that started on their own (a buffer_one tick waited for the open run on purpose),
+# the ticks skipped by overlap and those missed while no worker ran.
+_SCHEDULE_TICKS = """
+SELECT s.id, s.workflow_class, s.name,
+       count(*) FILTER (WHERE t.outcome = 'started'),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM t.started_at - t.tick_at))
+           FILTER (WHERE t.outcome = 'started' AND NOT t.details ? 'buffered'),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM t.started_at - t.tick_at))
+           FILTER (WHERE t.outcome = 'started' AND NOT t.details ? 'buffered'),
+       count(*) FILTER (WHERE t.outcome = 'skipped'),
+       coalesce(sum(coalesce((t.details->>'count')::int, 1)) FILTER (WHERE t.outcome = 'missed'), 0)
+FROM pgflow_schedule_tick t JOIN pgflow_schedule s ON s.id = t.schedule_id
+WHERE t.started_at >= %(since)s AND t.started_at <= %(now)s
+GROUP BY s.id, s.workflow_class, s.name
+ORDER BY s.workflow_class, s.name
+"""
+
+
+def schedules(window: WorkflowWindow) -> list[dict[str, Any]]:
+    """Per schedule with ticks in the window: ``started``, ``lag_p50``/``lag_p95`` (seconds
+    from the tick being due to its run starting), ``skipped`` (overlap) and ``missed``."""
+    keys = ("id", "workflow_class", "name", "started", "lag_p50", "lag_p95", "skipped", "missed")
+    rows = _dicts(keys, _rows(_SCHEDULE_TICKS, {"since": window.since(), "now": window.now}))
+    for row in rows:
+        for key in ("lag_p50", "lag_p95"):
+            row[key] = None if row[key] is None else max(0.0, float(row[key]))
+    return rows
 
 
 def tally(window: WorkflowWindow) -> rollup.Tally:

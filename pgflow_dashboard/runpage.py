@@ -17,7 +17,7 @@ from django.urls import NoReverseMatch, reverse
 
 from pgflow.core.states import OPEN_RUN, control_error
 from pgflow.exceptions import WorkflowNotFound
-from pgflow.models import Batch, Event, Signal, Step, WorkflowRun
+from pgflow.models import Batch, Event, ScheduleTick, Signal, Step, WorkflowRun
 from pgflow.registry import resolve
 
 from . import timeline
@@ -164,4 +164,10 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
         "chart": chart(run, now=now, steps=(steps, total_steps)),
         "legend": timeline.legend(),
         "limits": {"attempts": MAX_ATTEMPTS, "events": MAX_EVENTS, "errors": MAX_ERRORS},
+        "started_by_schedule": started_by_schedule(run),
     }
+
+
+def started_by_schedule(run: WorkflowRun) -> ScheduleTick | None:
+    """The schedule tick that started ``run`` (its schedule loaded), or None."""
+    return ScheduleTick.objects.filter(run=run).select_related("schedule").order_by("id").first()

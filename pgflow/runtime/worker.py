@@ -25,7 +25,7 @@ import psycopg
 from django.db import DatabaseError, close_old_connections, connection, connections
 from django.db import InterfaceError as DjangoInterfaceError
 
-from .. import store
+from .. import schedules, store
 from ..conf import pgflow_settings
 from ..store import Claim
 from . import sweep
@@ -79,7 +79,8 @@ class Worker:
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pgflow-step")
         threads = [threading.Thread(target=self._listen, name="pgflow-listen", daemon=True),
                    threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True),
-                   threading.Thread(target=self._sweep, name="pgflow-sweep", daemon=True)]
+                   threading.Thread(target=self._sweep, name="pgflow-sweep", daemon=True),
+                   threading.Thread(target=self._schedules, name="pgflow-schedules", daemon=True)]
         for thread in threads:
             thread.start()
         try:
@@ -284,6 +285,12 @@ class Worker:
             finally:
                 connection.close()
             self._stopping.wait(interval)
+
+    def _schedules(self) -> None:
+        """Syncs the declared schedules, then starts due ticks, sleeping until the next one."""
+        if not self.burst:  # a burst worker drains steps; it starts no new runs
+            schedules.tick_loop(self._stopping)
+        connection.close()
 
     def _time_out(self, token: Any) -> None:
         try:

@@ -92,7 +92,7 @@ def test_insights_json_serves_the_same_figures(login, viewer, history):
     client = login(viewer)
     data = client.get(insights_url("24h", as_json=True)).json()
     assert set(data) == {"window", "runs_per_bucket", "step_failures_per_bucket", "workflows", "steps", "errors",
-                         "percentiles", "stuck"}
+                         "percentiles", "stuck", "schedules"}
     assert data["percentiles"]["max_relative_error"] == pytest.approx(0.0905, abs=1e-4)
     assert data["window"]["name"] == "24h" and data["window"]["bucket_seconds"] == 3600
     assert sum(bucket["started"] for bucket in data["runs_per_bucket"]) == 3

@@ -323,10 +323,11 @@ def test_the_30_day_window_buckets_by_day():
 def test_compute_has_every_figure_and_an_empty_database_gives_zeros():
     figures = insights.compute(window("1h"))
     assert set(figures) == {"window", "runs_per_bucket", "step_failures_per_bucket", "workflows", "steps",
-                            "errors", "percentiles", "stuck"}
+                            "errors", "percentiles", "stuck", "schedules"}
     assert figures["percentiles"]["max_relative_error"] == pytest.approx(histogram.MAX_RELATIVE_ERROR, abs=1e-4)
     assert len(figures["runs_per_bucket"]) == 13  # 5-minute buckets over an hour, the first partial
     assert figures["workflows"] == [] and figures["steps"] == [] and figures["errors"] == []
+    assert figures["schedules"] == []
     assert all(group["count"] == 0 for group in figures["stuck"].values())
 
 

@@ -1,0 +1,240 @@
+"""Schedule arithmetic: when a schedule ticks, which due ticks start, and what overlap does.
+
+Pure: plain values in, plain values out, ``now`` passed in. Every datetime given or
+returned is aware; returned ticks are in UTC. Cron expressions are read by ``cronsim``,
+which walks wall-clock time in the schedule's zone the way cron does across DST: on the
+spring-forward day a tick inside the skipped hour fires once, at the first valid minute;
+on the fall-back day a daily tick inside the repeated hour fires once (its first pass).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from ..exceptions import DefinitionError
+from . import jsonvalue
+
+OVERLAP = ("allow", "skip", "buffer_one", "cancel_previous")
+# A tick this late is still on time, not missed: it starts even with catch_up=None. It
+# covers a worker's sleep between checks and a burst of schedules due at once.
+ON_TIME = timedelta(seconds=60)
+MAX_COUNTED = 10_000  # missed ticks counted one by one; past this the walk jumps ahead
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """When a schedule ticks: a cron expression in a time zone, or a fixed interval.
+
+    An interval ticks on multiples of ``every`` counted from the Unix epoch in UTC, so
+    every worker computes the same ticks and ``every=timedelta(hours=1)`` ticks on the hour.
+    """
+
+    cron: str | None = None
+    every: timedelta | None = None
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        if (self.cron is None) == (self.every is None):
+            raise DefinitionError("a schedule takes cron= or every=, exactly one of them")
+        zone(self.timezone)
+        if self.cron is not None:
+            check_cron(self.cron)
+        if self.every is not None:
+            if not isinstance(self.every, timedelta) or self.every < timedelta(seconds=1):
+                raise DefinitionError(f"every must be a timedelta of at least 1 second, got {self.every!r}")
+
+    def next_after(self, moment: datetime) -> datetime:
+        """The first tick strictly after ``moment``, in UTC."""
+        if self.every is not None:
+            step = self.every.total_seconds()
+            count = math.floor((moment - _EPOCH).total_seconds() / step) + 1
+            tick = _EPOCH + timedelta(seconds=count * step)
+            return tick if tick > moment else tick + self.every  # float rounding at a boundary
+        assert self.cron is not None
+        local = moment.astimezone(zone(self.timezone))
+        return next(CronSim(self.cron, local)).astimezone(UTC)
+
+    def upcoming(self, after: datetime, count: int) -> list[datetime]:
+        """The next ``count`` ticks after ``after``, in UTC."""
+        ticks: list[datetime] = []
+        moment = after
+        for _ in range(count):
+            moment = self.next_after(moment)
+            ticks.append(moment)
+        return ticks
+
+    def describe(self) -> str:
+        """The rule in words: "At 09:30 on Monday through Friday (Europe/Amsterdam)", "Every 15m"."""
+        if self.every is not None:
+            return f"Every {_span(self.every)}"
+        assert self.cron is not None
+        try:
+            words = CronSim(self.cron, datetime.now(UTC)).explain()
+        except Exception:  # noqa: BLE001 - explain() is best effort; the expression itself is valid
+            words = self.cron
+        return f"{words} ({self.timezone})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    """A schedule declared on a workflow class: ``schedules = [pgflow.Schedule(...)]``.
+
+    Wrong arguments raise :class:`~pgflow.DefinitionError` naming the field and what it accepts.
+    """
+
+    name: str
+    cron: str | None = None
+    every: timedelta | None = None
+    timezone: str = "UTC"
+    input: Mapping[str, Any] = field(default_factory=dict)
+    overlap: str = "skip"
+    catch_up: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
+            raise DefinitionError(f"Schedule name must be a non-empty string of at most 200 characters, "
+                                  f"got {self.name!r}")
+        try:
+            Rule(cron=self.cron, every=self.every, timezone=self.timezone)
+            check_overlap(self.overlap)
+            check_catch_up(self.catch_up)
+            if not isinstance(self.input, Mapping):
+                raise DefinitionError(f"input must be a dict (JSON object), got {type(self.input).__name__}")
+            try:
+                jsonvalue.encode(dict(self.input), "input")
+            except (TypeError, ValueError) as exc:
+                raise DefinitionError(str(exc)) from None
+        except DefinitionError as exc:
+            raise DefinitionError(f"Schedule {self.name!r}: {exc}") from None
+
+    @property
+    def rule(self) -> Rule:
+        return Rule(cron=self.cron, every=self.every, timezone=self.timezone)
+
+
+def zone(name: str) -> ZoneInfo:
+    """The IANA time zone ``name``; a DefinitionError naming the field otherwise."""
+    try:
+        if not isinstance(name, str) or not name:
+            raise ValueError
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise DefinitionError(f"timezone must be an IANA time zone name such as 'UTC' or 'Europe/Amsterdam', "
+                              f"got {name!r}") from None
+
+
+def check_cron(expression: str) -> str:
+    """``expression`` if cron can read it (five fields: minute hour day month weekday)."""
+    if not isinstance(expression, str):
+        raise DefinitionError(f"cron must be a string such as '0 3 * * *', got {type(expression).__name__}")
+    try:
+        CronSim(expression, datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError as exc:
+        raise DefinitionError(f"cron {expression!r} is not a valid cron expression ({exc}); expected five "
+                              f"fields, minute hour day-of-month month day-of-week, such as '0 3 * * *'") from None
+    return expression
+
+
+def check_overlap(value: str) -> str:
+    if value not in OVERLAP:
+        raise DefinitionError(f"overlap must be one of {', '.join(map(repr, OVERLAP))}, got {value!r}")
+    return value
+
+
+def check_catch_up(value: timedelta | None) -> timedelta | None:
+    if value is not None and (not isinstance(value, timedelta) or value < timedelta(0)):
+        raise DefinitionError(f"catch_up must be a non-negative timedelta or None, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What to do with a schedule's due ticks: ``start`` these, oldest first; ``missed``
+    ticks (from ``first_missed`` to ``last_missed``) are skipped; ``next_tick`` is stored."""
+
+    start: tuple[datetime, ...]
+    missed: int
+    first_missed: datetime | None
+    last_missed: datetime | None
+    next_tick: datetime
+
+
+def plan(rule: Rule, *, next_tick: datetime, now: datetime, catch_up: timedelta | None,
+         limit: int = 100) -> Plan:
+    """Sort the ticks due by ``now``, from ``next_tick`` on, into started and missed.
+
+    A tick starts when it is within ``catch_up`` of ``now``, or when it is the latest due
+    tick and at most ON_TIME late; any older tick is missed. At most ``limit`` ticks start;
+    the rest stay due (``next_tick`` is the first of them).
+    """
+    count = 0
+    first_missed: datetime | None = None
+    last_missed: datetime | None = None
+    horizon = now - max(catch_up or timedelta(0), ON_TIME)  # nothing older than this starts
+    tick = next_tick
+    while tick < horizon:
+        count += 1
+        first_missed, last_missed = first_missed or tick, tick
+        tick = rule.next_after(tick)
+        if count >= MAX_COUNTED and tick < horizon:
+            tick = rule.next_after(horizon - timedelta(microseconds=1))  # a long outage: stop counting
+            break
+    due: list[datetime] = []
+    while tick <= now and len(due) < limit:
+        due.append(tick)
+        tick = rule.next_after(tick)
+    all_seen = tick > now
+    start: list[datetime] = []
+    for index, moment in enumerate(due):
+        latest = all_seen and index == len(due) - 1
+        if (catch_up is not None and now - moment <= catch_up) or (latest and now - moment <= ON_TIME):
+            start.append(moment)
+        else:
+            count += 1
+            first_missed, last_missed = first_missed or moment, moment
+    return Plan(start=tuple(start), missed=count, first_missed=first_missed, last_missed=last_missed,
+                next_tick=tick)
+
+
+# What a tick does when the schedule's previous run may still be open.
+START, SKIP, BUFFER, CANCEL_AND_START = "start", "skip", "buffer", "cancel_and_start"
+
+
+def overlap_action(overlap: str, *, previous_open: bool, buffered: bool) -> str:
+    """``start``, ``skip``, ``buffer`` (start when the open run ends) or ``cancel_and_start``.
+
+    ``buffer_one`` holds one tick: a further tick while one is held is skipped.
+    """
+    if not previous_open or overlap == "allow":
+        return START
+    if overlap == "cancel_previous":
+        return CANCEL_AND_START
+    if overlap == "buffer_one" and not buffered:
+        return BUFFER
+    return SKIP
+
+
+def walk(rule: Rule, after: datetime) -> Iterator[datetime]:
+    """Every tick after ``after``, in order (for previews and tests)."""
+    moment = after
+    while True:
+        moment = rule.next_after(moment)
+        yield moment
+
+
+def _span(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return " ".join(parts) or "0s"

@@ -1,0 +1,168 @@
+"""Schedules on a real PostgreSQL with a fixed clock: sync, one run per tick, overlap
+policies, catch-up after downtime, DST, pause/resume, start now, pgflow.testing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import pgflow
+from pgflow import schedules
+from pgflow.models import Schedule, WorkflowRun
+from pgflow.testing import fire_schedule
+from tests import schedule_workflows as sw
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2025, 6, 2, 8, 0, tzinfo=UTC)
+
+
+def make(workflow=sw.Quick, *, at=T0, **fields) -> Schedule:
+    fields.setdefault("every", timedelta(hours=1))
+    row = Schedule(workflow_class=workflow.workflow_path(), name=fields.pop("name", "s"), **fields)
+    return schedules.save(row, now=at - timedelta(seconds=1))  # next tick: T0
+
+
+def outcomes(row: Schedule) -> list[str]:
+    return list(row.ticks.order_by("id").values_list("outcome", flat=True))
+
+
+def test_sync_creates_declared_schedules_and_disables_removed_ones():
+    Schedule.objects.all().delete()  # migrate's own sync made them already
+    counts = schedules.sync()
+    assert counts["created"] >= 2
+    nightly = Schedule.objects.get(workflow_class=sw.Report.workflow_path(), name="nightly")
+    assert (nightly.origin, nightly.timezone, nightly.input, nightly.overlap) == (
+        "code", "Europe/Amsterdam", {"kind": "nightly"}, "skip")
+    assert nightly.next_tick_at.astimezone(sw.pgflow.core.ticks.zone("Europe/Amsterdam")).strftime("%m-%d %H:%M") \
+        == "01-01 00:00"
+    assert schedules.sync()["created"] == 0  # idempotent
+
+    Schedule.objects.filter(pk=nightly.pk).update(name="renamed-in-an-old-release")
+    schedules.sync()
+    gone = Schedule.objects.get(pk=nightly.pk)
+    assert not gone.enabled
+    assert "removed from the code" in gone.disabled_reason
+    assert Schedule.objects.get(workflow_class=sw.Report.workflow_path(), name="nightly").enabled
+
+
+def test_a_due_tick_starts_one_run_with_its_key_and_stores_the_next_tick():
+    row = make(input={"n": 1})
+    assert schedules.fire_due(now=T0 - timedelta(seconds=1)) == 0
+    assert schedules.fire_due(now=T0 + timedelta(seconds=2)) == 1
+    assert schedules.fire_due(now=T0 + timedelta(seconds=3)) == 0  # the tick is gone
+    run = WorkflowRun.objects.get()
+    assert run.key == f"schedule:{row.pk}:2025-06-02T08:00:00+00:00"
+    assert run.input == {"n": 1}
+    row.refresh_from_db()
+    assert (row.last_tick_at, row.next_tick_at, row.last_run_id) == (T0, T0 + timedelta(hours=1), run.pk)
+    tick = row.ticks.get()
+    assert (tick.outcome, tick.run_id, tick.tick_at) == ("started", run.pk, T0)
+
+
+def test_overlap_skip_records_the_skipped_tick():
+    row = make()  # overlap="skip" is the default
+    schedules.fire_due(now=T0)
+    schedules.fire_due(now=T0 + timedelta(hours=1))
+    assert WorkflowRun.objects.count() == 1
+    assert outcomes(row) == ["started", "skipped"]
+    WorkflowRun.objects.get().cancel()
+    schedules.fire_due(now=T0 + timedelta(hours=2))
+    assert WorkflowRun.objects.count() == 2
+
+
+def test_overlap_allow_starts_anyway():
+    make(overlap="allow")
+    schedules.fire_due(now=T0)
+    schedules.fire_due(now=T0 + timedelta(hours=1))
+    assert WorkflowRun.objects.open().count() == 2
+
+
+def test_overlap_buffer_one_starts_the_held_tick_when_the_open_run_ends():
+    row = make(overlap="buffer_one")
+    schedules.fire_due(now=T0)
+    schedules.fire_due(now=T0 + timedelta(hours=1))  # held
+    schedules.fire_due(now=T0 + timedelta(hours=2))  # one is held already: skipped
+    assert WorkflowRun.objects.count() == 1
+    assert outcomes(row) == ["started", "buffered", "skipped"]
+    WorkflowRun.objects.get().cancel()
+    assert schedules.fire_due(now=T0 + timedelta(hours=2, minutes=5)) == 1
+    second = WorkflowRun.objects.exclude(status="cancelled").get()
+    assert second.key == schedules.run_key(row.pk, T0 + timedelta(hours=1))
+    row.refresh_from_db()
+    assert row.buffered_tick_at is None and row.last_run_id == second.pk
+
+
+def test_overlap_cancel_previous_cancels_the_open_run_then_starts():
+    row = make(overlap="cancel_previous")
+    schedules.fire_due(now=T0)
+    first = WorkflowRun.objects.get()
+    schedules.fire_due(now=T0 + timedelta(hours=1))
+    first.refresh_from_db()
+    assert first.status == "cancelled"
+    assert first.events.filter(event="cancelled", actor=f"schedule:{row.pk}").exists()
+    assert WorkflowRun.objects.open().count() == 1
+    assert outcomes(row) == ["started", "cancelled_previous", "started"]
+
+
+def test_downtime_with_catch_up_starts_each_recent_tick_once_oldest_first():
+    row = make(overlap="allow", catch_up=timedelta(hours=2))
+    back = T0 + timedelta(hours=5, minutes=10)  # the workers were away five hours
+    schedules.fire_due(now=back)
+    schedules.fire_due(now=back + timedelta(seconds=5))
+    keys = list(WorkflowRun.objects.order_by("id").values_list("key", flat=True))
+    assert keys == [schedules.run_key(row.pk, T0 + timedelta(hours=h)) for h in (4, 5)]
+    missed = row.ticks.get(outcome="missed")
+    assert missed.details["count"] == 4 and missed.tick_at == T0
+    row.refresh_from_db()
+    assert row.next_tick_at == T0 + timedelta(hours=6)
+
+
+def test_downtime_without_catch_up_starts_none():
+    row = make(catch_up=None)
+    schedules.fire_due(now=T0 + timedelta(hours=3, minutes=10))
+    assert WorkflowRun.objects.count() == 0
+    assert row.ticks.get().details["count"] == 4
+
+
+def test_dst_days_with_a_fixed_clock_start_one_run_a_day():
+    row = make(cron="0 2 * * *", every=None, timezone="Europe/Amsterdam", overlap="allow",
+               at=datetime(2025, 3, 29, 12, tzinfo=UTC))
+    for start in (datetime(2025, 3, 29, 12, tzinfo=UTC), datetime(2025, 10, 25, 12, tzinfo=UTC)):
+        Schedule.objects.filter(pk=row.pk).update(next_tick_at=row.rule().next_after(start))
+        clock = start
+        while clock < start + timedelta(days=2):  # a worker looking every 10 minutes for two days
+            clock += timedelta(minutes=10)
+            schedules.fire_due(now=clock)
+    ticks_started = sorted(row.ticks.filter(outcome="started").values_list("tick_at", flat=True))
+    in_amsterdam = [t.astimezone(pgflow.core.ticks.zone("Europe/Amsterdam")) for t in ticks_started]
+    assert [t.strftime("%m-%d %H:%M") for t in in_amsterdam] == ["03-30 03:00", "03-31 02:00",
+                                                                 "10-26 02:00", "10-27 02:00"]
+
+
+def test_pause_resume_and_start_now():
+    row = make()
+    schedules.set_paused(row.pk, True, now=T0 - timedelta(minutes=1))
+    assert schedules.fire_due(now=T0 + timedelta(minutes=1)) == 0
+    schedules.set_paused(row.pk, False, now=T0 + timedelta(hours=3, minutes=1))
+    row.refresh_from_db()
+    assert row.next_tick_at == T0 + timedelta(hours=4)  # no catching up on a pause
+    run = schedules.start_now(row.pk, actor="tester")
+    assert run.key.startswith(f"schedule:{row.pk}:now:")
+    assert outcomes(row) == ["manual"]
+    assert schedules.start_now(row.pk).pk != run.pk  # each its own key
+
+
+def test_testing_fires_the_next_tick_without_waiting():
+    run = fire_schedule(sw.Report, "nightly")
+    assert run is not None and run.input == {"kind": "nightly"}
+    row = Schedule.objects.get(workflow_class=sw.Report.workflow_path(), name="nightly")
+    assert run.key == schedules.run_key(row.pk, row.last_tick_at)
+    assert fire_schedule(row) is None  # overlap skip: the first run is still open
+    assert fire_schedule(sw.Report, "hourly") is not None
+
+
+def test_a_bad_rule_in_a_row_is_refused_when_saved():
+    with pytest.raises(pgflow.DefinitionError, match="cron 'every day' is not a valid cron expression"):
+        make(cron="every day", every=None)
