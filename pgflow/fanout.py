@@ -48,6 +48,7 @@ from .core import errors as error_capture
 from .core import jsonvalue
 from .core.flow import COMPLETE, PAUSE, FlowControl, Outcome
 from .core.states import RunStatus, StepStatus
+from .evaluation import invoke
 from .exceptions import FanOutFailed, WorkflowNotFound
 from .models import Batch, BatchMember, Event, Step, WorkflowRun
 from .runtime.runner import decide, report_error
@@ -241,7 +242,7 @@ def execute(prepared: Prepared) -> tuple[str, bool]:
     """Run a fan_out attempt the runner prepared: ``(outcome word, applied)``."""
     builder = BatchBuilder()
     try:
-        prepared.workflow.invoke(prepared.definition, builder)
+        returned = invoke(prepared.workflow, prepared.definition, builder)
     except FlowControl as control:
         applied = store.finish(prepared.claim, control.outcome)
         return (control.outcome.word if applied else "ignored"), applied
@@ -249,7 +250,11 @@ def execute(prepared: Prepared) -> tuple[str, bool]:
         return _fail(prepared, exc)
     finally:
         builder.seal()
-    return open_batch(prepared, builder.members)
+    try:
+        jsonvalue.encode(returned, f"the output of fan_out {prepared.definition.name!r}")
+    except (TypeError, ValueError) as exc:
+        return _fail(prepared, exc)
+    return open_batch(prepared, builder.members, output=returned)
 
 
 def _fail(prepared: Prepared, error: BaseException) -> tuple[str, bool]:
@@ -262,9 +267,10 @@ def _fail(prepared: Prepared, error: BaseException) -> tuple[str, bool]:
     return (outcome.word if applied else "ignored"), applied
 
 
-def open_batch(prepared: Prepared, members: tuple[Member, ...], *, at: datetime | None = None) -> tuple[str, bool]:
-    """One transaction: the batch, its members, the step parked on it, ``fan_out_opened``.
-    The tasks go to django-q2 after the commit."""
+def open_batch(prepared: Prepared, members: tuple[Member, ...], *, at: datetime | None = None,
+               output: Any = None) -> tuple[str, bool]:
+    """One transaction: the batch, its members, the step parked on it with the body's
+    ``output``, ``fan_out_opened``. The tasks go to django-q2 after the commit."""
     at = at or store.now()
     held = prepared.claim
     with store.locked(held.run_id) as run:
@@ -287,6 +293,11 @@ def open_batch(prepared: Prepared, members: tuple[Member, ...], *, at: datetime 
             for position, m in enumerate(members)
         )
         store.park(run, step, at=at, batch_id=batch.pk)
+        if output is not None:
+            # What the body returned is the step's output, kept on the row until the batch
+            # resolves; the batch's counts stay on the batch and in fan_out_finished.
+            step.output = output
+            step.save(update_fields=["output"])
         store.event(run, "fan_out_opened", step=step, at=at, batch_id=str(batch.pk), size=len(members))
         if not members:
             # Nothing to wait for: the batch finishes now and the step completes in this transaction.
@@ -472,8 +483,7 @@ def _resolve(run: WorkflowRun, step: Step, batch: Batch, *, at: datetime) -> Non
     store.event(run, "fan_out_finished", step=step, at=at, batch_id=str(batch.pk), total=batch.total,
                 succeeded=batch.succeeded, failed=batch.failed, **({"failures": failures} if failures else {}))
     if not batch.failed:
-        output = {"batch_id": str(batch.pk), "total": batch.total, "succeeded": batch.succeeded, "failed": 0}
-        store.apply(run, step, Outcome(kind=COMPLETE), at=at, output=output)
+        store.apply(run, step, Outcome(kind=COMPLETE), at=at)  # the output parked with the step stays
         return
     error = FanOutFailed(f"{batch.failed} of {batch.total} jobs failed (batch {batch.pk})")
     action = _on_batch_failure(run, step)
