@@ -347,7 +347,27 @@ def run_member(batch_id: str, position: int, func: str, /, *args: Any, **kwargs:
         logger.info("fan_out: batch %s member %s not run: its step no longer waits on the batch", batch_id,
                     position, extra={"action": "fan_out_member_skipped", "batch_id": str(batch_id)})
         return {"pgflow": "not run: the step no longer waits on this batch (cancelled, paused or skipped)"}
-    return pydoc.locate(func)(*args, **kwargs)  # type: ignore[operator]
+    return member_function(func)(*args, **kwargs)
+
+
+def member_function(path: str) -> Callable[..., Any]:
+    """The function a member's dotted path names, imported as django-q2's worker would.
+
+    ``batch.add`` checked the path when the batch opened; by the time the task runs the code
+    may have changed (a deploy renamed or removed it), and the member then fails naming the
+    path rather than with ``'NoneType' object is not callable``.
+    """
+    try:
+        found = pydoc.locate(path)
+    except pydoc.ErrorDuringImport as exc:
+        raise ImportError(f"the fan_out task {path!r} no longer imports: importing it raised "
+                          f"{type(exc.value).__name__}: {exc.value}") from exc.value
+    if found is None:
+        raise ImportError(f"the fan_out task {path!r} no longer imports: no such module or function "
+                          f"(renamed or removed since the batch opened?)")
+    if not callable(found):
+        raise TypeError(f"the fan_out task {path!r} names a {type(found).__name__} object, not a function")
+    return found
 
 
 def _sync_mode() -> bool:
@@ -647,10 +667,7 @@ def run_inline(step: Step) -> bool:
 def _call(member: BatchMember) -> tuple[bool, str | None]:
     kwargs = {k: v for k, v in member.kwargs.items() if k not in MEMBER_OPTIONS}
     try:
-        func = pydoc.locate(member.func)
-        if not callable(func):
-            raise ValueError(f"Function {member.func} is not defined")
-        func(*member.args, **kwargs)
+        member_function(member.func)(*member.args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a member's failure is its result
         # The shape django-q2 saves a failure in: "message : traceback".
         return False, f"{exc} : {traceback.format_exc()}"
