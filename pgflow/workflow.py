@@ -50,7 +50,7 @@ from .core.definitions import (
     valid_queue,
 )
 from .core.flow import FlowControl, Outcome
-from .core.policy import OnException, coerce_all
+from .core.policy import OnException, coerce_all, imported_class
 from .evaluation import describe
 from .exceptions import DefinitionError
 
@@ -535,29 +535,24 @@ def definition_problems(workflow: type[Workflow]) -> list[str]:
 
 
 def matcher_warnings(workflow: type[Workflow]) -> list[str]:
-    """Exception policies matching by a dotted name that does not resolve to that class.
+    """Exception policies matching by an import path that does not import as a class.
 
-    A name is compared with the error class's own ``module.QualName``, so a name that does
-    not import, or that imports a class defined under another name (a re-export), never
-    matches. Run by the ``pgflow.W001`` check, once apps are ready.
+    Such a name still matches a class whose qualified name it is (``"Gateway.Declined"``),
+    but a misspelt module path never matches anything. Bare names are not checked: any
+    class of that name matches. Run by the ``pgflow.W001`` check, once apps are ready.
     """
     warnings = []
     policies = [*workflow._pgflow_policies, *(p for d in workflow._pgflow_steps for p in d.on_exception)]
     seen: set[str] = set()
     for policy in policies:
         for name in policy.name_matchers():
-            if name in seen:
+            if name in seen or "." not in name:
                 continue
             seen.add(name)
-            found = _import_dotted(name)
-            if not (isinstance(found, type) and issubclass(found, BaseException)):
-                warnings.append(f"OnException matcher {name!r} does not import as an exception class")
-                continue
-            actual = f"{found.__module__}.{found.__qualname__}"
-            if actual != name:
+            if imported_class(name) is None:
                 warnings.append(
-                    f"OnException matcher {name!r} is the class {actual!r}: a name matcher is compared with "
-                    f"the class's own module.QualName, so write {actual!r}"
+                    f"OnException matcher {name!r} does not import as a class: it only matches an error whose "
+                    f"class, or a base, has the qualified name {name!r}; check the module path"
                 )
     return warnings
 
@@ -616,11 +611,3 @@ def _accepts(func: Callable[..., Any], count: int) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _import_dotted(name: str) -> Any:
-    """The object at ``name`` (``module.Qual.Name``), or None when it does not import."""
-    try:
-        return registry.import_path(name)
-    except Exception:  # noqa: BLE001 - any failure means "does not import"
-        return None

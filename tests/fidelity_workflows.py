@@ -3,6 +3,8 @@ like the engine's own, matchers by bare and re-exported names, fan-out outputs."
 
 from __future__ import annotations
 
+from django.db import IntegrityError
+
 import pgflow
 from pgflow import OnException, cancel_if, fan_out, step
 
@@ -107,3 +109,39 @@ class FanOutOutput(pgflow.Workflow):
     @step
     def after(self):
         return {"seen": self.outputs["notify"]}
+
+
+class Retryable:
+    """A tag class mixed into errors that are worth another try."""
+
+
+class GatewayBusy(Retryable, ConnectionError):
+    pass
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+class NamedMatchers(pgflow.Workflow):
+    """Policies matching by bare name, by a re-exported path and by a tag class."""
+
+    on_exception = [
+        OnException("PaymentDeclined", action="cancel", report="never"),
+        OnException(["django.db.IntegrityError", [Retryable]], action="skip"),
+    ]
+
+    @step
+    def act(self):
+        kind = self.input["raise"]
+        if kind == "declined":
+            raise PaymentDeclined("card declined")
+        if kind == "integrity":
+            raise IntegrityError("duplicate key value violates unique constraint")  # django.db.utils's
+        if kind == "busy":
+            raise GatewayBusy("try later")
+        raise ValueError("other")
+
+    @step
+    def after(self):
+        return "after"

@@ -182,3 +182,18 @@ def test_a_verb_called_in_a_cancel_if_condition_applies():
     assert run.status == "cancelled"
     assert list(run.steps.values_list("outcome", flat=True)) == ["cancelled"]
     assert run_workflow(fw.VerbInCondition.start()).status == "finished"
+
+
+@pytest.mark.parametrize(
+    ("raised", "run_status", "outcomes"),
+    [
+        ("declined", "cancelled", ["cancelled"]),  # "PaymentDeclined", a bare name
+        ("integrity", "finished", ["skipped", "completed"]),  # "django.db.IntegrityError", a re-export
+        ("busy", "finished", ["skipped", "completed"]),  # a tag class through multiple inheritance
+        ("other", "paused", ["paused"]),  # nothing matches: the default
+    ],
+)
+def test_matchers_by_bare_name_re_export_and_tag_class(raised, run_status, outcomes):
+    run = run_workflow(fw.NamedMatchers.start(input={"raise": raised}))
+    assert run.status == run_status
+    assert list(run.steps.order_by("id").values_list("outcome", flat=True)) == outcomes
