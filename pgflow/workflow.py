@@ -46,8 +46,10 @@ from .core.definitions import (
     StepList,
     check_priority,
     declare,
+    parse_waits,
     seconds,
     valid_queue,
+    with_class_waits,
 )
 from .core.flow import FlowControl, Outcome
 from .core.policy import OnException, coerce_all, imported_class
@@ -192,6 +194,9 @@ class Workflow(metaclass=WorkflowType):
     # PGFLOW["QUEUE"] setting and priority 0 apply.
     queue: ClassVar[str | None] = None
     priority: ClassVar[int] = 0
+    # Class-wide wait / wait_until (as a step takes them), for every step that sets neither.
+    wait: ClassVar[Any] = None
+    wait_until: ClassVar[Any] = None
     # Class-level exception policies; a subclass's list extends its bases'.
     on_exception: ClassVar[Sequence[Any]] = ()
     # Steps that no longer exist: a run scheduled on one skips to the step after its place.
@@ -206,6 +211,7 @@ class Workflow(metaclass=WorkflowType):
         super().__init_subclass__(**kwargs)
         try:
             steps, policies, conditions = _build(cls)
+            steps = with_class_waits(steps, *parse_waits(cls.wait, cls.wait_until, _class_wide))
             cls._pgflow_steps = steps
             cls._pgflow_policies = policies
             cls._pgflow_cancel_conditions = conditions
@@ -448,6 +454,10 @@ def _taken(name: str, what: str, others: Sequence[str]) -> str:
     if name in others:
         return f"{name!r} cannot be both a step and a cancel_if condition; give {what} its own name"
     return f"{what} cannot be named {name!r}: the name is part of Workflow's own API"
+
+
+def _class_wide(message: str) -> DefinitionError:
+    return DefinitionError(f"class-wide options: {message}")
 
 
 def _shadows(name: str, klass: type, cls: type) -> str:

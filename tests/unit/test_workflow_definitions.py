@@ -764,3 +764,58 @@ def test_helpers_outside_the_documented_api_are_the_users(name: str) -> None:
 def test_the_class_options_may_be_set() -> None:
     flow = type("Options", (Workflow,), {"queue": "mail", "priority": 3, "removed_steps": [], "only": step(fresh())})
     assert flow.queue_for("only") == "mail"
+
+
+# -- class-wide wait / wait_until -------------------------------------------------------------
+
+
+def test_class_wide_wait_applies_to_every_step_that_sets_none() -> None:
+    from datetime import UTC, datetime
+
+    class Reminders(Workflow):
+        wait = timedelta(hours=1)
+
+        def tomorrow(self) -> datetime:
+            return datetime(2030, 1, 2, tzinfo=UTC)
+
+        @step
+        def first(self) -> None: ...
+
+        @step(wait=0)
+        def own_wait(self) -> None: ...
+
+        @step(wait_until="tomorrow")
+        def own_wait_until(self) -> None: ...
+
+        @fan_out
+        def fan(self, batch: Any) -> None: ...
+
+    steps = Reminders.steps()
+    assert [(d.name, d.wait, d.wait_until) for d in steps] == [
+        ("first", 3600.0, None), ("own_wait", 0.0, None), ("own_wait_until", None, "tomorrow"), ("fan", 3600.0, None)]
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    assert evaluation.delay_seconds(Reminders(run=None), steps.get("first"), now) == 3600.0  # type: ignore[arg-type]
+
+    class Later(Reminders):
+        wait = None
+        wait_until = "tomorrow"
+
+    assert [(d.name, d.wait, d.wait_until) for d in Later.steps()] == [
+        ("first", None, "tomorrow"), ("own_wait", 0.0, None), ("own_wait_until", None, "tomorrow"),
+        ("fan", None, "tomorrow")]
+    assert Reminders.steps().get("first").wait == 3600.0  # type: ignore[union-attr]  # the parent is unchanged
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"wait": True}, "class-wide options: wait must be a timedelta, a number of seconds, a method name or a "
+                         "callable returning either, got True"),
+        ({"wait": -1}, "class-wide options: wait must be 0 or more seconds, got -1"),
+        ({"wait": 5, "wait_until": "later"}, "class-wide options: takes wait or wait_until, not both"),
+        ({"wait": "nope"}, "step 'only': wait 'nope' names no method of Waits (expected def nope(self))"),
+    ],
+)
+def test_a_wrong_class_wide_wait_is_refused(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(DefinitionError, match=re.escape(message)):
+        type("Waits", (Workflow,), {**options, "only": step(fresh())})
