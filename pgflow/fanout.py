@@ -259,7 +259,7 @@ def execute(prepared: Prepared) -> tuple[str, bool]:
 
 def _fail(prepared: Prepared, error: BaseException) -> tuple[str, bool]:
     outcome, reported = decide(prepared, error)
-    captured = error_capture.capture(error, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES)
+    captured = error_capture.capture(error, **pgflow_settings.capture_options())
     applied = store.finish(prepared.claim, outcome, error=captured)
     if applied:
         for item in reported:  # after the commit, as the runner does
@@ -509,7 +509,7 @@ def _resolve(run: WorkflowRun, step: Step, batch: Batch, *, at: datetime) -> Non
     action = _on_batch_failure(run, step)
     reason = "" if action == PAUSE else f"{error}; on_batch_failure={action!r}"
     store.apply(run, step, Outcome.for_action(action), at=at, reason=reason,
-                error=error_capture.capture(error, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES))
+                error=error_capture.capture(error, **pgflow_settings.capture_options()))
 
 
 def _resolve_vanished(run: WorkflowRun, step: Step, batch_id: str, *, at: datetime) -> None:
@@ -519,7 +519,7 @@ def _resolve_vanished(run: WorkflowRun, step: Step, batch_id: str, *, at: dateti
     error = FanOutFailed(f"batch {batch_id} no longer exists (deleted before the step resolved); "
                          f"its outcome is unknown")
     store.apply(run, step, Outcome(kind=PAUSE), at=at,
-                error=error_capture.capture(error, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES))
+                error=error_capture.capture(error, **pgflow_settings.capture_options()))
 
 
 def _on_batch_failure(run: WorkflowRun, step: Step) -> str:

@@ -613,7 +613,7 @@ def quick_prepare(held: Claim) -> Prepared | None:
 
 
 def _fail_and_pause(run: WorkflowRun, step: Step, exc: BaseException, *, at: datetime, reason: str = "") -> None:
-    captured = error_capture.capture(exc, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES)
+    captured = error_capture.capture(exc, **pgflow_settings.capture_options())
     apply(run, step, Outcome(kind=PAUSE), at=at, error=captured, reason=reason or str(exc))
 
 

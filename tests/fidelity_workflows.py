@@ -145,3 +145,18 @@ class NamedMatchers(pgflow.Workflow):
     @step
     def after(self):
         return "after"
+
+
+class Validates(pgflow.Workflow):
+    """The body's error is raised inside Django's validators."""
+
+    @step
+    def check_email(self):
+        from django.core.validators import validate_email
+
+        validate_email(self.input["email"])  # the line error_backtrace must show
+
+
+def innermost_only(frames):
+    """A BACKTRACE_CLEANER: only the frame that raised."""
+    return frames[-1:]

@@ -115,7 +115,7 @@ class Runner:
 
     def _fail(self, prepared: Prepared, error: BaseException, started: float) -> Result:
         outcome, report = decide(prepared, error)
-        captured = error_capture.capture(error, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES)
+        captured = error_capture.capture(error, **pgflow_settings.capture_options())
         applied = self._finish(store.Finished(claim=prepared.claim, outcome=outcome, error=captured))
         if applied:
             for reported in report:  # after the commit: a slow reporter never holds the run lock

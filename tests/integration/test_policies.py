@@ -197,3 +197,20 @@ def test_matchers_by_bare_name_re_export_and_tag_class(raised, run_status, outco
     run = run_workflow(fw.NamedMatchers.start(input={"raise": raised}))
     assert run.status == run_status
     assert list(run.steps.order_by("id").values_list("outcome", flat=True)) == outcomes
+
+
+def test_an_error_raised_inside_django_shows_the_bodys_line():
+    run = run_workflow(fw.Validates.start(input={"email": "not an address"}))
+    step = run.steps.get()
+    assert step.error_class == "django.core.exceptions.ValidationError"
+    frames = [line for line in step.error_backtrace.splitlines() if line.startswith('  File "')]
+    assert len(frames) == 1 and frames[0].endswith(", in check_email")
+    assert "validate_email(self.input[\"email\"])  # the line error_backtrace must show" in step.error_backtrace
+    assert "site-packages" not in step.error_backtrace and "pgflow/runtime" not in step.error_backtrace
+
+
+def test_backtrace_cleaner_setting_names_another_rule(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "BACKTRACE_CLEANER": "tests.fidelity_workflows.innermost_only"}
+    run = run_workflow(fw.Validates.start(input={"email": "not an address"}))
+    frames = [line for line in run.steps.get().error_backtrace.splitlines() if line.startswith('  File "')]
+    assert len(frames) == 1 and "site-packages" in frames[0]  # Django's innermost frame, as the rule says
