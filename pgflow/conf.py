@@ -7,6 +7,7 @@ override ``PGFLOW`` see their values. ``validate()`` lists what is wrong; the sy
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -23,6 +24,7 @@ DEFAULTS: dict[str, Any] = {
     "LEASE": timedelta(seconds=60),  # an attempt whose worker stops heartbeating is re-run after this
     "MAX_LOST_ATTEMPTS": 3,  # a step that loses its worker this many times in a row pauses the run
     "ERROR_REPORTER": None,  # dotted path of callable(error, context: dict)
+    "BACKTRACE_CLEANER": None,  # dotted path of callable(frames) -> the frames error_backtrace keeps
     "MAX_INPUT_BYTES": 1_048_576,  # a start() input (as JSON) larger than this is refused
     "HEARTBEAT_INTERVAL": None,  # seconds between heartbeats; None = a third of LEASE
     "POLL_INTERVAL": timedelta(seconds=5),  # fallback poll when no NOTIFY arrives
@@ -57,6 +59,27 @@ class _Settings:
         if path is None:
             return None
         return path if callable(path) else import_string(path)
+
+
+    def capture_options(self) -> dict[str, Any]:
+        """What ``pgflow.core.errors.capture`` takes from the settings."""
+        return {"backtrace_lines": self.ERROR_BACKTRACE_LINES, "cleaner": self.backtrace_cleaner()}
+
+    def backtrace_cleaner(self) -> Callable[[list[Any]], list[Any]] | None:
+        """The BACKTRACE_CLEANER callable; None for the default rule (pgflow.core.errors.clean).
+
+        Asked on the error path, so a path that does not import (check pgflow.E001 names
+        it) is logged and the default rule applies, rather than losing the step's error.
+        """
+        path = self.BACKTRACE_CLEANER
+        if path is None or callable(path):
+            return path
+        try:
+            return import_string(path)
+        except ImportError:
+            logging.getLogger("pgflow").exception("BACKTRACE_CLEANER %r does not import; using the default rule",
+                                                  path, extra={"action": "backtrace_cleaner_failed"})
+            return None
 
 
 def _user() -> dict[str, Any]:
@@ -97,16 +120,24 @@ def validate(raw: object) -> list[str]:
     if _positive_duration(beat) and _positive_duration(lease) and _seconds(beat) >= _seconds(lease):
         problems.append(f"PGFLOW['HEARTBEAT_INTERVAL'] ({_seconds(beat):g}s) must be shorter than "
                         f"PGFLOW['LEASE'] ({_seconds(lease):g}s), or every long step loses its lease")
-    reporter = raw.get("ERROR_REPORTER")
-    if reporter is not None and not callable(reporter):
-        try:
-            import_string(reporter)
-        except (ImportError, TypeError, ValueError) as exc:
-            problems.append(
-                f"PGFLOW['ERROR_REPORTER'] must be None, a callable or the dotted path of one, "
-                f"got {reporter!r} ({exc})"
-            )
+    for key in ("ERROR_REPORTER", "BACKTRACE_CLEANER"):
+        problem = _callable_problem(key, raw.get(key))
+        if problem:
+            problems.append(problem)
     return problems
+
+
+def _callable_problem(key: str, value: object) -> str | None:
+    if value is None or callable(value):
+        return None
+    try:
+        found = import_string(value)  # type: ignore[arg-type]
+    except (ImportError, TypeError, ValueError) as exc:
+        return f"PGFLOW[{key!r}] must be None, a callable or the dotted path of one, got {value!r} ({exc})"
+    if not callable(found):
+        return (f"PGFLOW[{key!r}] must be None, a callable or the dotted path of one, got {value!r} "
+                f"(a {type(found).__name__}, not a callable)")
+    return None
 
 
 def _positive_duration(value: object) -> bool:

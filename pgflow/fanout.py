@@ -48,6 +48,7 @@ from .core import errors as error_capture
 from .core import jsonvalue
 from .core.flow import COMPLETE, PAUSE, FlowControl, Outcome
 from .core.states import RunStatus, StepStatus
+from .evaluation import invoke
 from .exceptions import FanOutFailed, WorkflowNotFound
 from .models import Batch, BatchMember, Event, Step, WorkflowRun
 from .runtime.runner import decide, report_error
@@ -241,7 +242,7 @@ def execute(prepared: Prepared) -> tuple[str, bool]:
     """Run a fan_out attempt the runner prepared: ``(outcome word, applied)``."""
     builder = BatchBuilder()
     try:
-        prepared.workflow.invoke(prepared.definition, builder)
+        returned = invoke(prepared.workflow, prepared.definition, builder)
     except FlowControl as control:
         applied = store.finish(prepared.claim, control.outcome)
         return (control.outcome.word if applied else "ignored"), applied
@@ -249,12 +250,16 @@ def execute(prepared: Prepared) -> tuple[str, bool]:
         return _fail(prepared, exc)
     finally:
         builder.seal()
-    return open_batch(prepared, builder.members)
+    try:
+        jsonvalue.encode(returned, f"the output of fan_out {prepared.definition.name!r}")
+    except (TypeError, ValueError) as exc:
+        return _fail(prepared, exc)
+    return open_batch(prepared, builder.members, output=returned)
 
 
 def _fail(prepared: Prepared, error: BaseException) -> tuple[str, bool]:
     outcome, reported = decide(prepared, error)
-    captured = error_capture.capture(error, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES)
+    captured = error_capture.capture(error, **pgflow_settings.capture_options())
     applied = store.finish(prepared.claim, outcome, error=captured)
     if applied:
         for item in reported:  # after the commit, as the runner does
@@ -262,9 +267,10 @@ def _fail(prepared: Prepared, error: BaseException) -> tuple[str, bool]:
     return (outcome.word if applied else "ignored"), applied
 
 
-def open_batch(prepared: Prepared, members: tuple[Member, ...], *, at: datetime | None = None) -> tuple[str, bool]:
-    """One transaction: the batch, its members, the step parked on it, ``fan_out_opened``.
-    The tasks go to django-q2 after the commit."""
+def open_batch(prepared: Prepared, members: tuple[Member, ...], *, at: datetime | None = None,
+               output: Any = None) -> tuple[str, bool]:
+    """One transaction: the batch, its members, the step parked on it with the body's
+    ``output``, ``fan_out_opened``. The tasks go to django-q2 after the commit."""
     at = at or store.now()
     held = prepared.claim
     with store.locked(held.run_id) as run:
@@ -287,6 +293,11 @@ def open_batch(prepared: Prepared, members: tuple[Member, ...], *, at: datetime 
             for position, m in enumerate(members)
         )
         store.park(run, step, at=at, batch_id=batch.pk)
+        if output is not None:
+            # What the body returned is the step's output, kept on the row until the batch
+            # resolves; the batch's counts stay on the batch and in fan_out_finished.
+            step.output = output
+            step.save(update_fields=["output"])
         store.event(run, "fan_out_opened", step=step, at=at, batch_id=str(batch.pk), size=len(members))
         if not members:
             # Nothing to wait for: the batch finishes now and the step completes in this transaction.
@@ -336,7 +347,27 @@ def run_member(batch_id: str, position: int, func: str, /, *args: Any, **kwargs:
         logger.info("fan_out: batch %s member %s not run: its step no longer waits on the batch", batch_id,
                     position, extra={"action": "fan_out_member_skipped", "batch_id": str(batch_id)})
         return {"pgflow": "not run: the step no longer waits on this batch (cancelled, paused or skipped)"}
-    return pydoc.locate(func)(*args, **kwargs)  # type: ignore[operator]
+    return member_function(func)(*args, **kwargs)
+
+
+def member_function(path: str) -> Callable[..., Any]:
+    """The function a member's dotted path names, imported as django-q2's worker would.
+
+    ``batch.add`` checked the path when the batch opened; by the time the task runs the code
+    may have changed (a deploy renamed or removed it), and the member then fails naming the
+    path rather than with ``'NoneType' object is not callable``.
+    """
+    try:
+        found = pydoc.locate(path)
+    except pydoc.ErrorDuringImport as exc:
+        raise ImportError(f"the fan_out task {path!r} no longer imports: importing it raised "
+                          f"{type(exc.value).__name__}: {exc.value}") from exc.value
+    if found is None:
+        raise ImportError(f"the fan_out task {path!r} no longer imports: no such module or function "
+                          f"(renamed or removed since the batch opened?)")
+    if not callable(found):
+        raise TypeError(f"the fan_out task {path!r} names a {type(found).__name__} object, not a function")
+    return found
 
 
 def _sync_mode() -> bool:
@@ -472,14 +503,13 @@ def _resolve(run: WorkflowRun, step: Step, batch: Batch, *, at: datetime) -> Non
     store.event(run, "fan_out_finished", step=step, at=at, batch_id=str(batch.pk), total=batch.total,
                 succeeded=batch.succeeded, failed=batch.failed, **({"failures": failures} if failures else {}))
     if not batch.failed:
-        output = {"batch_id": str(batch.pk), "total": batch.total, "succeeded": batch.succeeded, "failed": 0}
-        store.apply(run, step, Outcome(kind=COMPLETE), at=at, output=output)
+        store.apply(run, step, Outcome(kind=COMPLETE), at=at)  # the output parked with the step stays
         return
     error = FanOutFailed(f"{batch.failed} of {batch.total} jobs failed (batch {batch.pk})")
     action = _on_batch_failure(run, step)
     reason = "" if action == PAUSE else f"{error}; on_batch_failure={action!r}"
     store.apply(run, step, Outcome.for_action(action), at=at, reason=reason,
-                error=error_capture.capture(error, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES))
+                error=error_capture.capture(error, **pgflow_settings.capture_options()))
 
 
 def _resolve_vanished(run: WorkflowRun, step: Step, batch_id: str, *, at: datetime) -> None:
@@ -489,7 +519,7 @@ def _resolve_vanished(run: WorkflowRun, step: Step, batch_id: str, *, at: dateti
     error = FanOutFailed(f"batch {batch_id} no longer exists (deleted before the step resolved); "
                          f"its outcome is unknown")
     store.apply(run, step, Outcome(kind=PAUSE), at=at,
-                error=error_capture.capture(error, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES))
+                error=error_capture.capture(error, **pgflow_settings.capture_options()))
 
 
 def _on_batch_failure(run: WorkflowRun, step: Step) -> str:
@@ -637,10 +667,7 @@ def run_inline(step: Step) -> bool:
 def _call(member: BatchMember) -> tuple[bool, str | None]:
     kwargs = {k: v for k, v in member.kwargs.items() if k not in MEMBER_OPTIONS}
     try:
-        func = pydoc.locate(member.func)
-        if not callable(func):
-            raise ValueError(f"Function {member.func} is not defined")
-        func(*member.args, **kwargs)
+        member_function(member.func)(*member.args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a member's failure is its result
         # The shape django-q2 saves a failure in: "message : traceback".
         return False, f"{exc} : {traceback.format_exc()}"

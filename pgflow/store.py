@@ -26,10 +26,11 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Model
 from django.utils import timezone
 
+from . import evaluation
 from .conf import pgflow_settings
 from .core import errors as error_capture
 from .core import jsonvalue
-from .core.flow import CANCEL, COMPLETE, FINISH, PAUSE, REATTEMPT, SKIP, Outcome, attempt_status
+from .core.flow import CANCEL, COMPLETE, FINISH, PAUSE, REATTEMPT, SKIP, FlowControl, Outcome, attempt_status
 from .core.states import OPEN_STEP, RunStatus, StepStatus, control_error
 from .exceptions import InputTooLarge, InvalidTransition, PgflowError, StepNotFound, WorkflowNotFound
 from .models import Event, Signal, Step, WorkflowRun
@@ -225,7 +226,7 @@ def delay_of(workflow: type[Workflow], run: WorkflowRun, definition: StepDefinit
         return None
     instance = workflow(run=run, step_name=definition.name, attempt=1, outputs=outputs)
     try:
-        return instance.delay_seconds(definition, at)
+        return evaluation.delay_seconds(instance, definition, at)
     except Exception as exc:
         raise WaitFailed(f"the wait of step {definition.name!r} failed: {type(exc).__name__}: {exc}",
                          step_name=definition.name) from exc
@@ -558,8 +559,12 @@ def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
         workflow = workflow_class(run=run, step_name=step.step_name, attempt=step.attempt,
                                   outputs=lambda: outputs_of(run))
         try:
-            cancel = workflow.should_cancel()
-            skip = not cancel and definition.skip_if is not None and workflow.should_skip(definition)
+            cancel = evaluation.should_cancel(workflow)
+            skip = not cancel and evaluation.should_skip(workflow, definition)
+        except FlowControl as control:  # a verb called in a condition ends the step, as in a body
+            apply(run, step, control.outcome, at=at, reason=f"a cancel_if / skip_if of step {step.step_name!r} "
+                                                            f"called {control.outcome.kind}()")
+            return None
         except Exception as exc:  # noqa: BLE001 - a failing predicate pauses the run, naming it
             _fail_and_pause(run, step, exc, at=at, reason=f"a cancel_if / skip_if of step {step.step_name!r} "
                                                             f"failed: {type(exc).__name__}: {exc}")
@@ -608,7 +613,7 @@ def quick_prepare(held: Claim) -> Prepared | None:
 
 
 def _fail_and_pause(run: WorkflowRun, step: Step, exc: BaseException, *, at: datetime, reason: str = "") -> None:
-    captured = error_capture.capture(exc, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES)
+    captured = error_capture.capture(exc, **pgflow_settings.capture_options())
     apply(run, step, Outcome(kind=PAUSE), at=at, error=captured, reason=reason or str(exc))
 
 

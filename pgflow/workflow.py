@@ -20,18 +20,19 @@ instead. Each class gets its own frozen step list, policies and cancel condition
 from its bases' declarations down the MRO; a base's are never changed.
 
 The instance is what a step body's ``self`` is: the run, its input, subject and outputs,
-and the flow-control verbs. The engine helpers at the bottom (``invoke``, ``should_skip``,
-``should_cancel``, ``delay_seconds``) are plain Python; importing this module touches
+and the flow-control verbs. Nothing else: the engine's own calls into an instance (the
+body, ``skip_if``, ``cancel_if``, waits) live in :mod:`pgflow.evaluation`, so every other
+name is the user's to define. A class attribute that would shadow one of the names in
+:data:`RESERVED_NAMES` is a :class:`DefinitionError`. Importing this module touches
 neither the models nor the database.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar, overload
 
@@ -45,12 +46,15 @@ from .core.definitions import (
     StepList,
     check_priority,
     declare,
+    parse_waits,
     seconds,
     valid_queue,
+    with_class_waits,
 )
 from .core.flow import FlowControl, Outcome
-from .core.policy import OnException, coerce_all
+from .core.policy import OnException, coerce_all, imported_class
 from .core.ticks import Schedule
+from .evaluation import describe
 from .exceptions import DefinitionError
 
 if TYPE_CHECKING:
@@ -191,6 +195,9 @@ class Workflow(metaclass=WorkflowType):
     # PGFLOW["QUEUE"] setting and priority 0 apply.
     queue: ClassVar[str | None] = None
     priority: ClassVar[int] = 0
+    # Class-wide wait / wait_until (as a step takes them), for every step that sets neither.
+    wait: ClassVar[Any] = None
+    wait_until: ClassVar[Any] = None
     # Class-level exception policies; a subclass's list extends its bases'.
     on_exception: ClassVar[Sequence[Any]] = ()
     # Steps that no longer exist: a run scheduled on one skips to the step after its place.
@@ -208,6 +215,7 @@ class Workflow(metaclass=WorkflowType):
         super().__init_subclass__(**kwargs)
         try:
             steps, policies, conditions = _build(cls)
+            steps = with_class_waits(steps, *parse_waits(cls.wait, cls.wait_until, _class_wide))
             cls._pgflow_steps = steps
             cls._pgflow_policies = policies
             cls._pgflow_cancel_conditions = conditions
@@ -362,73 +370,22 @@ class Workflow(metaclass=WorkflowType):
             Outcome(kind=flow.REATTEMPT, wait=None if wait is None else seconds(wait, "wait", positive=False))
         )
 
-    # -- engine helpers (plain Python, no database) ---------------------------------------
 
-    def invoke(self, definition: StepDefinition, argument: Any = None) -> Any:
-        """Run the step's body and return its output. A signal step gets the signal and a
-        fan_out the batch builder, as ``argument``."""
-        body = getattr(self, definition.method)
-        if definition.kind in (SIGNAL, FAN_OUT):
-            return body(argument)
-        return body()
+# The documented API of a workflow (API.md) and the class methods the engine calls: a
+# class attribute of that name would hide it from step bodies or from the engine, so it
+# is refused when the class is created. The class-wide options (queue, priority, wait,
+# wait_until, on_exception, removed_steps) are meant to be set and are not listed.
+RESERVED_NAMES = frozenset({
+    "run", "subject", "input", "outputs", "step_name", "attempt",
+    "pause", "cancel", "skip", "finish", "reattempt",
+    "start", "runs", "definition_digest", "steps", "workflow_path", "policies", "cancel_conditions",
+    "queue_for", "priority_for",
+})
+# Step and cancel_if names must not shadow anything of the base class (a step called
+# "queue" would replace the class option).
+_RESERVED = frozenset(dir(Workflow)) | RESERVED_NAMES
 
-    def should_skip(self, definition: StepDefinition) -> bool:
-        """True when the step's ``skip_if`` holds."""
-        if definition.skip_if is None:
-            return False
-        return bool(self._evaluate(definition.skip_if))
-
-    def should_cancel(self) -> bool:
-        """True when any cancel_if condition holds (checked in order, stopping at the first)."""
-        return any(self._evaluate(condition) for condition in type(self)._pgflow_cancel_conditions)
-
-    def delay_seconds(self, definition: StepDefinition, now: datetime) -> float | None:
-        """Seconds from ``now`` (aware) until the step is due; ``None`` when it has no wait.
-
-        From ``wait`` (seconds, or a method/callable returning a timedelta or seconds) or
-        ``wait_until`` (a method/callable returning an aware datetime); a time already past
-        gives 0. A wrong return value is a :class:`DefinitionError` naming what is accepted.
-        """
-        if now.utcoffset() is None:
-            raise ValueError(f"now must be an aware datetime, got {now!r}")
-        where = f"{type(self).workflow_path()}: step {definition.name!r}"
-        if definition.wait is not None:
-            wait = definition.wait
-            value = wait if isinstance(wait, float | int) else self._evaluate(wait)
-            if isinstance(value, timedelta):
-                delay = value.total_seconds()
-            elif isinstance(value, int | float) and not isinstance(value, bool):
-                delay = float(value)
-            else:
-                delay = math.nan
-            if not math.isfinite(delay):
-                raise DefinitionError(
-                    f"{where}: wait {_describe(wait)} must return a timedelta or a number of seconds, got {value!r}"
-                )
-            return max(0.0, delay)  # a time computed at run time may already be past: due now
-        if definition.wait_until is not None:
-            value = self._evaluate(definition.wait_until)
-            if not isinstance(value, datetime) or value.utcoffset() is None:
-                raise DefinitionError(
-                    f"{where}: wait_until {_describe(definition.wait_until)} must return an aware datetime "
-                    f"(such as django.utils.timezone.now() + timedelta(days=1)), got {value!r}"
-                )
-            return max(0.0, (value - now).total_seconds())
-        return None
-
-    def _evaluate(self, reference: str | Callable[..., Any]) -> Any:
-        if isinstance(reference, str):
-            return getattr(self, reference)()
-        return reference(self)
-
-
-# Step and cancel_if names must not shadow the base class's own API (a step called "run"
-# would hide the run property from the engine).
-_RESERVED = frozenset(dir(Workflow))
-
-
-def _describe(reference: Any) -> str:
-    return repr(reference) if isinstance(reference, str) else getattr(reference, "__name__", repr(reference))
+_describe = describe
 
 
 # -- building a class's definition --------------------------------------------------------
@@ -461,6 +418,8 @@ def _build(
         if "removed_steps" in own:
             steps = steps.with_removed(_removed_names(own["removed_steps"]))
         for name, value in own.items():
+            if name in RESERVED_NAMES and not _declared(value):
+                raise DefinitionError(_shadows(name, klass, cls))
             if isinstance(value, staticmethod | classmethod) and _declared(value.__func__):
                 raise DefinitionError(
                     f"{name!r}: a step or cancel_if condition is a plain method, not a {type(value).__name__}"
@@ -500,6 +459,18 @@ def _taken(name: str, what: str, others: Sequence[str]) -> str:
     if name in others:
         return f"{name!r} cannot be both a step and a cancel_if condition; give {what} its own name"
     return f"{what} cannot be named {name!r}: the name is part of Workflow's own API"
+
+
+def _class_wide(message: str) -> DefinitionError:
+    return DefinitionError(f"class-wide options: {message}")
+
+
+def _shadows(name: str, klass: type, cls: type) -> str:
+    where = "" if klass is cls else f" (from {klass.__qualname__})"
+    return (
+        f"{name!r}{where} would shadow Workflow's own {name!r}, which step bodies and the engine rely on; "
+        f"give it another name (reserved names: {', '.join(sorted(RESERVED_NAMES))})"
+    )
 
 
 def _removed_names(value: Any) -> tuple[str, ...]:
@@ -592,29 +563,24 @@ def definition_problems(workflow: type[Workflow]) -> list[str]:
 
 
 def matcher_warnings(workflow: type[Workflow]) -> list[str]:
-    """Exception policies matching by a dotted name that does not resolve to that class.
+    """Exception policies matching by an import path that does not import as a class.
 
-    A name is compared with the error class's own ``module.QualName``, so a name that does
-    not import, or that imports a class defined under another name (a re-export), never
-    matches. Run by the ``pgflow.W001`` check, once apps are ready.
+    Such a name still matches a class whose qualified name it is (``"Gateway.Declined"``),
+    but a misspelt module path never matches anything. Bare names are not checked: any
+    class of that name matches. Run by the ``pgflow.W001`` check, once apps are ready.
     """
     warnings = []
     policies = [*workflow._pgflow_policies, *(p for d in workflow._pgflow_steps for p in d.on_exception)]
     seen: set[str] = set()
     for policy in policies:
         for name in policy.name_matchers():
-            if name in seen:
+            if name in seen or "." not in name:
                 continue
             seen.add(name)
-            found = _import_dotted(name)
-            if not (isinstance(found, type) and issubclass(found, BaseException)):
-                warnings.append(f"OnException matcher {name!r} does not import as an exception class")
-                continue
-            actual = f"{found.__module__}.{found.__qualname__}"
-            if actual != name:
+            if imported_class(name) is None:
                 warnings.append(
-                    f"OnException matcher {name!r} is the class {actual!r}: a name matcher is compared with "
-                    f"the class's own module.QualName, so write {actual!r}"
+                    f"OnException matcher {name!r} does not import as a class: it only matches an error whose "
+                    f"class, or a base, has the qualified name {name!r}; check the module path"
                 )
     return warnings
 
@@ -673,11 +639,3 @@ def _accepts(func: Callable[..., Any], count: int) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _import_dotted(name: str) -> Any:
-    """The object at ``name`` (``module.Qual.Name``), or None when it does not import."""
-    try:
-        return registry.import_path(name)
-    except Exception:  # noqa: BLE001 - any failure means "does not import"
-        return None

@@ -166,22 +166,7 @@ def declare(name: str, *, fan_out: bool = False, method: str | None = None, **op
         except ValueError as exc:
             raise fail(str(exc)) from None
 
-    wait: Any = options.get("wait")
-    if isinstance(wait, str) or callable(wait):
-        _check_reference(wait, "wait", fail, returns="a timedelta or a number of seconds")
-    elif wait is not None:
-        if not isinstance(wait, timedelta | int | float) or isinstance(wait, bool):
-            raise fail(
-                "wait must be a timedelta, a number of seconds, a method name or a callable returning "
-                f"either, got {wait!r}"
-            )
-        wait = duration("wait", positive=False)
-
-    wait_until = options.get("wait_until")
-    if wait_until is not None:
-        _check_reference(wait_until, "wait_until", fail, returns="an aware datetime")
-    if options.get("wait") is not None and wait_until is not None:
-        raise fail("takes wait or wait_until, not both")
+    wait, wait_until = parse_waits(options.get("wait"), options.get("wait_until"), fail)
 
     skip_if = options.get("skip_if")
     if skip_if is not None:
@@ -242,6 +227,42 @@ def declare(name: str, *, fan_out: bool = False, method: str | None = None, **op
         on_timeout=on_timeout or "pause",
         on_batch_failure=on_batch_failure,
     )
+
+
+def parse_waits(
+    wait: Any, wait_until: Any, fail: Callable[[str], Exception]
+) -> tuple[float | str | Callable[..., Any] | None, str | Callable[..., Any] | None]:
+    """``wait`` (a timedelta or seconds become seconds) and ``wait_until``, validated; at
+    most one of them. Shared by a step's options and the class-wide defaults."""
+    if isinstance(wait, str) or callable(wait):
+        _check_reference(wait, "wait", fail, returns="a timedelta or a number of seconds")
+    elif wait is not None:
+        if not isinstance(wait, timedelta | int | float) or isinstance(wait, bool):
+            raise fail(
+                "wait must be a timedelta, a number of seconds, a method name or a callable returning "
+                f"either, got {wait!r}"
+            )
+        try:
+            wait = seconds(wait, "wait", positive=False)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+    if wait_until is not None:
+        _check_reference(wait_until, "wait_until", fail, returns="an aware datetime")
+    if wait is not None and wait_until is not None:
+        raise fail("takes wait or wait_until, not both")
+    return wait, wait_until
+
+
+def with_class_waits(steps: StepList, wait: Any, wait_until: Any) -> StepList:
+    """``steps`` with the class-wide ``wait`` / ``wait_until`` given to every step that sets
+    neither itself (a step's own option wins), as the reference's ``set_step_job_options``."""
+    if wait is None and wait_until is None:
+        return steps
+    changed = steps
+    for definition in steps:
+        if not definition.waits:
+            changed = changed.replace(replace(definition, wait=wait, wait_until=wait_until))
+    return changed
 
 
 def check_priority(value: object, fail: Callable[[str], Exception]) -> None:

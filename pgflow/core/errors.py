@@ -8,9 +8,12 @@ without opening an error service. :func:`capture` gives the attempt row:
 ``error_message``
     ``str(error)``, at most :data:`MESSAGE_LIMIT` characters;
 ``error_backtrace``
-    the error's own traceback, formatted the way Python prints it, without the frames of
-    pgflow's runtime and of the standard library's thread plumbing (they are the same in
-    every backtrace and say nothing about the step), cut to the innermost frames;
+    the error's own traceback, formatted the way Python prints it, keeping the
+    application's frames like ``Rails.backtrace_cleaner``: the frames of installed
+    libraries (site-packages), the standard library (its thread plumbing included) and
+    pgflow itself are dropped, so an error raised inside Django's validators shows the
+    step body's line; when nothing is left, every frame; then cut to the innermost ones.
+    ``PGFLOW["BACKTRACE_CLEANER"]`` may name another rule;
 ``error_causes``
     ``[{"class", "message"}]`` along the chain Python prints as "The above exception was
     …", at most :data:`MAX_CAUSES` deep, stopping where a cyclic chain repeats.
@@ -21,11 +24,11 @@ for an exception whose ``__str__`` is broken.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
+import sysconfig
 import threading
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 MESSAGE_LIMIT = 10_000  # characters of error_message
@@ -41,31 +44,37 @@ def _normalized(path: str) -> str:
 # pgflow/ as installed: this file is pgflow/core/errors.py.
 _PGFLOW_DIR = os.path.dirname(os.path.dirname(_normalized(__file__)))
 
-# Frames from these places are plumbing: the claim loop, the runner that calls the body,
-# the store that records the outcome, the thread pool the body runs in.
-HIDDEN_DIRECTORIES: tuple[str, ...] = (
-    os.path.join(_PGFLOW_DIR, "runtime"),
-    os.path.join(_PGFLOW_DIR, "core"),
-    os.path.dirname(_normalized(concurrent.futures.__file__)),
-)
-HIDDEN_FILES: frozenset[str] = frozenset(
-    {
-        os.path.join(_PGFLOW_DIR, "store.py"),
-        _normalized(threading.__file__),
-    }
-)
+
+def _stdlib_directories() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    found = {_normalized(paths[key]) for key in ("stdlib", "platstdlib") if paths.get(key)}
+    # A virtualenv's sysconfig may point at the venv; the modules' own files say where they are.
+    found.add(os.path.dirname(_normalized(os.__file__)))
+    return tuple(sorted(found))
 
 
-def capture(error: BaseException, *, backtrace_lines: int) -> dict[str, Any]:
+# Frames from these places are not the application's: pgflow (the claim loop, the runner
+# that calls the body, the store that records the outcome) and the standard library (the
+# thread pool the body runs in). Installed libraries are told by a path component.
+HIDDEN_DIRECTORIES: tuple[str, ...] = (_PGFLOW_DIR, *_stdlib_directories())
+HIDDEN_FILES: frozenset[str] = frozenset({_normalized(threading.__file__)})
+LIBRARY_FOLDERS = frozenset({"site-packages", "dist-packages"})
+
+# A cleaner: the frames of a traceback (outermost first) -> the ones error_backtrace keeps.
+Cleaner = Callable[[list[traceback.FrameSummary]], Iterable[traceback.FrameSummary]]
+
+
+def capture(error: BaseException, *, backtrace_lines: int, cleaner: Cleaner | None = None) -> dict[str, Any]:
     """The error columns of the attempt that raised ``error``.
 
     ``backtrace_lines`` is the number of frames kept (``ERROR_BACKTRACE_LINES``): a frame
-    is one entry of the backtrace, printed with its source line.
+    is one entry of the backtrace, printed with its source line. ``cleaner``
+    (``BACKTRACE_CLEANER``) replaces the rule of :func:`clean`.
     """
     return {
         "error_class": qualified_name(type(error)),
         "error_message": truncate(_message(error), MESSAGE_LIMIT),
-        "error_backtrace": backtrace(error, backtrace_lines),
+        "error_backtrace": backtrace(error, backtrace_lines, cleaner=cleaner),
         "error_causes": causes(error),
     }
 
@@ -116,9 +125,14 @@ def causes(error: BaseException) -> list[dict[str, str]]:
 
 
 def is_hidden(filename: str) -> bool:
-    """True for a frame of pgflow's runtime or of the standard library's thread plumbing."""
+    """True for a frame that is not the application's: an installed library's
+    (site-packages), the standard library's, or pgflow's own."""
+    if filename.startswith("<frozen "):
+        return True  # the standard library's frozen modules (importlib)
+    if filename.startswith("<"):
+        return False  # code compiled from a string: the application's
     path = _normalized(filename)
-    if path in HIDDEN_FILES:
+    if path in HIDDEN_FILES or LIBRARY_FOLDERS.intersection(path.split(os.sep)):
         return True
     return any(path.startswith(directory + os.sep) for directory in HIDDEN_DIRECTORIES)
 
@@ -126,13 +140,13 @@ def is_hidden(filename: str) -> bool:
 def clean(frames: Iterable[traceback.FrameSummary]) -> list[traceback.FrameSummary]:
     """``frames`` without the hidden ones; all of them when nothing else would be left.
 
-    An error raised inside pgflow itself is then still shown where it happened.
+    An error raised inside a library or pgflow alone is then still shown where it happened.
     """
     frames = list(frames)
     return [frame for frame in frames if not is_hidden(frame.filename)] or frames
 
 
-def backtrace(error: BaseException, lines: int) -> str:
+def backtrace(error: BaseException, lines: int, *, cleaner: Cleaner | None = None) -> str:
     """The traceback of ``error`` as one string; ``""`` for an error that was never raised.
 
     Keeps the innermost ``lines`` frames (where the error was raised: the outer ones are
@@ -140,9 +154,10 @@ def backtrace(error: BaseException, lines: int) -> str:
     exception line, cut at :data:`CAUSE_MESSAGE_LIMIT` since ``error_message`` holds the
     message in full. The causes' own tracebacks are not included: ``error_causes`` names them.
     """
-    frames = clean(traceback.extract_tb(error.__traceback__))
-    if not frames:
+    raw = list(traceback.extract_tb(error.__traceback__))
+    if not raw:
         return ""
+    frames = list((cleaner or clean)(list(raw))) or raw  # a cleaner that keeps nothing: every frame
     kept = frames[-lines:] if lines > 0 else []
     parts = ["Traceback (most recent call last):\n"]
     omitted = len(frames) - len(kept)

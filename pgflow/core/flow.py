@@ -90,8 +90,13 @@ def attempt_status(outcome: Outcome, *, failed: bool) -> StepStatus:
     return StepStatus.CANCELLED
 
 
-class FlowControl(Exception):  # noqa: N818 - a signal to the engine, not an error
-    """Raised by a flow-control verb to end the running step with ``outcome``."""
+class FlowControl(BaseException):  # noqa: N818 - a signal to the engine, not an error
+    """Raised by a flow-control verb to end the running step with ``outcome``.
+
+    A ``BaseException``, like ``SystemExit``: a body or a policy handler that wraps a
+    flaky call in ``except Exception`` must not swallow the verb (the reference's verbs
+    are a ``throw`` no ``rescue`` catches). Whoever calls user code catches it first.
+    """
 
     def __init__(self, outcome: Outcome) -> None:
         super().__init__(outcome.kind)

@@ -1,6 +1,6 @@
 """Exception policies: what happens to a run when a step body raises.
 
-A policy (:class:`OnException`) matches errors (by class, by dotted class name, or every
+A policy (:class:`OnException`) matches errors (by class, by class name, or every
 ``Exception`` when it names none) and either names an action or a handler that picks one::
 
     OnException(ConnectionError, action="reattempt", wait=timedelta(seconds=15), max_reattempts=5)
@@ -14,11 +14,15 @@ into a :class:`Decision` the engine carries out. The error is recorded on the at
 whatever the decision; ``report`` only says whether the ERROR_REPORTER also hears of it.
 
 Pure: no Django, no database. The one thing read from outside, how many times in a row the
-step was reattempted, is a callable the engine passes in, called only when needed.
+step was reattempted, is a callable the engine passes in, called only when needed. A name
+matcher that no class name equals is imported once (it may be a re-export), as the user
+wrote it.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +41,7 @@ ARGUMENTS = ("matching", "action", "wait", "max_reattempts", "terminal_action", 
 
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
-Matcher = type[Exception] | str
+Matcher = type | str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,13 +63,13 @@ class Decision:
 class OnException:
     """One exception policy. Every wrong argument is a :class:`DefinitionError`.
 
-    ``matching``: exception classes or their dotted names; ``None`` (none given) matches
-    every ``Exception``. A name is compared, never imported: it matches when it equals
-    ``module.QualName`` of the error's class or of any class that class inherits from.
-    A bare name without a dot names a builtin (``"ConnectionError"`` is
-    ``"builtins.ConnectionError"``). Note that a class's ``__module__`` is where it is
-    defined, not where it is re-exported: ``django.db.IntegrityError`` is
-    ``"django.db.utils.IntegrityError"`` (the ``pgflow.W001`` check warns about such names).
+    ``matching``: classes or class names, nested lists flattened; ``None`` (none given)
+    matches every ``Exception``. A class matches by ``isinstance``, so a mixin or tag class
+    raised through multiple inheritance matches too. A name matches when the error's class
+    or any class in its MRO has it as its bare name (``"PaymentDeclined"``), its qualified
+    name (``"Gateway.Declined"``), its ``module.QualName``, or when the name is an import
+    path that resolves to that class, a re-export included (``"django.db.IntegrityError"``
+    for ``django.db.utils.IntegrityError``), as the reference compares ``ancestors``.
     """
 
     matching: tuple[Matcher, ...] | None
@@ -144,11 +148,9 @@ class OnException:
     def matches(self, error: BaseException) -> bool:
         if self.matching is None:
             return isinstance(error, Exception)
-        names: frozenset[str] | None = None
         for matcher in self.matching:
             if isinstance(matcher, str):
-                names = names if names is not None else _class_names(type(error))
-                if matcher in names:
+                if names_a_class_of(matcher, type(error)):
                     return True
             elif isinstance(error, matcher):
                 return True
@@ -207,8 +209,8 @@ class OnException:
         return self.handler if isinstance(self.handler, str) else None
 
     def name_matchers(self) -> tuple[str, ...]:
-        """The matchers given as names, each as the ``module.QualName`` it is compared with."""
-        return tuple(_full_name(m) for m in self.matching or () if isinstance(m, str))
+        """The matchers given as names."""
+        return tuple(m for m in self.matching or () if isinstance(m, str))
 
 
 def coerce(value: object) -> OnException:
@@ -272,35 +274,57 @@ def resolve(
 
 
 def _matching(values: tuple[Any, ...]) -> tuple[Matcher, ...] | None:
-    flat: list[Any] = []
-    for value in values:
-        # OnException([A, B], ...) reads like OnException(A, B, ...).
-        flat.extend(value if isinstance(value, list | tuple) else (value,))
+    flat = _flatten(values)  # OnException([A, [B]], ...) reads like OnException(A, B, ...)
     if not flat:
         return None
     for matcher in flat:
-        if isinstance(matcher, type) and issubclass(matcher, Exception):
+        if isinstance(matcher, type):
             continue
         if isinstance(matcher, str) and _DOTTED_NAME.fullmatch(matcher):
             continue
         raise DefinitionError(
-            "OnException matches Exception subclasses or their dotted names "
-            f"(such as ConnectionError or 'shop.errors.PaymentDeclined'), got {matcher!r}"
+            "OnException matches classes or class names (such as ConnectionError, 'PaymentDeclined' or "
+            f"'shop.errors.PaymentDeclined'), got {matcher!r}"
         )
     return tuple(flat)
 
 
-def _full_name(matcher: str) -> str:
-    return matcher if "." in matcher else f"builtins.{matcher}"
+def _flatten(values: Sequence[Any]) -> list[Any]:
+    flat: list[Any] = []
+    for value in values:
+        if isinstance(value, list | tuple):
+            flat.extend(_flatten(value))
+        else:
+            flat.append(value)
+    return flat
 
 
-def _class_names(cls: type) -> frozenset[str]:
-    names = set()
-    for klass in cls.__mro__:
-        names.add(f"{klass.__module__}.{klass.__qualname__}")
-        if klass.__module__ == "builtins":
-            names.add(klass.__qualname__)
-    return frozenset(names)
+def names_a_class_of(name: str, cls: type) -> bool:
+    """True when ``name`` names ``cls`` or a class in its MRO: bare name, qualified name,
+    ``module.QualName``, or an import path resolving to one of them."""
+    mro = cls.__mro__
+    for klass in mro:
+        if name in (klass.__name__, klass.__qualname__, f"{klass.__module__}.{klass.__qualname__}"):
+            return True
+    return "." in name and imported_class(name) in mro
+
+
+@functools.cache
+def imported_class(path: str) -> type | None:
+    """The class an import path names (``"django.db.IntegrityError"``), or None when it
+    names no class or does not import. Cached: a name is imported once per process."""
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            target: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue  # a shorter prefix may be the module: "shop.errors.Declined.Hard"
+        except Exception:  # noqa: BLE001 - a module that fails to import names nothing
+            return None
+        for attribute in parts[cut:]:
+            target = getattr(target, attribute, None)
+        return target if isinstance(target, type) else None
+    return None
 
 
 def _action(value: object, allowed: tuple[str, ...], option: str) -> str:

@@ -22,6 +22,7 @@ from ..core import errors as error_capture
 from ..core import jsonvalue
 from ..core.flow import COMPLETE, FlowControl, Outcome
 from ..core.policy import resolve
+from ..evaluation import invoke
 from ..exceptions import StepTimeout
 from ..models import Step, WorkflowRun
 from ..store import Claim, Prepared
@@ -114,7 +115,7 @@ class Runner:
 
     def _fail(self, prepared: Prepared, error: BaseException, started: float) -> Result:
         outcome, report = decide(prepared, error)
-        captured = error_capture.capture(error, backtrace_lines=pgflow_settings.ERROR_BACKTRACE_LINES)
+        captured = error_capture.capture(error, **pgflow_settings.capture_options())
         applied = self._finish(store.Finished(claim=prepared.claim, outcome=outcome, error=captured))
         if applied:
             for reported in report:  # after the commit: a slow reporter never holds the run lock
@@ -140,7 +141,7 @@ def _finish_one(item: store.Finished) -> bool:
 def run_body(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
     """Call the step body; returns (outcome, output, error). Never raises for the body's sake."""
     try:
-        returned = prepared.workflow.invoke(prepared.definition, prepared.signal)
+        returned = invoke(prepared.workflow, prepared.definition, prepared.signal)
     except FlowControl as control:
         return control.outcome, None, None
     except Exception as exc:  # noqa: BLE001 - every body failure goes through the policies

@@ -26,6 +26,7 @@ from pgflow.models import Batch, BatchMember, Event, Step, WorkflowRun
 from pgflow.runtime.runner import Runner
 from pgflow.testing import run_workflow
 from tests import fanout_workflows as fw
+from tests import fidelity_workflows
 from tests.acceptance.conftest import marks, start_worker, wait_until  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,7 +120,7 @@ def test_a_batch_of_50_runs_on_django_q2_and_the_workflow_moves_on(start_qcluste
     batch = Batch.objects.get(run=run)
     step = fan_step(run)
     assert (step.status, step.outcome, step.batch_id) == ("completed", "completed", batch.pk)
-    assert step.output == {"batch_id": str(batch.pk), "total": 50, "succeeded": 50, "failed": 0}
+    assert step.output is None  # the body returned nothing; the counts stay on the batch
     assert (batch.status, batch.total, batch.succeeded, batch.failed) == ("finished", 50, 50, 0)
     assert batch.description == f"tests.fanout_workflows.Fan#fan run {run.pk}"
     assert batch.properties == {"run_id": run.pk, "step_id": step.pk, "step_name": "fan", "attempt": 1}
@@ -253,7 +254,7 @@ def test_an_empty_batch_completes_the_step_at_once():
     assert batch.finished_at is not None
     step = fan_step(run)
     assert (step.status, step.batch_id) == ("completed", batch.pk)
-    assert step.output == {"batch_id": str(batch.pk), "total": 0, "succeeded": 0, "failed": 0}
+    assert step.output is None
     assert events(run) == ["started", "fan_out_opened", "fan_out_finished", "step_completed"]
     assert Step.objects.get(run=run, step_name="after").status == "scheduled"
 
@@ -533,3 +534,56 @@ def test_a_member_never_handed_to_django_q2_counts_as_failed_once_stuck():
     assert member.error == ("was never handed to django-q2: the process that opened the batch stopped before "
                             "enqueueing it")
     assert fan_step(run).error_message == f"1 of 1 jobs failed (batch {batch.pk})"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("returns", "numbers"), [({"sent": 3}, [1, 2, 3]), ("queued", []), (None, [4])])
+def test_a_fan_outs_output_is_what_its_body_returned(returns, numbers):
+    run = run_workflow(fidelity_workflows.FanOutOutput.start(input={"returns": returns, "numbers": numbers}))
+    assert run.status == "finished"
+    step = Step.objects.get(run=run, step_name="notify")
+    assert (step.status, step.output) == ("completed", returns)
+    assert Step.objects.get(run=run, step_name="after").output == {"seen": returns}
+    # the batch's counts stay on the batch and in its fan_out_finished event
+    batch = Batch.objects.get(run=run)
+    assert (batch.total, batch.succeeded, batch.failed) == (len(numbers), len(numbers), 0)
+    finished = Event.objects.get(run=run, event="fan_out_finished").details
+    assert {key: finished[key] for key in ("batch_id", "total", "succeeded", "failed")} == {
+        "batch_id": str(batch.pk), "total": len(numbers), "succeeded": len(numbers), "failed": 0}
+
+
+@pytest.mark.django_db
+def test_a_fan_out_returning_what_json_cannot_hold_fails_before_any_batch():
+    run = run_workflow(fidelity_workflows.FanOutOutput.start(input={"numbers": [1]}))
+    assert run.status == "finished"  # sanity: the workflow runs
+    bad = fidelity_workflows.FanOutOutput.start(input={"numbers": [1], "returns": "set"})
+    run = run_workflow(bad)
+    assert run.status == "paused"
+    step = Step.objects.get(run=run, step_name="notify")
+    assert step.status == "failed"
+    assert "the output of fan_out 'notify'" in step.error_message
+    assert not Batch.objects.filter(run=run).exists()
+
+
+@pytest.mark.django_db
+def test_a_member_whose_function_no_longer_imports_fails_naming_its_path(tmp_path, monkeypatch):
+    # A task that imported when the batch opened, and is gone when its member runs (a deploy
+    # in between removed it).
+    (tmp_path / "fid_deployed_tasks.py").write_text("def notify(n):\n    return n\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = fw.Fan.start(input=tasks(("fid_deployed_tasks.notify", [1]), ("tests.fanout_tasks.double", [2])))
+    assert run_due_step(run) == "parked"
+    (tmp_path / "fid_deployed_tasks.py").unlink()
+    monkeypatch.delitem(sys.modules, "fid_deployed_tasks")
+
+    run = run_workflow(run)
+    assert run.status == "paused"
+    failed = BatchMember.objects.get(batch__run=run, position=0)
+    assert failed.status == "failed"
+    assert failed.error.startswith("the fan_out task 'fid_deployed_tasks.notify' no longer imports")
+    assert "NoneType" not in failed.error
+    # what django-q2's worker runs for a member says the same
+    batch = Batch.objects.get(run=run)
+    Step.objects.filter(pk=fan_step(run).pk).update(status="waiting", batch=batch)
+    with pytest.raises(ImportError, match="'fid_deployed_tasks.notify' no longer imports"):
+        fanout.run_member(str(batch.pk), 0, "fid_deployed_tasks.notify", 1)

@@ -7,6 +7,7 @@ import logging
 import pytest
 
 from pgflow.testing import run_workflow
+from tests import fidelity_workflows as fw
 from tests import policy_workflows as pw
 
 pytestmark = pytest.mark.django_db
@@ -128,3 +129,88 @@ def test_the_runs_current_error_is_the_last_attempts_and_resume_clears_it():
     run.resume()
     assert run.last_error() is None
     assert run.steps.first().error_message == "bad value"
+
+
+# -- flow control and the user's namespace ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("verb", "run_status", "outcomes"),
+    [
+        ("skip", "finished", ["skipped", "completed"]),
+        ("pause", "paused", ["paused"]),
+        ("cancel", "cancelled", ["cancelled"]),
+        ("finish", "finished", ["finished"]),
+        ("reattempt", "finished", ["reattempted", "completed", "completed"]),
+    ],
+)
+def test_a_verb_inside_except_exception_still_ends_the_step(verb, run_status, outcomes):
+    fw.SWALLOWED.clear()
+    run = run_workflow(fw.Guarded.start(input={"verb": verb}))
+    assert fw.SWALLOWED == []
+    assert run.status == run_status
+    assert list(run.steps.order_by("id").values_list("outcome", flat=True)) == outcomes
+    assert "kept running" not in run.steps.values_list("output", flat=True)
+
+
+def test_a_verb_inside_except_exception_in_a_policy_handler_still_decides():
+    fw.SWALLOWED.clear()
+    run = run_workflow(fw.GuardedHandler.start())
+    assert fw.SWALLOWED == []
+    assert run.status == "finished"
+    assert list(run.steps.order_by("id").values_list("step_name", "status", "outcome")) == [
+        ("fail", "failed", "skipped"), ("after", "completed", "completed")]
+
+
+@pytest.mark.parametrize(
+    ("given", "run_status", "outputs"),
+    [
+        ({}, "finished", {"maybe": "the user's invoke", "last": "the user's decide"}),
+        ({"skip": True}, "finished", {"last": "the user's decide"}),
+        ({"cancel": True}, "cancelled", {}),
+    ],
+)
+def test_helpers_named_like_the_engines_methods_are_the_users(given, run_status, outputs):
+    run = run_workflow(fw.OwnHelpers.start(input=given))
+    assert run.status == run_status
+    assert dict(run.steps.filter(status="completed").values_list("step_name", "output")) == outputs
+    assert not run.steps.filter(status="failed").exists()
+
+
+def test_a_verb_called_in_a_cancel_if_condition_applies():
+    run = run_workflow(fw.VerbInCondition.start(input={"gone": True}))
+    assert run.status == "cancelled"
+    assert list(run.steps.values_list("outcome", flat=True)) == ["cancelled"]
+    assert run_workflow(fw.VerbInCondition.start()).status == "finished"
+
+
+@pytest.mark.parametrize(
+    ("raised", "run_status", "outcomes"),
+    [
+        ("declined", "cancelled", ["cancelled"]),  # "PaymentDeclined", a bare name
+        ("integrity", "finished", ["skipped", "completed"]),  # "django.db.IntegrityError", a re-export
+        ("busy", "finished", ["skipped", "completed"]),  # a tag class through multiple inheritance
+        ("other", "paused", ["paused"]),  # nothing matches: the default
+    ],
+)
+def test_matchers_by_bare_name_re_export_and_tag_class(raised, run_status, outcomes):
+    run = run_workflow(fw.NamedMatchers.start(input={"raise": raised}))
+    assert run.status == run_status
+    assert list(run.steps.order_by("id").values_list("outcome", flat=True)) == outcomes
+
+
+def test_an_error_raised_inside_django_shows_the_bodys_line():
+    run = run_workflow(fw.Validates.start(input={"email": "not an address"}))
+    step = run.steps.get()
+    assert step.error_class == "django.core.exceptions.ValidationError"
+    frames = [line for line in step.error_backtrace.splitlines() if line.startswith('  File "')]
+    assert len(frames) == 1 and frames[0].endswith(", in check_email")
+    assert "validate_email(self.input[\"email\"])  # the line error_backtrace must show" in step.error_backtrace
+    assert "site-packages" not in step.error_backtrace and "pgflow/runtime" not in step.error_backtrace
+
+
+def test_backtrace_cleaner_setting_names_another_rule(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "BACKTRACE_CLEANER": "tests.fidelity_workflows.innermost_only"}
+    run = run_workflow(fw.Validates.start(input={"email": "not an address"}))
+    frames = [line for line in run.steps.get().error_backtrace.splitlines() if line.startswith('  File "')]
+    assert len(frames) == 1 and "site-packages" in frames[0]  # Django's innermost frame, as the rule says

@@ -20,6 +20,11 @@ from pgflow.conf import pgflow_settings
         ({"ERROR_BACKTRACE_LINES": True}, "PGFLOW['ERROR_BACKTRACE_LINES'] must be a positive whole number"),
         ({"QUEUE": ""}, "PGFLOW['QUEUE'] must be 1-100 letters, digits"),
         ({"ERROR_REPORTER": "no.such.module.report"}, "PGFLOW['ERROR_REPORTER'] must be None, a callable"),
+        ({"BACKTRACE_CLEANER": "no.such.module.clean"}, "PGFLOW['BACKTRACE_CLEANER'] must be None, a callable or "
+                                                        "the dotted path of one, got 'no.such.module.clean'"),
+        ({"BACKTRACE_CLEANER": "pgflow.conf.DEFAULTS"}, "PGFLOW['BACKTRACE_CLEANER'] must be None, a callable or "
+                                                        "the dotted path of one, got 'pgflow.conf.DEFAULTS' (a dict, "
+                                                        "not a callable)"),
         ("fast", "PGFLOW must be a dict, got str"),
     ],
 )
@@ -31,6 +36,7 @@ def test_each_bad_setting_is_named_with_what_is_accepted(given, message):
 
 def test_good_settings_have_no_problems():
     assert conf.validate({"LEASE": 30, "RETENTION": None, "QUEUE": "mail", "ERROR_REPORTER": print}) == []
+    assert conf.validate({"BACKTRACE_CLEANER": "pgflow.core.errors.clean"}) == []
     assert conf.validate(None) == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import threading
 import traceback
@@ -296,13 +297,19 @@ def _frame(filename: str, name: str = "f") -> traceback.FrameSummary:
         (threading.__file__, True),
         (os.path.join(FUTURES_DIR, "thread.py"), True),
         (os.path.join(FUTURES_DIR, "_base.py"), True),
-        # The user's side, and look-alikes that are not pgflow's runtime.
-        (os.path.join(PGFLOW_DIR, "workflow.py"), False),
-        (os.path.join(PGFLOW_DIR, "runtime_helpers.py"), False),
-        (os.path.join(PGFLOW_DIR, "store_extras.py"), False),
+        # pgflow's own engine, every module of it
+        (os.path.join(PGFLOW_DIR, "workflow.py"), True),
+        (os.path.join(PGFLOW_DIR, "fanout.py"), True),
+        # installed libraries and the standard library
+        ("/srv/venv/lib/python3.12/site-packages/django/core/validators.py", True),
+        ("/usr/lib/python3/dist-packages/requests/api.py", True),
+        (json.__file__, True),
+        ("<frozen importlib._bootstrap>", True),
+        # The application's side, and look-alikes that are not pgflow's.
         ("/srv/shop/pgflow/runtime/runner.py", False),
         ("/srv/shop/workflows/onboarding.py", False),
-        ("<frozen importlib._bootstrap>", False),
+        ("/srv/site-packages-notes/shop.py", False),
+        ("<string>", False),
     ],
 )
 def test_is_hidden(filename, hidden):
@@ -388,3 +395,48 @@ def test_capture_gives_every_column():
         [{"class": "KeyError", "message": "'plan'"}],
     )
     assert _names(captured["error_backtrace"]) == ["test_capture_gives_every_column", "_explicit_cause"]
+
+
+def _validated_email(address: str) -> None:
+    from django.core.validators import validate_email
+
+    validate_email(address)  # raises from inside Django
+
+
+def test_an_error_raised_inside_django_shows_the_application_line():
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError) as raised:
+        _validated_email("not an address")
+    raw = [frame.filename for frame in traceback.extract_tb(raised.value.__traceback__)]
+    assert any("site-packages" in name for name in raw)  # Django's frames are there to drop
+    backtrace = errors.capture(raised.value, backtrace_lines=50)["error_backtrace"]
+    assert _names(backtrace) == ["test_an_error_raised_inside_django_shows_the_application_line",
+                                 "_validated_email"]
+    assert "    validate_email(address)  # raises from inside Django" in backtrace.splitlines()
+    assert "site-packages" not in backtrace
+
+
+def test_an_error_raised_inside_a_library_alone_keeps_its_frames():
+    try:
+        json.loads("{")
+    except ValueError as exc:
+        error = exc
+    error.__traceback__ = error.__traceback__.tb_next  # as if the body were not ours either
+    backtrace = errors.capture(error, backtrace_lines=50)["error_backtrace"]
+    assert "json" in backtrace and "decode" in backtrace
+
+
+def test_a_cleaner_replaces_the_rule_and_keeping_nothing_keeps_every_frame():
+    def only_last(frames):
+        return frames[-1:]
+
+    with pytest.raises(PaymentDeclined) as raised:
+        _explicit_cause()
+    assert _names(errors.capture(raised.value, backtrace_lines=50, cleaner=only_last)["error_backtrace"]) == [
+        "_explicit_cause"]
+    everything = errors.capture(raised.value, backtrace_lines=50, cleaner=lambda frames: [])["error_backtrace"]
+    assert _names(everything) == ["test_a_cleaner_replaces_the_rule_and_keeping_nothing_keeps_every_frame",
+                                  "_explicit_cause"]
+    cut = errors.capture(raised.value, backtrace_lines=1, cleaner=lambda frames: frames)["error_backtrace"]
+    assert _names(cut) == ["_explicit_cause"]

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import DatabaseError, IntegrityError
 
 from pgflow.core.flow import FlowControl, Outcome
 from pgflow.core.policy import DEFAULT, Decision, OnException, coerce, coerce_all, resolve
@@ -48,6 +49,14 @@ class Verbs:
         self.reattempt(wait=7)
 
 
+class Retryable:
+    """A tag class, not an exception: raised only through multiple inheritance."""
+
+
+class Flaky(Retryable, ValueError):
+    pass
+
+
 HERE = __name__
 
 
@@ -81,8 +90,10 @@ def test_reattempt_options() -> None:
 
 def test_matching_forms() -> None:
     assert OnException(KeyError, "shop.errors.Declined", action="skip").matching == (KeyError, "shop.errors.Declined")
-    # A list reads like the same classes given one by one.
+    # A list reads like the same classes given one by one, however nested (the reference's flatten).
     assert OnException([KeyError, ValueError], action="skip").matching == (KeyError, ValueError)
+    assert OnException([KeyError, [ValueError, ("Declined",)]], TypeError, action="skip").matching == (
+        KeyError, ValueError, "Declined", TypeError)
     assert OnException((), action="skip").matching is None
 
 
@@ -165,11 +176,11 @@ def test_invalid_arguments(arguments: dict[str, Any], message: str) -> None:
 
 @pytest.mark.parametrize(
     "matcher",
-    [42, int, object, KeyboardInterrupt, "", "not a name", "shop..Error", ".Error", None],
+    [42, KeyError(), "", "not a name", "shop..Error", ".Error", None],
 )
 def test_invalid_matchers(matcher: Any) -> None:
     message = (
-        "OnException matches Exception subclasses or their dotted names (such as ConnectionError or "
+        "OnException matches classes or class names (such as ConnectionError, 'PaymentDeclined' or "
         f"'shop.errors.PaymentDeclined'), got {matcher!r}"
     )
     with pytest.raises(DefinitionError, match=re.escape(message)):
@@ -191,13 +202,29 @@ def test_invalid_matchers(matcher: Any) -> None:
         ((f"{HERE}.PaymentDeclined",), PaymentDeclined(), True),
         ((f"{HERE}.PaymentError",), PaymentDeclined(), True),  # an ancestor's name
         ((f"{HERE}.PaymentDeclined",), PaymentError(), False),
-        (("PaymentDeclined",), PaymentDeclined(), False),  # a bare name only names a builtin
+        (("PaymentDeclined",), PaymentDeclined(), True),  # a bare name, of the class
+        (("PaymentError",), PaymentDeclined(), True),  # a bare name, of a class in the MRO
+        (("PaymentDeclined",), PaymentError(), False),
+        (("PaymentDeclined.Hard",), PaymentDeclined.Hard(), True),  # a qualified name
+        (("Hard",), PaymentDeclined.Hard(), True),
+        (("IntegrityError",), IntegrityError(), True),
+        (("django.db.IntegrityError",), IntegrityError(), True),  # a re-export
+        (("django.db.utils.IntegrityError",), IntegrityError(), True),
+        (("django.db.utils.DatabaseError",), IntegrityError(), True),  # an ancestor's path
+        (("django.db.IntegrityError",), DatabaseError(), False),
+        (("django.db.DataError",), IntegrityError(), False),
+        ((Retryable,), Flaky(), True),  # a mixin / tag class raised through multiple inheritance
+        (("Retryable",), Flaky(), True),
+        ((f"{HERE}.Retryable",), Flaky(), True),
+        ((Retryable,), ValueError(), False),
+        ((object,), ValueError(), True),
+        (([[KeyError], [[Retryable]]],), Flaky(), True),  # nested lists flatten
         ((f"{HERE}.PaymentDeclined.Hard",), PaymentDeclined.Hard(), True),  # a nested class's qualname
         (("ConnectionError",), ConnectionResetError(), True),  # a builtin by bare name, via the MRO
         (("builtins.ConnectionError",), ConnectionResetError(), True),
         (("OSError",), ConnectionResetError(), True),
         (("ConnectionError",), ValueError(), False),
-        (("shop.errors.Missing",), ValueError(), False),  # a name that does not import: never imported
+        (("nowhere_pkg.errors.Missing",), ValueError(), False),  # a path that does not import
         ((ValueError, f"{HERE}.PaymentError"), PaymentDeclined(), True),
     ],
 )
@@ -235,7 +262,7 @@ def test_coerce() -> None:
             "terminal_action, report, handler)",
         ),
         ({"action": "pause", "wait": 3}, "OnException wait= only applies to action='reattempt'"),
-        ({"matching": 42, "action": "pause"}, "OnException matches Exception subclasses or their dotted names"),
+        ({"matching": 42, "action": "pause"}, "OnException matches classes or class names"),
     ],
 )
 def test_coerce_rejects(value: object, message: str) -> None:
@@ -445,6 +472,6 @@ def test_handler_keyboard_interrupt_is_not_swallowed() -> None:
 
 def test_name_matchers_and_handler_name() -> None:
     policy = OnException(KeyError, "ConnectionError", "shop.errors.Declined", handler="on_error")
-    assert policy.name_matchers() == ("builtins.ConnectionError", "shop.errors.Declined")
+    assert policy.name_matchers() == ("ConnectionError", "shop.errors.Declined")
     assert policy.handler_name() == "on_error"
     assert OnException(handler=lambda w, e: None).handler_name() is None

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import pgflow
-from pgflow import OnException, cancel_if, fan_out, registry, step
+from pgflow import OnException, cancel_if, evaluation, fan_out, registry, step
 from pgflow.core.definitions import StepDefinition
 from pgflow.exceptions import DefinitionError
 from pgflow.workflow import Workflow, WorkflowType
@@ -533,8 +533,8 @@ def test_a_plain_redefinition_overrides_the_body_in_place() -> None:
 
     assert Child.steps().names() == (*PARENT_NAMES, "four")
     assert Child.steps().get("two") == Parent.steps().get("two")  # same options
-    assert Child(run=None).invoke(Child.steps().get("two")) == "child two"  # type: ignore[arg-type]
-    assert Parent(run=None).invoke(Parent.steps().get("two")) == "parent two"  # type: ignore[arg-type]
+    assert evaluation.invoke(Child(run=None), Child.steps().get("two")) == "child two"  # type: ignore[arg-type]
+    assert evaluation.invoke(Parent(run=None), Parent.steps().get("two")) == "parent two"  # type: ignore[arg-type]
     assert Child.definition_digest() == build(bases=(Parent,), four=step(fresh())).definition_digest()
 
 
@@ -601,8 +601,8 @@ def test_a_subclass_without_declarations_shares_the_values() -> None:
 def test_overriding_a_cancel_if_body_keeps_one_condition() -> None:
     child = build(bases=(Parent,), parent_gone=fresh(returns=True))
     assert child.cancel_conditions() == ("parent_gone",)
-    assert child(run=None).should_cancel() is True
-    assert Parent(run=None).should_cancel() is False
+    assert evaluation.should_cancel(child(run=None)) is True
+    assert evaluation.should_cancel(Parent(run=None)) is False
     child = build(bases=(Parent,), parent_gone=cancel_if(fresh(returns=True)))
     assert child.cancel_conditions() == ("parent_gone",)
 
@@ -726,3 +726,96 @@ def test_importing_the_module_touches_no_models() -> None:
     )
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert output.stdout.strip() == "[]"
+
+
+# -- the user's namespace ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["run", "subject", "input", "outputs", "step_name", "attempt", "skip",
+                                  "pause", "cancel", "finish", "reattempt", "start", "runs",
+                                  "definition_digest"])
+def test_an_attribute_shadowing_the_documented_api_is_refused(name: str) -> None:
+    with pytest.raises(DefinitionError) as raised:
+        type("Shadowing", (Workflow,), {name: fresh(), "only": step(fresh())})
+    message = str(raised.value)
+    assert f"{name!r} would shadow Workflow's own {name!r}" in message
+    assert "reserved names: attempt, cancel, cancel_conditions, definition_digest, finish" in message
+
+
+def test_a_plain_value_or_a_mixin_shadowing_the_api_is_refused() -> None:
+    with pytest.raises(DefinitionError, match="'subject' would shadow"):
+        type("Plain", (Workflow,), {"subject": None, "only": step(fresh())})
+
+    class Mixin:
+        def input(self) -> dict[str, Any]:
+            return {}
+
+    with pytest.raises(DefinitionError, match=r"'input' \(from .*Mixin\) would shadow"):
+        type("Mixed", (Mixin, Workflow), {"only": step(fresh())})
+
+
+@pytest.mark.parametrize("name", ["should_skip", "should_cancel", "delay_seconds", "invoke", "evaluate", "decide",
+                                  "prepare", "helper"])
+def test_helpers_outside_the_documented_api_are_the_users(name: str) -> None:
+    flow = type("Helpers", (Workflow,), {name: fresh(returns=name), "only": step(fresh(returns="ok"))})
+    assert getattr(flow(run=None), name)() == name
+
+
+def test_the_class_options_may_be_set() -> None:
+    flow = type("Options", (Workflow,), {"queue": "mail", "priority": 3, "removed_steps": [], "only": step(fresh())})
+    assert flow.queue_for("only") == "mail"
+
+
+# -- class-wide wait / wait_until -------------------------------------------------------------
+
+
+def test_class_wide_wait_applies_to_every_step_that_sets_none() -> None:
+    from datetime import UTC, datetime
+
+    class Reminders(Workflow):
+        wait = timedelta(hours=1)
+
+        def tomorrow(self) -> datetime:
+            return datetime(2030, 1, 2, tzinfo=UTC)
+
+        @step
+        def first(self) -> None: ...
+
+        @step(wait=0)
+        def own_wait(self) -> None: ...
+
+        @step(wait_until="tomorrow")
+        def own_wait_until(self) -> None: ...
+
+        @fan_out
+        def fan(self, batch: Any) -> None: ...
+
+    steps = Reminders.steps()
+    assert [(d.name, d.wait, d.wait_until) for d in steps] == [
+        ("first", 3600.0, None), ("own_wait", 0.0, None), ("own_wait_until", None, "tomorrow"), ("fan", 3600.0, None)]
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    assert evaluation.delay_seconds(Reminders(run=None), steps.get("first"), now) == 3600.0  # type: ignore[arg-type]
+
+    class Later(Reminders):
+        wait = None
+        wait_until = "tomorrow"
+
+    assert [(d.name, d.wait, d.wait_until) for d in Later.steps()] == [
+        ("first", None, "tomorrow"), ("own_wait", 0.0, None), ("own_wait_until", None, "tomorrow"),
+        ("fan", None, "tomorrow")]
+    assert Reminders.steps().get("first").wait == 3600.0  # type: ignore[union-attr]  # the parent is unchanged
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"wait": True}, "class-wide options: wait must be a timedelta, a number of seconds, a method name or a "
+                         "callable returning either, got True"),
+        ({"wait": -1}, "class-wide options: wait must be 0 or more seconds, got -1"),
+        ({"wait": 5, "wait_until": "later"}, "class-wide options: takes wait or wait_until, not both"),
+        ({"wait": "nope"}, "step 'only': wait 'nope' names no method of Waits (expected def nope(self))"),
+    ],
+)
+def test_a_wrong_class_wide_wait_is_refused(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(DefinitionError, match=re.escape(message)):
+        type("Waits", (Workflow,), {**options, "only": step(fresh())})

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pgflow import FlowControl, OnException, Workflow, cancel_if, fan_out, registry, step
+from pgflow import FlowControl, OnException, Workflow, cancel_if, evaluation, fan_out, registry, step
 from pgflow.core.definitions import StepDefinition
 from pgflow.core.flow import Outcome
 from pgflow.core.policy import resolve
@@ -161,13 +161,13 @@ def test_reattempt_rejects_a_wrong_wait(wait: Any, message: str) -> None:
 
 
 def test_invoke_a_plain_step() -> None:
-    assert shop(subject="alice").invoke(definition("remind")) == {"reminded": "alice", "after": "sent"}
+    assert evaluation.invoke(shop(subject="alice"), definition("remind")) == {"reminded": "alice", "after": "sent"}
 
 
 def test_invoke_passes_the_signal_and_the_batch() -> None:
-    assert shop().invoke(definition("charge"), SimpleNamespace(payload={"amount": 5})) == {"amount": 5}
+    assert evaluation.invoke(shop(), definition("charge"), SimpleNamespace(payload={"amount": 5})) == {"amount": 5}
     batch: list[str] = []
-    assert shop().invoke(definition("notify"), batch) is None
+    assert evaluation.invoke(shop(), definition("notify"), batch) is None
     assert batch == ["vendor-1"]
 
 
@@ -176,7 +176,7 @@ def test_invoke_runs_the_most_derived_body() -> None:
         def remind(self) -> str:
             return "overridden"
 
-    assert Override(run=Run()).invoke(definition("remind")) == "overridden"
+    assert evaluation.invoke(Override(run=Run()), definition("remind")) == "overridden"
 
 
 def test_invoke_lets_verbs_through() -> None:
@@ -186,7 +186,7 @@ def test_invoke_lets_verbs_through() -> None:
             self.finish()
 
     with pytest.raises(FlowControl) as raised:
-        Finishing(run=Run()).invoke(Finishing.steps().get("only"))  # type: ignore[arg-type]
+        evaluation.invoke(Finishing(run=Run()), Finishing.steps().get("only"))  # type: ignore[arg-type]
     assert raised.value.outcome == Outcome(kind="finish")
 
 
@@ -195,7 +195,7 @@ def test_invoke_lets_verbs_through() -> None:
 
 @pytest.mark.parametrize(("plan", "expected"), [("premium", True), ("pro", False)])
 def test_should_skip_by_method_name(plan: str, expected: bool) -> None:
-    assert shop(input={"plan": plan}).should_skip(definition("remind")) is expected
+    assert evaluation.should_skip(shop(input={"plan": plan}), definition("remind")) is expected
 
 
 def test_should_skip_by_callable_and_by_default() -> None:
@@ -206,10 +206,10 @@ def test_should_skip_by_callable_and_by_default() -> None:
         return "yes"
 
     flow = shop()
-    assert flow.should_skip(StepDefinition(name="remind", skip_if=truthy)) is True
+    assert evaluation.should_skip(flow, StepDefinition(name="remind", skip_if=truthy)) is True
     assert seen == [flow]
-    assert flow.should_skip(StepDefinition(name="remind", skip_if=lambda w: 0)) is False
-    assert flow.should_skip(definition("charge")) is False  # no skip_if
+    assert evaluation.should_skip(flow, StepDefinition(name="remind", skip_if=lambda w: 0)) is False
+    assert evaluation.should_skip(flow, definition("charge")) is False  # no skip_if
 
 
 @pytest.mark.parametrize(
@@ -221,7 +221,7 @@ def test_should_skip_by_callable_and_by_default() -> None:
     ],
 )
 def test_should_cancel_when_any_condition_holds(run: dict[str, Any], expected: bool) -> None:
-    assert shop(**run).should_cancel() is expected
+    assert evaluation.should_cancel(shop(**run)) is expected
 
 
 def test_should_cancel_stops_at_the_first_truthy_condition() -> None:
@@ -242,7 +242,7 @@ def test_should_cancel_stops_at_the_first_truthy_condition() -> None:
         def a(self) -> None:
             pass
 
-    assert Counting(run=None).should_cancel() is True
+    assert evaluation.should_cancel(Counting(run=None)) is True
     assert calls == ["first"]
 
 
@@ -252,7 +252,7 @@ def test_should_cancel_without_conditions() -> None:
         def a(self) -> None:
             pass
 
-    assert Plain(run=None).should_cancel() is False
+    assert evaluation.should_cancel(Plain(run=None)) is False
 
 
 def test_inherited_conditions_are_checked() -> None:
@@ -261,9 +261,9 @@ def test_inherited_conditions_are_checked() -> None:
         def banned(self) -> bool:
             return bool(self.input.get("banned"))
 
-    assert Child(run=Run(subject="alice", input={"banned": True})).should_cancel() is True
-    assert Child(run=Run(subject=None)).should_cancel() is True
-    assert Shop(run=Run(subject="alice", input={"banned": True})).should_cancel() is False
+    assert evaluation.should_cancel(Child(run=Run(subject="alice", input={"banned": True}))) is True
+    assert evaluation.should_cancel(Child(run=Run(subject=None))) is True
+    assert evaluation.should_cancel(Shop(run=Run(subject="alice", input={"banned": True}))) is False
 
 
 # -- delay_seconds --------------------------------------------------------------------------
@@ -305,12 +305,12 @@ def test_inherited_conditions_are_checked() -> None:
     ],
 )
 def test_delay_seconds(step_definition: StepDefinition, run_input: dict[str, Any], expected: float | None) -> None:
-    assert shop(input=run_input).delay_seconds(step_definition, NOW) == expected
+    assert evaluation.delay_seconds(shop(input=run_input), step_definition, NOW) == expected
 
 
 def test_delay_seconds_of_a_declared_step() -> None:
-    assert shop().delay_seconds(definition("remind"), NOW) == 7200.0
-    assert shop().delay_seconds(definition("charge"), NOW) is None
+    assert evaluation.delay_seconds(shop(), definition("remind"), NOW) == 7200.0
+    assert evaluation.delay_seconds(shop(), definition("charge"), NOW) is None
 
 
 WAIT = "tests.unit.test_workflow_instance.Shop: step 'remind': wait 'reminder_delay' must return"
@@ -367,12 +367,12 @@ def test_delay_seconds_rejects_a_wrong_return(
     step_definition: StepDefinition, run_input: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(DefinitionError, match=re.escape(message)):
-        shop(input=run_input).delay_seconds(step_definition, NOW)
+        evaluation.delay_seconds(shop(input=run_input), step_definition, NOW)
 
 
 def test_delay_seconds_needs_an_aware_now() -> None:
     with pytest.raises(ValueError, match=re.escape("now must be an aware datetime, got datetime.datetime(2025")):
-        shop().delay_seconds(definition("remind"), NOW.replace(tzinfo=None))
+        evaluation.delay_seconds(shop(), definition("remind"), NOW.replace(tzinfo=None))
 
 
 # -- a policy's handler runs on the real instance -------------------------------------------

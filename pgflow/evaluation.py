@@ -1,0 +1,102 @@
+"""The engine's calls into a workflow instance: a step's body, its ``skip_if``, the
+class's ``cancel_if`` conditions and a step's ``wait`` / ``wait_until``.
+
+These live here, not on :class:`~pgflow.workflow.Workflow`, so a workflow class may name
+its own helpers anything outside the documented API: a helper called ``should_skip``,
+used as ``skip_if="should_skip"``, is the user's method, never the engine's. Plain
+Python; importing this module touches neither the models nor the database.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .core.definitions import FAN_OUT, SIGNAL, StepDefinition
+from .core.flow import FlowControl
+from .exceptions import DefinitionError
+
+if TYPE_CHECKING:
+    from .workflow import Workflow
+
+
+def invoke(workflow: Workflow, definition: StepDefinition, argument: Any = None) -> Any:
+    """Run the step's body on ``workflow`` and return its output. A signal step gets the
+    signal and a fan_out the batch builder, as ``argument``."""
+    body = getattr(workflow, definition.method)
+    if definition.kind in (SIGNAL, FAN_OUT):
+        return body(argument)
+    return body()
+
+
+def should_skip(workflow: Workflow, definition: StepDefinition) -> bool:
+    """True when the step's ``skip_if`` holds."""
+    if definition.skip_if is None:
+        return False
+    return bool(evaluate(workflow, definition.skip_if))
+
+
+def should_cancel(workflow: Workflow) -> bool:
+    """True when any cancel_if condition holds (checked in order, stopping at the first)."""
+    return any(evaluate(workflow, condition) for condition in type(workflow).cancel_conditions())
+
+
+def delay_seconds(workflow: Workflow, definition: StepDefinition, now: datetime) -> float | None:
+    """Seconds from ``now`` (aware) until the step is due; ``None`` when it has no wait.
+
+    From ``wait`` (seconds, or a method/callable returning a timedelta or seconds) or
+    ``wait_until`` (a method/callable returning an aware datetime); a time already past
+    gives 0. A wrong return value, or a flow-control verb called from the method, is a
+    :class:`DefinitionError` naming what is accepted.
+    """
+    if now.utcoffset() is None:
+        raise ValueError(f"now must be an aware datetime, got {now!r}")
+    where = f"{type(workflow).workflow_path()}: step {definition.name!r}"
+    if definition.wait is not None:
+        wait = definition.wait
+        value = wait if isinstance(wait, float | int) else _returned(workflow, wait, f"{where}: wait")
+        if isinstance(value, timedelta):
+            delay = value.total_seconds()
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            delay = float(value)
+        else:
+            delay = math.nan
+        if not math.isfinite(delay):
+            raise DefinitionError(
+                f"{where}: wait {describe(wait)} must return a timedelta or a number of seconds, got {value!r}"
+            )
+        return max(0.0, delay)  # a time computed at run time may already be past: due now
+    if definition.wait_until is not None:
+        value = _returned(workflow, definition.wait_until, f"{where}: wait_until")
+        if not isinstance(value, datetime) or value.utcoffset() is None:
+            raise DefinitionError(
+                f"{where}: wait_until {describe(definition.wait_until)} must return an aware datetime "
+                f"(such as django.utils.timezone.now() + timedelta(days=1)), got {value!r}"
+            )
+        return max(0.0, (value - now).total_seconds())
+    return None
+
+
+def evaluate(workflow: Workflow, reference: str | Callable[..., Any]) -> Any:
+    """Call a method named ``reference`` of ``workflow``, or the callable ``reference(workflow)``."""
+    if isinstance(reference, str):
+        return getattr(workflow, reference)()
+    return reference(workflow)
+
+
+def describe(reference: Any) -> str:
+    return repr(reference) if isinstance(reference, str) else getattr(reference, "__name__", repr(reference))
+
+
+def _returned(workflow: Workflow, reference: str | Callable[..., Any], what: str) -> Any:
+    # A wait is computed while the previous step's outcome is applied: there is no running
+    # step for a verb to end, so calling one is a mistake to name, not an outcome to apply.
+    try:
+        return evaluate(workflow, reference)
+    except FlowControl as control:
+        raise DefinitionError(
+            f"{what} {describe(reference)} called a flow-control verb ({control.outcome.kind}); "
+            "it must return the wait, not end the step"
+        ) from None
