@@ -269,11 +269,11 @@ def _init(binaries: Binaries, pgdata: Path) -> None:
 
 
 def _start(binaries: Binaries, pgdata: Path, log: Path, port: int | None = None) -> int:
-    log.touch(exist_ok=True)
-    _give_to_server(log)
     port = port or _free_port(FIRST_PORT)
     if _accepts(port):
         raise ClusterError(f"port {port} on 127.0.0.1 is in use: free it, or set DATABASE_URL")
+    log.touch(exist_ok=True)
+    _give_to_server(log)
     options = (f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
                "-c max_connections=200 -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
     argv = [str(binaries.folder / "pg_ctl"), "-D", str(pgdata), "-l", str(log), "-o", options, "-w", "-t", "60",

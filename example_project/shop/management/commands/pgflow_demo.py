@@ -99,8 +99,8 @@ class Command(BaseCommand):
         }
         children = {}
         for name, argv in commands.items():
-            self.say(f"starting {name}: {' '.join(argv[1:])}")
             children[name] = subprocess.Popen(argv, cwd=ROOT, env=os.environ.copy(), start_new_session=True)
+            self.say(f"started {name} pid {children[name].pid}: {' '.join(argv[1:])}")
         return children
 
     def supervise(self, children: dict[str, subprocess.Popen[bytes]]) -> None:
