@@ -40,17 +40,20 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def run(argv: list[str | Path], env: dict[str, str] | None = None) -> int:
-    """Run a child in our process group (Ctrl-C reaches it from the terminal); on SIGTERM,
-    which only we receive, pass it on as SIGINT so the child stops as on Ctrl-C, and wait."""
-    child = subprocess.Popen([str(a) for a in argv], cwd=ROOT, env=env)
+    """Run a child in a process group of its own, so that a signal reaches it once, from us:
+    on Ctrl-C or SIGTERM (which `timeout` sends to our whole group) it gets SIGINT, stops as
+    on Ctrl-C, and has a minute to do so."""
+    child = subprocess.Popen([str(a) for a in argv], cwd=ROOT, env=env, process_group=0)
     try:
         return child.wait()
-    except (KeyboardInterrupt, Terminated) as exc:
-        if isinstance(exc, Terminated) and child.poll() is None:
+    except (KeyboardInterrupt, Terminated):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if child.poll() is None:
             child.send_signal(signal.SIGINT)
         try:
             child.wait(60)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt, Terminated):
+        except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
         raise

@@ -72,8 +72,9 @@ def _processes_mentioning(text: str) -> list[str]:
     return [line.strip() for line in out.splitlines() if text in line and "ps -ww" not in line]
 
 
-@pytest.mark.parametrize("server", ["system", "embedded"])
-def test_sigterm_to_dev_py_demo_stops_everything_it_started(server):
+@pytest.mark.parametrize(("server", "group"), [("system", False), ("embedded", False), ("system", True)],
+                         ids=["system", "embedded", "system-group-like-timeout"])
+def test_sigterm_to_dev_py_demo_stops_everything_it_started(server, group):
     if server == "system" and pgcluster._system_binaries() is None:
         pytest.skip("no system PostgreSQL")
     data = Path(tempfile.mkdtemp(prefix="pgflow-demo-"))
@@ -85,7 +86,8 @@ def test_sigterm_to_dev_py_demo_stops_everything_it_started(server):
     log = data / "demo.log"
     with log.open("wb") as out:
         demo = subprocess.Popen([sys.executable, "dev.py", "demo", "--port", str(port), "--history", "0",
-                                 "--runs", "1"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+                                 "--runs", "1"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while "admin: http" not in log.read_text() and demo.poll() is None and time.monotonic() < deadline:
@@ -98,7 +100,10 @@ def test_sigterm_to_dev_py_demo_stops_everything_it_started(server):
         assert len(children) == 3  # worker, qcluster, web
         assert _processes_mentioning(str(data)), "the private PostgreSQL runs"
 
-        demo.send_signal(signal.SIGTERM)
+        if group:  # `timeout` signals its whole process group, the demo command too
+            os.killpg(demo.pid, signal.SIGTERM)
+        else:  # docker stop, systemd: the main process only
+            demo.send_signal(signal.SIGTERM)
         assert demo.wait(60) == 143
         text = log.read_text()
         assert "all processes stopped" in text

@@ -127,5 +127,14 @@ class Command(BaseCommand):
             self.say("all processes stopped")
 
 
+_stopping = False
+
+
 def _interrupt(signum: int, frame: object) -> None:
+    # Once only: `timeout` signals the whole process group and dev.py passes SIGTERM on, so a
+    # second signal can arrive while the first is being handled; it must not cut the stop short.
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
     raise KeyboardInterrupt
