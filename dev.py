@@ -5,13 +5,20 @@
     python3 dev.py test    install into .venv, then run the whole test suite on a real PostgreSQL
 
 Standard library only: it runs before anything is installed.
+
+With no DATABASE_URL, the command starts the project's private PostgreSQL (or reuses the
+one already running) and says which server it is; when the command ends (done, Ctrl-C or
+SIGTERM) it stops every process it started, and the cluster too if it started it.
+PGFLOW_DEV_PYTHON=<python> skips the install and runs with that interpreter (the tests use it).
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,12 +31,38 @@ def say(message: str) -> None:
     print(f"[pgflow] {message}", flush=True)
 
 
-def run(argv: list[str | Path], **kwargs: object) -> int:
-    return subprocess.call([str(a) for a in argv], cwd=ROOT, **kwargs)  # type: ignore[arg-type]
+class Terminated(Exception):
+    """SIGTERM (docker stop, systemd, timeout): stop like Ctrl-C."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def run(argv: list[str | Path], env: dict[str, str] | None = None) -> int:
+    """Run a child in a process group of its own, so that a signal reaches it once, from us:
+    on Ctrl-C or SIGTERM (which `timeout` sends to our whole group) it gets SIGINT, stops as
+    on Ctrl-C, and has a minute to do so."""
+    child = subprocess.Popen([str(a) for a in argv], cwd=ROOT, env=env, process_group=0)
+    try:
+        return child.wait()
+    except (KeyboardInterrupt, Terminated):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
+        try:
+            child.wait(60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        raise
 
 
 def venv(folder: str, python: str, extras: str, django: str | None = None) -> Path:
     """Create (or reuse) a virtualenv and install the project into it; returns its python."""
+    if os.environ.get("PGFLOW_DEV_PYTHON"):
+        return Path(os.environ["PGFLOW_DEV_PYTHON"])
     path = ROOT / folder
     bin_python = path / "bin" / "python"
     if not bin_python.exists():
@@ -59,8 +92,45 @@ def newer_python() -> str | None:
     return None
 
 
+class Database:
+    """The DATABASE_URL for a command's children: the configured one, or the private
+    cluster, started here (and so stopped here) unless it was already running."""
+
+    def __init__(self, python: Path) -> None:
+        self.python = python
+        self.started = False
+
+    def __enter__(self) -> dict[str, str]:
+        env = dict(os.environ)
+        result = subprocess.run([str(self.python), "-m", "example_project.pgcluster", "start"], cwd=ROOT,
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            sys.exit(f"[pgflow] cannot start the private PostgreSQL: {result.stderr.strip()}")
+        cluster = json.loads(result.stdout)
+        if cluster["url"] is None:
+            say("PostgreSQL: DATABASE_URL (the private cluster is not used)")
+            return env
+        say(f"PostgreSQL: {cluster['description']}")
+        self.started = cluster["started"]
+        env["DATABASE_URL"] = cluster["url"]
+        return env
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.started:
+            return
+        # A second Ctrl-C or SIGTERM must not cut the stop short.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            result = subprocess.run([str(self.python), "-m", "example_project.pgcluster", "stop"], cwd=ROOT,
+                                    capture_output=True, text=True, check=False)
+            say((result.stdout or result.stderr).strip())
+        finally:
+            signal.signal(signal.SIGINT, previous[0])
+            signal.signal(signal.SIGTERM, previous[1])
+
+
 def test(args: list[str]) -> int:
-    python = venv(".venv", sys.executable, "dev")
+    python = venv(".venv", sys.executable, "dev,demo")
     say("checks: ruff, mypy, makemigrations --check, system checks")
     for argv in (
         [python, "-m", "ruff", "check", "."],
@@ -71,23 +141,25 @@ def test(args: list[str]) -> int:
         if run(argv) != 0:
             say(f"FAILED: {' '.join(str(a) for a in argv[1:])}")
             return 1
-    say("tests on Django 5.2 (Python {}.{})".format(*sys.version_info[:2]))
-    status = run([python, "-m", "pytest", *args])
-    if status != 0:
-        return status
-    newer = newer_python()
-    if newer is None:
-        say("no Python 3.12+ found: the Django 6 run is skipped")
-        return 0
-    python6 = venv(".venv-django6", newer, "dev", "Django>=6.0,<6.1")
-    say(f"tests on Django 6 ({newer}): unit and integration")
-    return run([python6, "-m", "pytest", "tests/unit", "tests/integration", *args])
+    with Database(python) as env:
+        say("tests on Django 5.2 (Python {}.{})".format(*sys.version_info[:2]))
+        status = run([python, "-m", "pytest", *args], env)
+        if status != 0:
+            return status
+        newer = newer_python()
+        if newer is None:
+            say("no Python 3.12+ found: the Django 6 run is skipped")
+            return 0
+        python6 = venv(".venv-django6", newer, "dev,demo", "Django>=6.0,<6.1")
+        say(f"tests on Django 6 ({newer}): unit and integration")
+        return run([python6, "-m", "pytest", "tests/unit", "tests/integration", *args], env)
 
 
 def demo(args: list[str]) -> int:
     python = venv(".venv", sys.executable, "dev,demo")
-    say("starting the demo (the first start also writes a week of history for the dashboard)")
-    return run([python, "manage.py", "pgflow_demo", *args])
+    with Database(python) as env:
+        say("starting the demo (the first start also writes a week of history for the dashboard)")
+        return run([python, "manage.py", "pgflow_demo", *args], env)
 
 
 def main() -> int:
@@ -96,10 +168,16 @@ def main() -> int:
     commands = {"test": test, "demo": demo}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(f"usage: python3 dev.py {{{'|'.join(commands)}}} [args]")
+    # Both set here: a command started in the background inherits SIGINT ignored, and a
+    # handler (unlike "ignored") is not passed on to the children, which then stop on Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         return commands[sys.argv[1]](sys.argv[2:])
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        return 143
 
 
 if __name__ == "__main__":

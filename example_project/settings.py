@@ -1,8 +1,10 @@
 """Settings of the example project, read from the environment with django-environ.
 
 DATABASE_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS and PGFLOW_* come from the environment (or
-a ``.env`` file beside manage.py). With no DATABASE_URL the project starts its own private
-PostgreSQL cluster in ``.pgdata/`` (see example_project/pgcluster.py) and uses it.
+a ``.env`` file beside manage.py). With no DATABASE_URL a command that needs a database
+starts (or reuses) the project's private PostgreSQL cluster in ``.pgdata/`` (PGFLOW_PGDATA;
+PGFLOW_POSTGRES picks the system's or the embedded server: see example_project/pgcluster.py);
+mypy and manage.py's offline commands (makemigrations, check) start nothing.
 """
 
 from __future__ import annotations
@@ -26,15 +28,44 @@ DEBUG = env("DEBUG")
 SECRET_KEY = env("SECRET_KEY", default="pgflow-example-not-secret")  # noqa: S105 - demo only
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 
-if "DATABASE_URL" not in os.environ:
+# manage.py commands that only read the settings; mypy's Django plugin reads them too.
+OFFLINE_COMMANDS = {"makemigrations", "check", "collectstatic", "help", "version", "--help", "--version"}
+
+
+def _command() -> str:
+    """What is running, as a user would name it in a shell."""
+    if "mypy" in sys.modules:
+        return "mypy"
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    return " ".join([name, *sys.argv[1:2]])
+
+
+def _needs_database() -> bool:
+    if "mypy" in sys.modules:
+        return False
+    argv = sys.argv[1:]
+    if Path(sys.argv[0]).name == "manage.py":
+        return (bool(argv) and argv[0] not in OFFLINE_COMMANDS) or "--database" in argv
+    return True
+
+
+if "DATABASE_URL" in os.environ:
+    DATABASES = {"default": env.db("DATABASE_URL")}
+elif not _needs_database():
+    # Nothing will connect, so no server is started for it.
+    DATABASES = {"default": {"ENGINE": "django.db.backends.dummy"}}
+else:
     from example_project import pgcluster
 
     try:
-        os.environ["DATABASE_URL"] = pgcluster.ensure(env("PGFLOW_PGDATA", default=str(BASE_DIR / ".pgdata")))
+        cluster = pgcluster.start(env("PGFLOW_PGDATA", default=str(BASE_DIR / ".pgdata")))
     except pgcluster.ClusterError as exc:
-        sys.exit(f"pgflow example project: cannot start a private PostgreSQL: {exc}")
+        sys.exit(f"pgflow example project: {_command()} needs a database and no DATABASE_URL is set; "
+                 f"the private PostgreSQL did not start: {exc}")
+    print(f"[pgflow] PostgreSQL: {cluster.describe()}", file=sys.stderr, flush=True)
+    os.environ["DATABASE_URL"] = cluster.url  # child processes (worker, qcluster, web) reuse it
+    DATABASES = {"default": env.db("DATABASE_URL")}
 
-DATABASES = {"default": env.db("DATABASE_URL")}
 # Parallel test sessions on one cluster each name their own test database.
 DATABASES["default"]["TEST"] = {"NAME": env("PGFLOW_TEST_DATABASE", default=None)}
 if os.environ.get("PGFLOW_TEST_DB_NAME"):

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from pgflow.models import Event, Step, WorkflowRun
+from pgflow.models import Batch, Event, Step, WorkflowRun
 from pgflow.testing import run_workflow
 from tests import dashboard_workflows as dw
 from tests import workflows as wf
-from tests.dashboard_support import PASSWORD, insights_url, make_user, run_url
+from tests.dashboard_support import PASSWORD, changelist_url, insights_url, make_user, run_url
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -295,4 +295,46 @@ def test_the_time_axis_reads_well_for_short_and_long_runs(viewer_account, span_r
     if span == "30d":
         page.goto(f"{live_server.url}/admin/pgflow/workflowrun/")
         page.screenshot(path=str(ARTIFACTS / "run_list.png"), full_page=True)
+    assert errors == []
+
+
+FITS_JS = """
+([table, panel]) => {
+  const t = document.querySelector(table).getBoundingClientRect();
+  const p = document.querySelector(panel).getBoundingClientRect();
+  const scroller = document.querySelector(table).parentElement;
+  return {tableRight: t.right, panelRight: p.right, hiddenByScroll: scroller.scrollWidth - scroller.clientWidth};
+}
+"""
+
+
+@pytest.fixture
+def wide_tables() -> WorkflowRun:
+    """A finished run with a fan-out batch named by a long dotted path, and a run list whose
+    rows carry the widest cells the engine writes (a subject, a current step, a date)."""
+    run = run_workflow(wf.ThreeSteps.start())
+    now = timezone.now()
+    Batch.objects.create(run=run, description="example_project.shop.workflows.OrderFulfilment#notify_vendors run",
+                         status="finished", total=3, succeeded=3, created_at=now, finished_at=now)
+    for _ in range(3):
+        dw.Later.start()
+    return run
+
+
+def test_the_batches_table_and_the_run_lists_duration_fit_at_1400_px(viewer_account, wide_tables, live_server,
+                                                                     chromium):
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    errors = watch_errors(page)
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}{run_url(wide_tables)}")
+    fit = page.evaluate(FITS_JS, [".pgflow-batches table", ".pgflow-batches"])
+    assert fit["tableRight"] <= fit["panelRight"] + 0.5, fit
+    assert fit["hiddenByScroll"] == 0, fit
+
+    page.goto(f"{live_server.url}{changelist_url()}")
+    fit = page.evaluate(FITS_JS, ["#result_list", "#changelist .results"])
+    duration = page.locator("#result_list th.column-duration_label").bounding_box()
+    page.screenshot(path=str(ARTIFACTS / "run_list.png"))
+    assert fit["hiddenByScroll"] == 0, fit
+    assert duration["x"] + duration["width"] <= fit["panelRight"] + 0.5, (duration, fit)
     assert errors == []

@@ -2,7 +2,9 @@
 
 Migrates, creates an admin login, starts a few example runs, then runs a pgflow worker, a
 django-q2 cluster and the development server as child processes, prints the admin URL
-and the login, and stops every process it started on Ctrl-C.
+and the login, and on Ctrl-C or SIGTERM stops every process it started, and the private
+PostgreSQL too when this command's settings started it (under ``dev.py demo``, dev.py
+started it and stops it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
+from example_project import pgcluster
+
 ROOT = Path(__file__).resolve().parents[4]
 USERNAME = "admin"
 PASSWORD = "pgflow-demo"  # noqa: S105 - a local demo login, printed on start
@@ -38,6 +42,30 @@ class Command(BaseCommand):
         parser.add_argument("--no-serve", action="store_true", help="set up, start the runs, and exit")
 
     def handle(self, *args: Any, port: int, runs: int, history: int, no_serve: bool, **options: Any) -> None:
+        if no_serve:
+            self.set_up(runs, history)
+            return
+        # SIGTERM (docker stop, systemd, timeout) stops the demo like Ctrl-C, from the first
+        # line on; both set explicitly: a process started in the background inherits SIGINT ignored.
+        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, _interrupt)
+        children: dict[str, subprocess.Popen[bytes]] = {}
+        try:
+            self.set_up(runs, history)
+            children = self.start_children(port)
+            self.say(f"admin: http://127.0.0.1:{port}/admin/  login: {USERNAME} / {PASSWORD}")
+            self.say("Ctrl-C (or SIGTERM) stops the worker, the django-q2 cluster, the web server"
+                     + (" and the private PostgreSQL" if pgcluster.started_here else ""))
+            self.supervise(children)
+        except KeyboardInterrupt:
+            self.say("stopping")
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            self.stop_children(children)
+            pgcluster.stop_started_here()
+
+    def set_up(self, runs: int, history: int) -> None:
         self.say("migrating the database")
         call_command("migrate", interactive=False, verbosity=0)
         self.ensure_admin()
@@ -49,12 +77,6 @@ class Command(BaseCommand):
             call_command("shop_history", runs=history, days=7)
         started = start_example_runs(runs)
         self.say(f"started {started} example runs")
-        if no_serve:
-            return
-        children = self.start_children(port)
-        self.say(f"admin: http://127.0.0.1:{port}/admin/  login: {USERNAME} / {PASSWORD}")
-        self.say("Ctrl-C stops the worker, the django-q2 cluster and the web server")
-        self.supervise(children)
 
     def say(self, message: str) -> None:
         self.stdout.write(f"[pgflow demo] {message}")
@@ -77,34 +99,42 @@ class Command(BaseCommand):
         }
         children = {}
         for name, argv in commands.items():
-            self.say(f"starting {name}: {' '.join(argv[1:])}")
             children[name] = subprocess.Popen(argv, cwd=ROOT, env=os.environ.copy(), start_new_session=True)
+            self.say(f"started {name} pid {children[name].pid}: {' '.join(argv[1:])}")
         return children
 
     def supervise(self, children: dict[str, subprocess.Popen[bytes]]) -> None:
-        def stop(signum: int, frame: object) -> None:
-            raise KeyboardInterrupt  # SIGTERM stops the demo like Ctrl-C: children first
+        while True:
+            for name, child in children.items():
+                if child.poll() is not None:
+                    self.say(f"{name} exited with {child.returncode}; stopping the demo")
+                    return
+            time.sleep(0.5)
 
-        # Both set explicitly: a process started in the background inherits SIGINT ignored.
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        try:
-            while True:
-                for name, child in children.items():
-                    if child.poll() is not None:
-                        self.say(f"{name} exited with {child.returncode}; stopping the demo")
-                        return
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            self.say("stopping")
-        finally:
-            for child in children.values():
-                if child.poll() is None:
-                    os.killpg(child.pid, signal.SIGTERM)
-            deadline = time.monotonic() + 15
-            for child in children.values():
-                try:
-                    child.wait(max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    os.killpg(child.pid, signal.SIGKILL)
+    def stop_children(self, children: dict[str, subprocess.Popen[bytes]]) -> None:
+        # Each child leads its own process group, so its own children (qcluster's) stop too.
+        for child in children.values():
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for child in children.values():
+            try:
+                child.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        if children:
             self.say("all processes stopped")
+
+
+_stopping = False
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    # Once only: `timeout` signals the whole process group and dev.py passes SIGTERM on, so a
+    # second signal can arrive while the first is being handled; it must not cut the stop short.
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
+    raise KeyboardInterrupt
