@@ -82,9 +82,9 @@ def discover(app_configs: Any = None) -> list[checks.CheckMessage]:
     return messages
 
 
+INSTALL_HINT = "pgflow hands @fan_out tasks to django-q2: add 'django_q' to INSTALLED_APPS, run migrate, "
 Q_CLUSTER_HINT = (
-    "pgflow hands @fan_out tasks to django-q2: add 'django_q' to INSTALLED_APPS, run migrate, set "
-    "Q_CLUSTER = {'name': 'myproject', 'orm': 'default', 'timeout': 60, 'retry': 90, 'max_attempts': 1, "
+    "set Q_CLUSTER = {'name': 'myproject', 'orm': 'default', 'timeout': 60, 'retry': 90, 'max_attempts': 1, "
     "'ack_failures': True} (the ORM broker keeps tasks in this PostgreSQL) and run `manage.py qcluster` "
     "beside the workers; see the README's install section."
 )
@@ -104,11 +104,13 @@ def check_fan_out(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
              for definition in workflow.steps() if definition.kind == "fan_out"]
     if not users:
         return []
-    errors, warnings = fan_out_problems(installed=apps.is_installed("django_q"),
+    installed = apps.is_installed("django_q")
+    hint = Q_CLUSTER_HINT[0].upper() + Q_CLUSTER_HINT[1:] if installed else INSTALL_HINT + Q_CLUSTER_HINT
+    errors, warnings = fan_out_problems(installed=installed,
                                         q_cluster=getattr(settings, "Q_CLUSTER", None),
                                         databases=tuple(settings.DATABASES), importable=_importable)
     where = f"@fan_out {users[0]}" + (f" (and {len(users) - 1} more)" if len(users) > 1 else "")
-    return [*(checks.Error(f"{where}: {problem}", hint=Q_CLUSTER_HINT, id="pgflow.E003") for problem in errors),
+    return [*(checks.Error(f"{where}: {problem}", hint=hint, id="pgflow.E003") for problem in errors),
             *(checks.Warning(f"{where}: {problem}", id="pgflow.W002") for problem in warnings)]
 
 

@@ -87,7 +87,8 @@ def test_e003_names_the_fan_out_step_and_shows_a_working_q_cluster() -> None:
         [message] = check_fan_out()
     assert isinstance(message, django_checks.Error) and message.id == "pgflow.E003"
     assert message.msg.startswith(f"@fan_out {flow.workflow_path()}.notify_vendors: Q_CLUSTER selects the redis")
-    assert "'orm': 'default'" in (message.hint or "") and "qcluster" in (message.hint or "")
+    assert (message.hint or "").startswith("Set Q_CLUSTER = {'name': 'myproject', 'orm': 'default',")
+    assert "qcluster" in (message.hint or "")
 
 
 def test_e003_when_django_q_is_not_installed() -> None:
@@ -96,6 +97,7 @@ def test_e003_when_django_q_is_not_installed() -> None:
     with override_settings(INSTALLED_APPS=without):
         assert [(m.id, m.msg.split(": ", 1)[1]) for m in check_fan_out()] == [
             ("pgflow.E003", "'django_q' is not in INSTALLED_APPS, so nothing can run its tasks")]
+        assert check_fan_out()[0].hint.startswith("pgflow hands @fan_out tasks to django-q2: add 'django_q'")
 
 
 def test_no_fan_out_needs_no_django_q() -> None:
