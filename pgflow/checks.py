@@ -1,8 +1,11 @@
-"""System checks: pgflow.E001 for settings, pgflow.E002 and pgflow.W001 for workflow definitions."""
+"""System checks: pgflow.E001 for settings, pgflow.E002 and pgflow.W001 for workflow definitions,
+pgflow.E003 and pgflow.W002 for what a @fan_out needs from django-q2."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import import_module
+from importlib.util import find_spec
 from typing import Any
 
 from django.conf import settings
@@ -73,6 +76,78 @@ def discover(app_configs: Any = None) -> list[checks.CheckMessage]:
             if exc.name != name:
                 raise
         except DefinitionError as exc:
-            messages.append(checks.Error(f"{name}: {exc}", hint="Fix the workflow class's declaration.",
-                                         id="pgflow.E002"))
+            # The message names the class (module.QualName) already; name the module only if not.
+            text = str(exc) if name in str(exc) else f"{name}: {exc}"
+            messages.append(checks.Error(text, hint="Fix the workflow class's declaration.", id="pgflow.E002"))
     return messages
+
+
+INSTALL_HINT = "pgflow hands @fan_out tasks to django-q2: add 'django_q' to INSTALLED_APPS, run migrate, "
+Q_CLUSTER_HINT = (
+    "set Q_CLUSTER = {'name': 'myproject', 'orm': 'default', 'timeout': 60, 'retry': 90, 'max_attempts': 1, "
+    "'ack_failures': True} (the ORM broker keeps tasks in this PostgreSQL) and run `manage.py qcluster` "
+    "beside the workers; see the README's install section."
+)
+# Q_CLUSTER keys that choose a broker, in django-q2's order, and the module each needs.
+_BROKERS = (("broker_class", None), ("iron_mq", "iron_mq"), ("sqs", "boto3"), ("orm", None), ("mongo", "pymongo"))
+
+
+@checks.register()
+def check_fan_out(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgflow.E003 when a registered workflow has a @fan_out and django-q2 cannot run its
+    tasks; pgflow.W002 for a Q_CLUSTER under which a batch may never finish."""
+    from django.apps import apps
+
+    from . import registry
+
+    users = [f"{workflow.workflow_path()}.{definition.name}" for workflow in registry.registered()
+             for definition in workflow.steps() if definition.kind == "fan_out"]
+    if not users:
+        return []
+    installed = apps.is_installed("django_q")
+    hint = Q_CLUSTER_HINT[0].upper() + Q_CLUSTER_HINT[1:] if installed else INSTALL_HINT + Q_CLUSTER_HINT
+    errors, warnings = fan_out_problems(installed=installed,
+                                        q_cluster=getattr(settings, "Q_CLUSTER", None),
+                                        databases=tuple(settings.DATABASES), importable=_importable)
+    where = f"@fan_out {users[0]}" + (f" (and {len(users) - 1} more)" if len(users) > 1 else "")
+    return [*(checks.Error(f"{where}: {problem}", hint=hint, id="pgflow.E003") for problem in errors),
+            *(checks.Warning(f"{where}: {problem}", id="pgflow.W002") for problem in warnings)]
+
+
+def fan_out_problems(*, installed: bool, q_cluster: object, databases: tuple[str, ...],
+                     importable: Callable[[str], bool]) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of django-q2's set-up for running @fan_out tasks, from plain values."""
+    if not installed:
+        return ["'django_q' is not in INSTALLED_APPS, so nothing can run its tasks"], []
+    if q_cluster is None:
+        return ["there is no Q_CLUSTER setting, so django-q2 would use a Redis broker on localhost"], []
+    if not isinstance(q_cluster, dict):
+        return [f"Q_CLUSTER must be a dict, got {type(q_cluster).__name__}"], []
+    key, module = next(((key, module) for key, module in _BROKERS if q_cluster.get(key)), ("redis", "redis"))
+    if key == "redis" and q_cluster.get("django_redis"):
+        module = "django_redis"
+    if key == "broker_class":
+        module = str(q_cluster["broker_class"]).rpartition(".")[0]
+    if key == "orm" and q_cluster["orm"] not in databases:
+        return [f"Q_CLUSTER['orm'] names the database {q_cluster['orm']!r}, which is not in DATABASES "
+                f"({', '.join(databases)})"], []
+    if module and not importable(module):
+        return [f"Q_CLUSTER selects the {key} broker, which needs the {module!r} module, not installed here"], []
+    warnings = []
+    redelivers = key != "redis"  # Redis pops a task for good; the others deliver an unacknowledged one again
+    attempts = q_cluster.get("max_attempts", 0)
+    if redelivers and not q_cluster.get("ack_failures") and not (isinstance(attempts, int) and attempts > 0):
+        warnings.append("a member task that fails is retried for ever (no 'ack_failures' and no 'max_attempts'), "
+                        "so its batch never finishes; set 'ack_failures': True or 'max_attempts': N in Q_CLUSTER")
+    timeout, retry = q_cluster.get("timeout"), q_cluster.get("retry", 60)
+    if redelivers and isinstance(timeout, int | float) and isinstance(retry, int | float) and timeout >= retry:
+        warnings.append(f"Q_CLUSTER['timeout'] ({timeout}) is not below 'retry' ({retry}): a member still running "
+                        f"is delivered again and runs twice; make 'retry' longer than 'timeout'")
+    return [], warnings
+
+
+def _importable(module: str) -> bool:
+    try:
+        return find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False

@@ -34,6 +34,10 @@ DEFAULTS: dict[str, Any] = {
 }
 
 _DURATIONS = ("LEASE", "POLL_INTERVAL", "SWEEP_INTERVAL", "SHUTDOWN_GRACE", "FAN_OUT_GRACE")
+# Durations counted in days or minutes: a bare number reads as that unit but would mean
+# seconds ("RETENTION": 30 would purge every run half a minute after it ends), so only a
+# timedelta is accepted. The others are seconds-long, and a number of seconds reads right.
+_TIMEDELTA_ONLY = {"RETENTION": "days=30", "FAN_OUT_GRACE": "minutes=5"}
 
 
 class _Settings:
@@ -101,10 +105,19 @@ def validate(raw: object) -> list[str]:
         if key not in DEFAULTS:
             problems.append(f"unknown key {key!r} in PGFLOW (accepted: {', '.join(DEFAULTS)})")
     for key in _DURATIONS:
-        if key in raw and not _positive_duration(raw[key]):
+        if key in raw and key not in _TIMEDELTA_ONLY and not _positive_duration(raw[key]):
             problems.append(f"PGFLOW[{key!r}] must be a positive timedelta or number of seconds, got {raw[key]!r}")
-    if "RETENTION" in raw and raw["RETENTION"] is not None and not _positive_duration(raw["RETENTION"]):
-        problems.append(f"PGFLOW['RETENTION'] must be a positive timedelta or None, got {raw['RETENTION']!r}")
+    for key, example in _TIMEDELTA_ONLY.items():
+        value = raw.get(key)
+        nullable = key == "RETENTION"
+        if key not in raw or (nullable and value is None) or (isinstance(value, timedelta) and value > timedelta(0)):
+            continue
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            problems.append(f"PGFLOW[{key!r}] must be a timedelta, got the bare number {value!r}, which would mean "
+                            f"{value!r} seconds; write timedelta({example}) or the length you mean")
+        else:
+            problems.append(f"PGFLOW[{key!r}] must be a positive timedelta{' or None' if nullable else ''}, "
+                            f"got {value!r}")
     if "HEARTBEAT_INTERVAL" in raw and raw["HEARTBEAT_INTERVAL"] is not None:
         if not _positive_duration(raw["HEARTBEAT_INTERVAL"]):
             problems.append(

@@ -9,7 +9,9 @@ imports the path otherwise, so a worker finds workflows whose modules nothing im
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from .exceptions import WorkflowNotFound
@@ -17,7 +19,11 @@ from .exceptions import WorkflowNotFound
 if TYPE_CHECKING:
     from .workflow import Workflow
 
+logger = logging.getLogger("pgflow")
+
+REPORT_EVERY = 60.0  # seconds between two log lines about one class that does not import
 _workflows: dict[str, type[Workflow]] = {}
+_reported: dict[str, float] = {}  # path -> monotonic time of its last log line
 _lock = threading.Lock()
 
 
@@ -50,12 +56,27 @@ def resolve(path: str) -> type[Workflow]:
     try:
         target = import_path(path)
     except Exception as exc:  # noqa: BLE001 - whatever the module raised, the class is not there
+        _report(path, exc)
         raise WorkflowNotFound(f"workflow class {path!r} does not import: {type(exc).__name__}: {exc}") from exc
     from .workflow import Workflow
 
     if not (isinstance(target, type) and issubclass(target, Workflow)) or target is Workflow:
         raise WorkflowNotFound(f"{path!r} is not a pgflow.Workflow subclass, it is {target!r}")
     return target
+
+
+def _report(path: str, exc: BaseException) -> None:
+    """Log a class that does not import as an ERROR, once a minute per path: its runs pause
+    with the error recorded, but the cause (a deploy without the module, a typo, a missing
+    dependency) is fixed where the code runs, and the log is where operators look."""
+    now = time.monotonic()
+    with _lock:
+        if now - _reported.get(path, -REPORT_EVERY) < REPORT_EVERY:
+            return
+        _reported[path] = now
+    logger.error("workflow class %s does not import (%s: %s); its runs pause until it does. Define it in an "
+                 "installed app's workflows.py, or import its module in that app's AppConfig.ready()",
+                 path, type(exc).__name__, exc, extra={"action": "workflow_not_found", "workflow": path})
 
 
 def import_path(path: str) -> object:

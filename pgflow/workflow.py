@@ -189,7 +189,7 @@ class WorkflowType(type):
 
 
 class Workflow(metaclass=WorkflowType):
-    """Base class of every workflow. See the module docstring and API.md."""
+    """Base class of every workflow. See the module docstring and docs/reference.md."""
 
     # Class-wide options. A step's own queue/priority win; without either the
     # PGFLOW["QUEUE"] setting and priority 0 apply.

@@ -128,6 +128,16 @@ def controls(run: WorkflowRun) -> list[dict[str, str]]:
             if control_error(method, run.status) is None]
 
 
+def resume_hint(run: WorkflowRun, steps: list[dict[str, Any]]) -> str | None:
+    """What Resume will do when the paused step failed after consuming a signal: its fresh
+    attempt runs with that same signal, so a bad payload fails it again."""
+    attempts = [step for step in steps if step["step_name"] == run.current_step]
+    if run.status != "paused" or not attempts or not (attempts[-1]["signal_id"] and attempts[-1]["error_class"]):
+        return None
+    return (f"Resume runs step {run.current_step} again with the signal it already consumed. If that signal's "
+            f"payload caused the failure, deploy a step that handles it before resuming, or Skip the step.")
+
+
 def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, Any]:
     """Everything the run page shows but the forms."""
     steps, total_steps = latest_steps(run, STEP_FIELDS)
@@ -159,6 +169,7 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
         "batches": [{"batch": batch, "pending": max(batch.total - batch.succeeded - batch.failed, 0)}
                     for batch in batches],
         "controls": controls(run),
+        "resume_hint": resume_hint(run, steps),
         "takes_signals": run.status in OPEN_RUN,
         "is_open": run.status in OPEN_RUN,
         "chart": chart(run, now=now, steps=(steps, total_steps)),

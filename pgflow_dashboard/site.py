@@ -1,6 +1,6 @@
 """Puts the insights page at ``/admin/pgflow/insights/`` on the stock admin site.
 
-Why this shape: API.md fixes the URLs under ``/admin/pgflow/`` and the install steps add
+Why this shape: the public API (docs/reference.md) fixes the URLs under ``/admin/pgflow/`` and the install steps add
 no line to the project's ``urls.py``, so the pages must come with ``admin.site.urls``.
 The stock ``AdminSite`` gives a ``ModelAdmin`` only ``/admin/<app>/<model>/…`` (the run
 pages live there), and the other routes to an ``/admin/pgflow/…`` URL are worse: a proxy

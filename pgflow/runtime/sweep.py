@@ -4,7 +4,7 @@ an advisory lock, and each repair is its own short transition under the run's lo
 - attempts whose lease ran out (their worker died): a fresh attempt, or a pause after
   MAX_LOST_ATTEMPTS in a row;
 - signal waits past their deadline: ``on_timeout``;
-- fan-out steps whose batch callback was lost;
+- fan-out steps whose batch callback was lost (only with django_q installed);
 - the hourly rollup of the insights' figures: the hours closed since the last sweep
   (``pgflow.rollup.roll``, a bounded number per sweep);
 - retention: finished and cancelled runs older than RETENTION, in bounded batches, and the
@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from django.apps import apps
 from django.db import connection, transaction
 
 from .. import rollup, store
@@ -89,12 +90,13 @@ def _time_out(step_id: int, at: datetime) -> bool:
 
 
 def _repair_fan_outs(at: datetime) -> int:
-    try:
-        from .. import fanout
-    except ImportError:
+    # Without django-q2 there are no batches to repair (the checks refuse a @fan_out), and
+    # its tables, which the repairs read, do not exist.
+    if not apps.is_installed("django_q"):
         return 0
-    repair = getattr(fanout, "repair_lost", None)
-    return repair(at=at) if repair else 0
+    from .. import fanout
+
+    return fanout.repair_lost(at=at)
 
 
 def recover_lost(step_id: int, *, at: datetime) -> bool:

@@ -39,6 +39,12 @@ TIMEOUT_TICK = 0.5  # seconds between checks for steps past their timeout
 _LISTEN_KEYS = ("dbname", "user", "password", "host", "port", "sslmode", "options", "sslrootcert", "sslcert", "sslkey")
 
 
+def schema_missing(exc: BaseException) -> bool:
+    """The error says a table or column of ours is missing: the database was not migrated."""
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    return isinstance(cause, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn)
+
+
 def default_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -65,6 +71,7 @@ class Worker:
         self._signals = 0
         self._db_down_since: float | None = None
         self.completed = 0
+        self.exit_code = 0
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -92,7 +99,7 @@ class Worker:
             logger.info("worker %s stopped: %d steps run, %d handed back", self.name, self.completed, handed,
                         extra={"action": "worker_stop"})
             close_old_connections()
-        return 0
+        return self.exit_code
 
     def stop(self) -> None:
         self._stopping.set()
@@ -121,6 +128,13 @@ class Worker:
                 wait = self._idle_wait(claimed)
                 self._database_back()
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
+                if schema_missing(exc):
+                    # No retry fixes this: say what does, and exit non-zero.
+                    logger.error("pgflow's tables are missing or out of date (%s): run `python manage.py migrate`, "
+                                 "then start the worker again", " ".join(str(exc).split()),
+                                 extra={"action": "schema_missing"})
+                    self.exit_code = 1
+                    return
                 self._database_away(exc)
                 wait = RECONNECT_DELAY
                 claimed = 0

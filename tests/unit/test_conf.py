@@ -79,3 +79,25 @@ def test_a_heartbeat_not_shorter_than_the_lease_is_refused():
 def test_queue_names_follow_one_rule():
     (problem,) = conf.validate({"QUEUE": "has space"})
     assert problem == "PGFLOW['QUEUE'] must be 1-100 letters, digits, '_', '.', ':' or '-', got 'has space'"
+
+
+@pytest.mark.parametrize(("key", "value", "example"), [
+    ("RETENTION", 30, "days=30"), ("RETENTION", 7.5, "days=30"), ("FAN_OUT_GRACE", 5, "minutes=5")])
+def test_a_bare_number_for_a_duration_of_days_or_minutes_is_refused(key, value, example):
+    # "RETENTION": 30 reads as 30 days and would purge every run 30 seconds after it ends.
+    assert conf.validate({key: value}) == [
+        f"PGFLOW[{key!r}] must be a timedelta, got the bare number {value!r}, which would mean {value!r} seconds; "
+        f"write timedelta({example}) or the length you mean"]
+
+
+def test_durations_of_days_or_minutes_take_a_positive_timedelta():
+    assert conf.validate({"RETENTION": timedelta(days=90), "FAN_OUT_GRACE": timedelta(minutes=1)}) == []
+    assert conf.validate({"RETENTION": None}) == []
+    assert conf.validate({"FAN_OUT_GRACE": None, "RETENTION": "30d"}) == [
+        "PGFLOW['RETENTION'] must be a positive timedelta or None, got '30d'",
+        "PGFLOW['FAN_OUT_GRACE'] must be a positive timedelta, got None"]
+
+
+def test_seconds_long_durations_still_take_a_number_of_seconds():
+    assert conf.validate({"LEASE": 30, "POLL_INTERVAL": 0.5, "SWEEP_INTERVAL": 10, "SHUTDOWN_GRACE": 30,
+                          "HEARTBEAT_INTERVAL": 5}) == []

@@ -7,8 +7,11 @@ import logging
 import sys
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, connection
+from django.db.migrations.executor import MigrationExecutor
 
 from pgflow.conf import pgflow_settings
 from pgflow.core.definitions import QUEUE_RULE, valid_queue
@@ -37,6 +40,20 @@ def concurrency(value: str) -> int:
     return number
 
 
+def unapplied_migrations() -> list[str]:
+    """``app.migration`` of each migration of pgflow (and django_q, when installed) the
+    database lacks; empty when it cannot be reached, since the worker waits for it then."""
+    labels = {"pgflow"} | ({"django_q"} if apps.is_installed("django_q") else set())
+    try:
+        executor = MigrationExecutor(connection)
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except DatabaseError:
+        return []
+    finally:
+        connection.close()
+    return [f"{migration.app_label}.{migration.name}" for migration, _ in plan if migration.app_label in labels]
+
+
 class Command(BaseCommand):
     help = "Run pgflow workflow steps: claim due steps, run them, heartbeat, sweep."
 
@@ -57,6 +74,11 @@ class Command(BaseCommand):
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             pgflow_logger.addHandler(handler)
         pgflow_logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO if verbosity else logging.WARNING)
+        missing = unapplied_migrations()
+        if missing:
+            # Claiming would fail on every poll for ever: say what to do and stop.
+            raise CommandError(f"the database lacks {len(missing)} migration(s) ({', '.join(missing)}): "
+                               f"run `python manage.py migrate`, then start the worker again")
         if settings.DEBUG:
             pgflow_logger.warning("DEBUG is on: Django records every query the worker sends, which slows it "
                                   "down; run workers with DEBUG = False", extra={"action": "worker_debug"})

@@ -1,0 +1,107 @@
+"""A new project's first hour, with real worker processes on a database of its own: a
+worker started before migrate, a project without django-q2, a run whose class does not
+import."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+WITHOUT_DJANGO_Q = "tests.acceptance.settings_without_django_q"
+
+
+@pytest.fixture
+def bare_database(transactional_db: None) -> Iterator[str]:
+    """A database of its own, empty as after createdb: no tables at all."""
+    name = f"pgflow_first_hour_{uuid.uuid4().hex[:8]}"
+    params = {k: v for k, v in connection.get_connection_params().items() if k not in ("cursor_factory", "context")}
+    params["dbname"] = "postgres"
+    with psycopg.connect(**params, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with psycopg.connect(**params, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def manage(database: str, *args: str, settings: str = "example_project.settings",
+           timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PGFLOW_TEST_DB_NAME": database, "DJANGO_SETTINGS_MODULE": settings,
+           "PGFLOW_SWEEP_SECONDS": "0.3", "PGFLOW_POLL_SECONDS": "0.5", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def query(database: str, sql: str) -> list[tuple[object, ...]]:
+    params = {k: v for k, v in connection.get_connection_params().items() if k not in ("cursor_factory", "context")}
+    params["dbname"] = database
+    with psycopg.connect(**params, autocommit=True) as conn:
+        cursor = conn.execute(sql)
+        return cursor.fetchall() if cursor.description else []
+
+
+def test_a_worker_started_before_migrate_says_so_and_exits(bare_database: str) -> None:
+    started = time.monotonic()
+    done = manage(bare_database, "pgflow_worker", timeout=60)
+    assert done.returncode != 0
+    assert time.monotonic() - started < 30  # no retrying for ever
+    lines = [line for line in done.stderr.splitlines() if "manage.py migrate" in line]
+    assert len(lines) == 1, done.stderr
+    assert "pgflow.0001_initial" in lines[0] and "retrying" not in done.stderr
+
+
+def test_a_worker_on_an_unapplied_pgflow_migration_names_it(bare_database: str) -> None:
+    assert manage(bare_database, "migrate", "pgflow", "0002", settings=WITHOUT_DJANGO_Q).returncode == 0
+    done = manage(bare_database, "pgflow_worker", settings=WITHOUT_DJANGO_Q, timeout=60)
+    assert done.returncode != 0
+    assert "lacks 1 migration(s) (pgflow.0003_step_due_index): run `python manage.py migrate`" in done.stderr
+
+
+def test_without_django_q_the_worker_runs_cleanly_and_names_a_class_that_does_not_import(bare_database: str) -> None:
+    assert manage(bare_database, "migrate", settings=WITHOUT_DJANGO_Q).returncode == 0
+    start = ("from tests.workflows import ThreeSteps; ThreeSteps.start(); "
+             "ThreeSteps.start(key='gone')")
+    assert manage(bare_database, "shell", "-c", start, settings=WITHOUT_DJANGO_Q).returncode == 0
+    query(bare_database, "UPDATE pgflow_run SET workflow_class = 'orders.flows.Checkout' WHERE key = 'gone'")
+    env = {**os.environ, "PGFLOW_TEST_DB_NAME": bare_database, "DJANGO_SETTINGS_MODULE": WITHOUT_DJANGO_Q,
+           "PGFLOW_SWEEP_SECONDS": "0.3", "PGFLOW_POLL_SECONDS": "0.5", "PYTHONUNBUFFERED": "1"}
+    worker = subprocess.Popen([sys.executable, "manage.py", "pgflow_worker"], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            statuses = sorted(row[0] for row in query(bare_database, "SELECT status FROM pgflow_run"))
+            if statuses == ["finished", "paused"]:
+                break
+            time.sleep(0.2)
+        assert statuses == ["finished", "paused"]
+        time.sleep(1.5)  # several sweeps
+    finally:
+        worker.terminate()
+        output = worker.communicate(timeout=60)[0]
+    assert worker.returncode == 0, output
+    assert "sweep failed" not in output and "django_q" not in output
+    [line] = [line for line in output.splitlines() if "does not import" in line]
+    assert " ERROR " in line
+    assert "orders.flows.Checkout" in line and "ModuleNotFoundError: No module named 'orders'" in line
+    assert "AppConfig.ready()" in line
+
+
+def test_a_worker_whose_tables_went_missing_says_so_and_exits(bare_database: str) -> None:
+    # The migrations are recorded, the table is not there (restored from a partial dump, say).
+    assert manage(bare_database, "migrate", settings=WITHOUT_DJANGO_Q).returncode == 0
+    query(bare_database, "DROP TABLE pgflow_step CASCADE")
+    done = manage(bare_database, "pgflow_worker", settings=WITHOUT_DJANGO_Q, timeout=60)
+    assert done.returncode == 1
+    [line] = [line for line in done.stderr.splitlines() if "manage.py migrate" in line]
+    assert "pgflow's tables are missing or out of date" in line and 'relation "pgflow_step" does not exist' in line
+    assert "retrying" not in done.stderr
