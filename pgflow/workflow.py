@@ -371,7 +371,7 @@ class Workflow(metaclass=WorkflowType):
         )
 
 
-# The documented API of a workflow (API.md) and the class methods the engine calls: a
+# The documented API of a workflow (docs/reference.md) and the class methods the engine calls: a
 # class attribute of that name would hide it from step bodies or from the engine, so it
 # is refused when the class is created. The class-wide options (queue, priority, wait,
 # wait_until, on_exception, removed_steps) are meant to be set and are not listed.

@@ -28,7 +28,7 @@ FIELD = "\x00"  # stands for an f-string field while the template is built
 def _template(node: ast.expr, constants: dict[str, str | int]) -> str | None:
     """A message expression as text, every field it formats replaced by FIELD."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
+        return re.sub(r"%[sdr]", FIELD, node.value)  # a logging call's fields
     if isinstance(node, ast.JoinedStr):
         parts = []
         for value in node.values:
