@@ -77,7 +77,7 @@ def _run_violations(run: Row, steps: list[Row], events: list[Row]) -> list[str]:
     open_now = [s for s in ordered if s["status"] in OPEN]
     if len(open_now) > 1:
         found.append(f"{name}: {len(open_now)} attempts open at once")
-    for before, after in zip(ordered, ordered[1:]):
+    for before, after in zip(ordered, ordered[1:], strict=False):
         if before["finished_at"] is None or after["created_at"] < before["finished_at"]:
             found.append(f"{name}: {after['step_name']}#{after['attempt']} opened before "
                          f"{before['step_name']}#{before['attempt']} closed")

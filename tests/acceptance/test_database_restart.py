@@ -42,7 +42,7 @@ def finished(url: str) -> int:
 def rows(conn: psycopg.Connection, sql: str) -> list[dict]:
     cursor = conn.execute(sql)
     names = [column.name for column in cursor.description or []]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def test_workers_ride_out_a_database_restart(capsys):

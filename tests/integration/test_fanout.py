@@ -20,8 +20,8 @@ from django.db import connection
 from django.utils import timezone
 from django_q.brokers import get_broker
 from django_q.conf import Conf
-from django_q.monitor import save_task
 from django_q.models import OrmQ, Task
+from django_q.monitor import save_task
 
 from pgflow import fanout, store
 from pgflow.models import Batch, BatchMember, Event, Step, WorkflowRun

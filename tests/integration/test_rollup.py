@@ -8,9 +8,8 @@ Rows are written directly, at known instants around a fixed NOW, as in test_insi
 
 from __future__ import annotations
 
-import re
-
 import random
+import re
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
