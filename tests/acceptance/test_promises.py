@@ -71,6 +71,20 @@ def test_a_start_is_invisible_to_a_polling_worker_until_its_transaction_commits(
     assert_exactly_once()
 
 
+def test_a_start_rolled_back_leaves_nothing(transactional_db):
+    class Rollback(Exception):
+        pass
+
+    try:
+        with transaction.atomic():
+            wf.ThreeSteps.start(key="rolled-back")
+            raise Rollback
+    except Rollback:
+        pass
+    assert (WorkflowRun.objects.count(), Step.objects.count(), Event.objects.count()) == (0, 0, 0)
+    assert wf.ThreeSteps.start(key="rolled-back").steps.count() == 1  # the key is free again
+
+
 def test_two_concurrent_starts_with_one_key_make_one_run(transactional_db):
     barrier = threading.Barrier(2)
     results: list[object] = []
