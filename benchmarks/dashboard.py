@@ -65,10 +65,11 @@ What costs what, and what is left:
   timed on this history in the line below the table). Merging the day rows' histograms
   (JSON decoding and adding about 300,000 buckets) is now the 30-day page's largest single
   cost, then the template and the live stuck lists.
-- Before the rollup, the same history gave 151 / 416 / 969 ms (median) for 24h / 7d / 30d:
-  the per-step table scanned and joined every attempt of the window, and the percentiles
-  sorted a sample of them. The percentiles are now estimates from log-scale histograms,
-  within 9.05 % of `percentile_cont` (the page says so); counts are exact.
+- Before the rollup, the per-step table scanned and joined every attempt of the window, and
+  the percentiles sorted a sample of them (that engine's timings are in this section as
+  written at commit 8206af6: `git show 8206af6:benchmarks/RESULTS.md`). The percentiles are
+  now estimates from log-scale histograms, within 9.05 % of `percentile_cont` (the page
+  says so); counts are exact.
 - Honest caveat on the set-up: the seed writes 30 days at once, so this script rolls them
   in one go before timing (the figure is above); a deployed sweep rolls each hour 5
   minutes after it ends (12 hours holding rows per sweep while catching up), so the timings
@@ -82,6 +83,12 @@ What costs what, and what is left:
 CLASSES = ["tests.workflows.ThreeSteps", "tests.workflows.SlowSteps", "tests.workflows.FlowVerbs",
            "tests.workflows.Delayed", "tests.workflows.Retrying"]
 ERRORS = ["ConnectionError", "TimeoutError", "ValueError", "shop.errors.PaymentDeclined"]
+
+
+def commit() -> str:
+    from benchmarks.rollup import commit as measured
+
+    return measured()
 
 
 def setup_django() -> None:
@@ -398,7 +405,7 @@ def main() -> None:
          f"PostgreSQL {version.split()[0]}, Python {platform.python_version()}, {platform.machine()}, "
          f"{os.cpu_count()} CPUs, load average {load_before:.1f} before and {load_after:.1f} after (the machine is "
          f"shared: the fastest of the {args.repeat} requests is the best guess of the unshared cost). Each page "
-         f"through the Django test client after a warm-up (`python benchmarks/dashboard.py`). "
+         f"through the Django test client after a warm-up (`python benchmarks/dashboard.py`, commit {commit()}). "
          f"Target: under {TARGET_MS} ms. The insights' hourly rollup was brought up to date before timing "
          f"(this start rolled {rolled} hours in {rolling:.1f}s; a deployed sweep rolls each hour as it closes): "
          f"every hour before {mark:%H:%M} UTC is rolled, {rollup_rows:,} per-step rollup rows (hour and day "

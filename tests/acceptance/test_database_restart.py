@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from example_project import pgcluster
+from tests.invariants import violations
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(pgcluster._system_binaries() is None, reason="needs the system's PostgreSQL")
@@ -36,6 +37,12 @@ def finished(url: str) -> int:
             return conn.execute("SELECT count(*) FROM pgflow_run WHERE status = 'finished'").fetchone()[0]
     except psycopg.OperationalError:
         return -1
+
+
+def rows(conn: psycopg.Connection, sql: str) -> list[dict]:
+    cursor = conn.execute(sql)
+    names = [column.name for column in cursor.description or []]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def test_workers_ride_out_a_database_restart(capsys):
@@ -76,8 +83,15 @@ def test_workers_ride_out_a_database_restart(capsys):
             doubles = conn.execute(
                 "SELECT count(*) FROM (SELECT run_id, step_name FROM pgflow_step WHERE status = 'completed' "
                 "GROUP BY 1, 2 HAVING count(*) > 1) d").fetchone()[0]
+            # this cluster is not the suite's database: the checker reads it through psycopg
+            found = violations(
+                rows(conn, "SELECT id, status, finished_at FROM pgflow_run"),
+                rows(conn, "SELECT id, run_id, step_name, attempt, status, outcome, created_at, finished_at "
+                           "FROM pgflow_step"),
+                rows(conn, "SELECT id, run_id, step_id, event, created_at FROM pgflow_event"))
         assert open_steps == 0
         assert doubles == 0
+        assert found == [], found[:20]
         for worker in workers:
             worker.terminate()
             assert worker.wait(60) == 0

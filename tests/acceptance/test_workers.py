@@ -9,6 +9,7 @@ from django.db.models import Count
 from pgflow.models import Step, WorkflowRun
 from tests import workflows as wf
 from tests.acceptance.conftest import wait_until
+from tests.invariants import assert_exactly_once
 
 
 def finished(count: int) -> bool:
@@ -31,6 +32,7 @@ def test_two_workers_finish_500_runs_running_each_attempt_once(start_worker, mar
     assert len(bodies) == 1500
     assert max(bodies.values()) == 1, "a body ran twice"
     assert {r.pk for r in runs} == set(WorkflowRun.objects.values_list("pk", flat=True))
+    assert assert_exactly_once() == 500
     logs = one.output() + two.output()
     assert "outcome=completed" in logs
 
@@ -47,6 +49,7 @@ def test_kill_9_mid_step_reruns_it_after_the_lease(start_worker, marks):
     assert steps == [(1, "failed", "lost", "pgflow.LeaseExpired"), (2, "completed", "completed", None)]
     assert list(run.events.values_list("event", flat=True)) == [
         "started", "lease_lost", "step_completed", "finished"]
+    assert_exactly_once()
 
 
 def test_sigterm_lets_the_running_step_finish(start_worker, marks):
@@ -57,6 +60,7 @@ def test_sigterm_lets_the_running_step_finish(start_worker, marks):
     run.refresh_from_db()
     assert run.status == "finished"
     assert "stop claiming, let running steps finish" in worker.output()
+    assert_exactly_once()
 
 
 def test_sigterm_past_the_grace_hands_the_step_back(start_worker, marks):
@@ -67,6 +71,7 @@ def test_sigterm_past_the_grace_hands_the_step_back(start_worker, marks):
     steps = list(run.steps.values_list("attempt", "status", "outcome"))
     assert steps == [(1, "cancelled", "handed_back"), (2, "scheduled", "")]
     assert "1 handed back" in worker.output()
+    assert_exactly_once()
 
 
 def test_a_step_past_its_timeout_fails_while_its_worker_keeps_going(start_worker, marks):

@@ -178,6 +178,20 @@ BAND_JS = """
 """
 
 
+# The page's background, the admin's quiet text colour, and the colour the charts draw text in.
+THEME_JS = """() => ({
+  background: getComputedStyle(document.body).backgroundColor,
+  quiet: getComputedStyle(document.documentElement).getPropertyValue("--body-quiet-color").trim(),
+  chart_text: Chart.defaults.color,
+})"""
+
+
+def brightness(css_rgb: str) -> float:
+    """The mean channel of an ``rgb(r, g, b)`` colour, 0 (black) to 255 (white)."""
+    channels = [float(part) for part in css_rgb[css_rgb.index("(") + 1:css_rgb.index(")")].split(",")[:3]]
+    return sum(channels) / 3
+
+
 def test_the_run_page_draws_the_timeline_and_its_tooltips(viewer_account, timeline_run, live_server, chromium):
     run = timeline_run
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
@@ -221,9 +235,13 @@ def test_the_run_page_draws_the_timeline_and_its_tooltips(viewer_account, timeli
     page.wait_for_function("document.getElementById('pgflow-timeline-status').innerText.startsWith('Refreshed at')",
                            timeout=15_000)
     # The admin's dark theme: the page and its chart follow it.
+    light = page.evaluate(THEME_JS)
     page.emulate_media(color_scheme="dark")
     page.reload()
     page.wait_for_function("window.pgflowTimeline && window.pgflowTimeline.chartArea")
+    dark = page.evaluate(THEME_JS)
+    assert brightness(light["background"]) > 200 and brightness(dark["background"]) < 60, (light, dark)
+    assert dark["chart_text"] == dark["quiet"] != light["quiet"], (light, dark)  # the axes' text follows
     page.screenshot(path=str(ARTIFACTS / "run_page_dark.png"))
     assert errors == []
 

@@ -5,6 +5,7 @@ permission, a POST and a CSRF token, and a refused action changes nothing."""
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import User
 from django.urls import reverse
 
 from pgflow.models import Event, Signal, WorkflowRun
@@ -160,7 +161,9 @@ def test_a_missing_run_is_404_for_the_json_and_control_endpoints(login, operator
 def test_endpoints_serve_only_workflow_runs(login, operator, viewer):
     """A user id in the run URL is not a way to reach another model's rows."""
     client = login(operator)
-    other = viewer.pk + 1000
+    other = viewer.pk  # a row that exists, in another model: the user's
+    assert User.objects.filter(pk=other).exists() and not WorkflowRun.objects.filter(pk=other).exists()
     assert client.get(timeline_url(other)).status_code == 404
+    assert client.post(control_url(other), {"action": "pause"}).status_code == 404
     assert client.get(timeline_url("1 OR 1=1")).status_code == 404
     assert client.get(timeline_url("../../auth/user/1")).status_code == 404

@@ -200,8 +200,13 @@ def test_every_string_from_a_run_is_escaped(login, operator):
         assert page.status_code == 200
         assert SCRIPT not in page.content, target
         assert ESCAPED in page.content
+    # timeline.json: JSON that no browser may sniff as HTML, and the payload holds no raw markup.
     timeline = client.get(timeline_url(run))
-    assert SCRIPT not in timeline.content or timeline["Content-Type"] == "application/json"
+    assert timeline.status_code == 200
+    assert timeline["Content-Type"] == "application/json"
+    assert timeline["X-Content-Type-Options"] == "nosniff"
+    assert SCRIPT not in timeline.content
+    assert timeline.json()["rows"]
     # The list escapes too (paused_reason is not there, the class name is).
     assert SCRIPT not in client.get(changelist_url()).content
 

@@ -14,12 +14,14 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from django.db import connection
+from django.utils import timezone
+from django_q.brokers import get_broker
 from django_q.conf import Conf
 from django_q.models import OrmQ, Task
+from django_q.monitor import save_task
 
 from pgflow import fanout, store
 from pgflow.models import Batch, BatchMember, Event, Step, WorkflowRun
@@ -76,6 +78,18 @@ def start_qcluster(transactional_db: None, tmp_path: Path) -> Iterator[Callable[
     yield start
     for cluster in started:
         cluster.stop()
+
+
+def save_result(batch_id: object, position: int, *, success: bool, result: object, task_id: str) -> None:
+    """What django-q2's monitor does with a member attempt's result: ``save_task`` saves (or,
+    for a task seen before, updates and counts) the ``Task`` row, and django-q2's post_save
+    signal calls the member's hook with it."""
+    at = timezone.now()
+    save_task({"id": task_id, "name": fanout.task_name(batch_id, position), "func": fanout.RUNNER,
+               "hook": fanout.HOOK, "args": (str(batch_id), position), "kwargs": {}, "started": at,
+               "stopped": at, "result": result, "group": str(batch_id), "success": success,
+               "sync": True},  # sync: the monitor would close this test's connection otherwise
+              get_broker())
 
 
 def run_due_step(run: WorkflowRun, *, worker: str = "tests") -> str:
@@ -467,8 +481,7 @@ def test_a_vanished_batch_pauses_its_step_and_late_results_are_ignored(caplog):
     assert details(run, "fan_out_finished") == [{"batch_id": str(batch_id), "vanished": True}]
 
     with caplog.at_level(logging.INFO, logger="pgflow"):
-        fanout.member_hook(SimpleNamespace(name=fanout.task_name(batch_id, 0), id="x" * 32, success=True,
-                                           result=2, attempt_count=1))
+        save_result(batch_id, 0, success=True, result=2, task_id="x" * 32)
     assert "late result of batch" in caplog.text
     assert fanout.repair_lost(at=store.now()) == 0
 
@@ -493,6 +506,7 @@ def test_a_late_result_for_a_step_no_longer_waiting_is_logged_not_applied(caplog
 
 @pytest.mark.django_db
 def test_the_hook_counts_a_failure_only_once_django_q2_gives_up(monkeypatch):
+    # Conf holds Q_CLUSTER's settings, read once at import: patching it is setting them.
     monkeypatch.setattr(Conf, "ACK_FAILURES", False)
     monkeypatch.setattr(Conf, "MAX_ATTEMPTS", 3)
     run = fw.Fan.start(input=tasks(("tests.fanout_tasks.fail", ["flaky"])))
@@ -500,8 +514,8 @@ def test_the_hook_counts_a_failure_only_once_django_q2_gives_up(monkeypatch):
     batch = Batch.objects.get(run=run)
 
     def attempt(number: int) -> None:
-        fanout.member_hook(SimpleNamespace(name=fanout.task_name(batch.pk, 0), id="a" * 32, success=False,
-                                           result="flaky : Traceback ...", attempt_count=number))
+        save_result(batch.pk, 0, success=False, result="flaky : Traceback ...", task_id="a" * 32)
+        assert Task.objects.get(id="a" * 32).attempt_count == number  # django-q2 counted the attempt
 
     attempt(1)
     attempt(2)
@@ -516,6 +530,8 @@ def test_the_hook_counts_a_failure_only_once_django_q2_gives_up(monkeypatch):
     monkeypatch.setattr(Conf, "ACK_FAILURES", False)
     monkeypatch.setattr(Conf, "MAX_ATTEMPTS", 0)
     assert fanout.failure_is_final(99) is False  # retried for ever by the ORM broker
+    # Neither Redis nor its client is installed on the test machines, so the Redis broker is
+    # configured, not run: with no ORM (nor another redelivering broker), django-q2 uses Redis.
     monkeypatch.setattr(Conf, "ORM", None)
     assert fanout.failure_is_final(1) is True  # Redis pops a task for good
 

@@ -9,6 +9,7 @@ Rows are written directly, at known instants around a fixed NOW, as in test_insi
 from __future__ import annotations
 
 import random
+import re
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -356,7 +357,12 @@ def test_the_command_rolls_and_rebuilds():
     assert RunRollup.objects.filter(hours=1).count() == 3
     out = StringIO()
     call_command("pgflow_rollup", "--rebuild", "--days", "2", stdout=out)
-    assert out.getvalue().startswith("counted 4")  # the hours since 48 h ago, up to the watermark
+    # every rolled hour since 48 h ago (its hour included), up to the watermark
+    counted = re.match(r"counted (\d+) rolled hours again since (\S+ \S+) UTC\n", out.getvalue())
+    assert counted, out.getvalue()
+    since = datetime.strptime(counted[2], "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
+    assert int(counted[1]) == (rollup.rolled_until() - since.replace(minute=0)) // timedelta(hours=1)
+    assert 47 <= int(counted[1]) <= 48  # 48 whole hours, 47 if an hour struck between the commands
     assert "rolled 0 hours" in out.getvalue()
     assert RunRollup.objects.filter(hours=1).count() == 3
 

@@ -692,23 +692,8 @@ def test_queue_default_setting(settings: Any) -> None:
 # -- start() and runs() ---------------------------------------------------------------------
 
 
-def test_start_hands_over_to_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-
-    class FakeStore:
-        @staticmethod
-        def start_run(workflow: type, **kwargs: Any) -> str:
-            calls.append((workflow, kwargs))
-            return "the run"
-
-    monkeypatch.setitem(sys.modules, "pgflow.store", FakeStore)
-    monkeypatch.setattr(pgflow, "store", FakeStore, raising=False)
-    assert Onboarding.start(subject="user", input={"plan": "pro"}, key="k1") == "the run"
-    assert Onboarding.start() == "the run"
-    assert calls == [
-        (Onboarding, {"subject": "user", "input": {"plan": "pro"}, "key": "k1"}),
-        (Onboarding, {"subject": None, "input": None, "key": None}),
-    ]
+# start() is tested against the real store and PostgreSQL, not a stand-in for them:
+# tests/integration/test_engine.py (input, subject, key) and tests/acceptance/test_promises.py.
 
 
 def test_runs_filters_by_the_workflow_path() -> None:
