@@ -29,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     "SWEEP_INTERVAL": timedelta(seconds=10),
     "SHUTDOWN_GRACE": timedelta(seconds=30),  # how long SIGTERM lets running bodies finish
     "FAN_OUT_GRACE": timedelta(minutes=5),  # a finished batch whose callback is lost is resolved after this
+    # Keys masked at any depth in what the MCP server answers (matched case-insensitively, as substrings).
+    "REDACT": ["password", "secret", "token", "api_key", "card"],
 }
 
 _DURATIONS = ("LEASE", "POLL_INTERVAL", "SWEEP_INTERVAL", "SHUTDOWN_GRACE", "FAN_OUT_GRACE")
@@ -97,6 +99,10 @@ def validate(raw: object) -> list[str]:
     if _positive_duration(beat) and _positive_duration(lease) and _seconds(beat) >= _seconds(lease):
         problems.append(f"PGFLOW['HEARTBEAT_INTERVAL'] ({_seconds(beat):g}s) must be shorter than "
                         f"PGFLOW['LEASE'] ({_seconds(lease):g}s), or every long step loses its lease")
+    if "REDACT" in raw and not (isinstance(raw["REDACT"], list | tuple)
+                                and all(isinstance(key, str) and key.strip() for key in raw["REDACT"])):
+        problems.append(f"PGFLOW['REDACT'] must be a list of key names (non-empty strings), "
+                        f"e.g. ['password', 'token'], got {raw['REDACT']!r}")
     reporter = raw.get("ERROR_REPORTER")
     if reporter is not None and not callable(reporter):
         try:
