@@ -14,6 +14,7 @@ body, so a caller learns nothing about which.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from typing import Any
 
 import anyio
@@ -83,7 +84,7 @@ async def _serve(server: Any, scope: dict[str, Any], body: bytes) -> tuple[int, 
         await done.wait()  # the client stays connected until the whole answer is written
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
