@@ -183,8 +183,7 @@ def test_stdio_actions_dry_run_first_then_act_as_the_agent_for_the_user(users):
 
     actor = f"agent:{AGENT} for user:operator"
     events = list(Event.objects.filter(run=run).order_by("created_at", "id").values_list("event", "actor"))
-    assert events[:len(events_before)] == [(kind, "system") for kind in events_before] or \
-        [kind for kind, _ in events[:len(events_before)]] == events_before
+    assert [kind for kind, _ in events[:len(events_before)]] == events_before  # the dry runs wrote nothing
     assert events[len(events_before):] == [("paused", actor), ("resumed", actor), ("signal_received", actor)]
     run.refresh_from_db()
     assert run.status == "running"
