@@ -1,8 +1,9 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import RedirectView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("mcp/", include("pgflow_dashboard.mcp.urls")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

@@ -31,6 +31,8 @@ DEFAULTS: dict[str, Any] = {
     "SWEEP_INTERVAL": timedelta(seconds=10),
     "SHUTDOWN_GRACE": timedelta(seconds=30),  # how long SIGTERM lets running bodies finish
     "FAN_OUT_GRACE": timedelta(minutes=5),  # a finished batch whose callback is lost is resolved after this
+    # Keys masked at any depth in what the MCP server answers (matched case-insensitively, as substrings).
+    "REDACT": ["password", "secret", "token", "api_key", "card"],
 }
 
 _DURATIONS = ("LEASE", "POLL_INTERVAL", "SWEEP_INTERVAL", "SHUTDOWN_GRACE", "FAN_OUT_GRACE")
@@ -137,6 +139,10 @@ def validate(raw: object) -> list[str]:
         problem = _callable_problem(key, raw.get(key))
         if problem:
             problems.append(problem)
+    if "REDACT" in raw and not (isinstance(raw["REDACT"], list | tuple)
+                                and all(isinstance(key, str) and key.strip() for key in raw["REDACT"])):
+        problems.append(f"PGFLOW['REDACT'] must be a list of key names (non-empty strings), "
+                        f"e.g. ['password', 'token'], got {raw['REDACT']!r}")
     return problems
 
 

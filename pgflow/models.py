@@ -9,8 +9,10 @@ holding ``SELECT … FOR UPDATE`` on it.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
@@ -458,3 +460,61 @@ class ScheduleTick(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schedule_id} {self.tick_at:%Y-%m-%d %H:%M} {self.outcome}"
+
+
+# --- live workers and MCP access tokens -------------------------------------------------------
+
+
+class WorkerQuerySet(models.QuerySet["Worker"]):
+    def live(self, now: Any) -> WorkerQuerySet:
+        """Workers whose last heartbeat is younger than the lease: the others are gone."""
+        from .conf import pgflow_settings
+
+        return self.filter(heartbeat_at__gte=now - timedelta(seconds=pgflow_settings.seconds("LEASE")))
+
+
+class Worker(models.Model):
+    """One running ``pgflow_worker`` process, written only by ``pgflow.runtime.presence``:
+    inserted when it starts, updated once per heartbeat interval, deleted on a clean stop.
+    A row whose heartbeat is older than the lease belongs to a worker that is gone (killed,
+    or cut off from the database); the sweep deletes it later."""
+
+    name = models.CharField(max_length=200, unique=True)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveIntegerField()
+    version = models.CharField(max_length=40)
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    steps_run = models.PositiveBigIntegerField(default=0)
+    steps_in_progress = models.PositiveIntegerField(default=0)
+
+    objects = WorkerQuerySet.as_manager()
+
+    class Meta:
+        db_table = "pgflow_worker"
+        indexes = [models.Index(fields=["heartbeat_at"], name="pgflow_worker_heartbeat")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AccessToken(models.Model):
+    """A bearer token for the MCP endpoint, acting as ``user``. Only a SHA-256 digest of the
+    secret is stored: the secret is shown once, when an admin creates the token."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=100, help_text="what uses it, e.g. the agent's name")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=12, editable=False, help_text="the secret's first characters")
+    created_at = models.DateTimeField(editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        db_table = "pgflow_access_token"
+        verbose_name = "MCP access token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

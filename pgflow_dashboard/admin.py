@@ -21,13 +21,16 @@ from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F,
 from django.db.models.functions import Coalesce, Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from pgflow import schedules as pgflow_schedules
+from pgflow.conf import pgflow_settings
 from pgflow.core import ticks
 from pgflow.exceptions import DefinitionError, PgflowError
-from pgflow.models import Schedule, Step, WorkflowRun
+from pgflow.models import AccessToken, Schedule, Step, Worker, WorkflowRun
 
 from . import insights, site, views
 from .timeformat import duration
@@ -270,6 +273,88 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         return views.insights_json(request)
+
+
+# --- live workers (read-only) and MCP access tokens ---------------------------------------------
+
+
+@admin.register(Worker)
+class WorkerAdmin(admin.ModelAdmin):
+    """The ``pgflow_worker`` processes, as each records itself (``pgflow.runtime.presence``).
+    Read-only: a worker writes its own row. Operators who may view runs may view this."""
+
+    list_display = ("name", "host", "pid", "queue_list", "concurrency", "version", "started_at", "heartbeat_at",
+                    "live", "steps_run", "steps_in_progress")
+    ordering = ("-heartbeat_at", "name")
+    search_fields = ("name", "host")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_view_permission(request, obj) or request.user.has_perm("pgflow.view_workflowrun") \
+            or request.user.has_perm("pgflow.change_workflowrun")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    @admin.display(description="queues")
+    def queue_list(self, worker: Worker) -> str:
+        return ", ".join(worker.queues or [])
+
+    @admin.display(description="live", boolean=True)
+    def live(self, worker: Worker) -> bool:
+        lease = timedelta(seconds=pgflow_settings.seconds("LEASE"))
+        return worker.heartbeat_at >= timezone.now() - lease
+
+
+@admin.register(AccessToken)
+class AccessTokenAdmin(admin.ModelAdmin):
+    """Bearer tokens for the MCP endpoint. Creating one shows its secret once (only a digest
+    is kept); "revoke" stops it at once and keeps the row, with its last use, for the record."""
+
+    list_display = ("name", "user", "prefix", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("revoked_at",)
+    search_fields = ("name", "user__username")
+    fields = ("user", "name")
+    readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
+    actions = ("revoke",)
+    autocomplete_fields = ()
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ("user", "name") if obj is None else ("user", "name", *self.readonly_fields)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.readonly_fields if obj is None else ("user", "name", *self.readonly_fields)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if change:
+            return  # nothing of a token is edited after it is made
+        from .mcp.tokens import digest, new_secret
+
+        secret = new_secret()
+        obj.digest, obj.prefix, obj.created_at = digest(secret), secret[:12], timezone.now()
+        obj.save()
+        request._pgflow_token_secret = secret  # type: ignore[attr-defined]  # shown once by response_add
+
+    def response_add(self, request: HttpRequest, obj: Any, post_url_continue: str | None = None) -> HttpResponse:
+        # Rendered straight into this response: the secret never goes through the message
+        # storage (a cookie or the session) and cannot be shown again.
+        context = {**self.admin_site.each_context(request), "title": "Token created", "opts": self.opts,
+                   "token": obj, "secret": getattr(request, "_pgflow_token_secret", ""),
+                   "list_url": reverse(f"{self.admin_site.name}:pgflow_accesstoken_changelist")}
+        return TemplateResponse(request, "admin/pgflow_dashboard/token_created.html", context)
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[AccessToken]) -> None:
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        messages.success(request, f"{count} token{'s' if count != 1 else ''} revoked.")
 
 
 def _runs(count: int) -> str:

@@ -33,7 +33,8 @@ stay unchanged), so the page and the JSON mean:
 ``stuck``
     the state *now*, whatever the window: runs paused, attempts due but unclaimed for longer
     than :data:`OVERDUE_AFTER`, attempts in progress past their lease, signal waits past
-    their deadline, and open runs started on a definition that has changed since.
+    their deadline, open runs started on a definition that has changed since, and queues
+    with attempts due but no live worker (``no_worker``).
 ``percentiles``
     how the p50/p95 above are estimated: from log-scale histograms
     (:mod:`pgflow.core.histogram`, 8 buckets per doubling from 1 ms, linear inside a
@@ -55,6 +56,7 @@ from django.db import connection, transaction
 from pgflow import rollup
 from pgflow.core import histogram
 from pgflow.exceptions import WorkflowNotFound
+from pgflow.models import Worker
 from pgflow.registry import resolve
 
 from .window import WorkflowWindow
@@ -242,6 +244,7 @@ def stuck(now: datetime, *, limit: int = STUCK_LIMIT) -> dict[str, dict[str, Any
         "lease_expired": lease_expired(now, limit=limit),
         "deadline_passed": deadline_passed(now, limit=limit),
         "definition_changed": definition_changed(limit=limit),
+        "no_worker": queues_without_worker(now, limit=limit),
     }
 
 
@@ -275,6 +278,17 @@ def overdue_steps(now: datetime, *, limit: int) -> dict[str, Any]:
     # The claim index is partial on status = 'scheduled', so this reads only scheduled rows.
     return _stuck_steps("s.status = 'scheduled' AND s.scheduled_at < %(due_before)s", "s.scheduled_at",
                         "s.scheduled_at", "due_at", {"due_before": now - OVERDUE_AFTER}, limit)
+
+
+def queues_without_worker(now: datetime, *, limit: int) -> dict[str, Any]:
+    """Queues with attempts due now that no live worker serves: ``{"count", "rows": [{"queue",
+    "due", "oldest_due_at"}]}``, oldest first. Live means a heartbeat younger than the lease
+    (the ``Worker`` rows); one group per queue over the claim index's scheduled rows."""
+    served = {queue for queues in Worker.objects.live(now).values_list("queues", flat=True) for queue in queues or ()}
+    due = _rows("SELECT queue, count(*), min(scheduled_at) FROM pgflow_step "
+                "WHERE status = 'scheduled' AND scheduled_at <= %(now)s GROUP BY queue ORDER BY 3, 1", {"now": now})
+    rows = _dicts(("queue", "due", "oldest_due_at"), [row for row in due if row[0] not in served])
+    return {"count": len(rows), "rows": rows[:limit]}
 
 
 def lease_expired(now: datetime, *, limit: int) -> dict[str, Any]:

@@ -8,7 +8,8 @@ an advisory lock, and each repair is its own short transition under the run's lo
 - the hourly rollup of the insights' figures: the hours closed since the last sweep
   (``pgflow.rollup.roll``, a bounded number per sweep);
 - retention: finished and cancelled runs older than RETENTION, in bounded batches, and the
-  rollup's rows as old.
+  rollup's rows as old;
+- the rows of workers gone for a while (``pgflow.runtime.presence``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .. import rollup, store
 from ..conf import pgflow_settings
 from ..core.states import RunStatus, StepStatus
 from ..models import Step
+from . import presence
 
 logger = logging.getLogger("pgflow")
 
@@ -46,6 +48,7 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
             "fan_out_repairs": _repair_fan_outs(at),
             "rolled_hours": _roll(at),
             "purged_runs": purge(at=at),
+            "forgotten_workers": presence.forget_gone(at=at),
         }
     finally:
         with connection.cursor() as cursor:

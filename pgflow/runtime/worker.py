@@ -28,7 +28,7 @@ from django.db import InterfaceError as DjangoInterfaceError
 from .. import schedules, store
 from ..conf import pgflow_settings
 from ..store import Claim
-from . import sweep
+from . import presence, sweep
 from .committer import MAX_BATCH, Committer
 from .runner import Result, Runner
 
@@ -81,6 +81,7 @@ class Worker:
             self._install_signals()
         logger.info("worker %s starting: queues=%s concurrency=%d%s", self.name, ",".join(self.queues),
                     self.concurrency, " burst" if self.burst else "", extra={"action": "worker_start"})
+        self._register()
         self.committer = Committer()
         self.runner = Runner(finish=self.committer.submit, finish_later=self.committer.submit_later)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pgflow-step")
@@ -96,10 +97,28 @@ class Worker:
             self._stopping.set()
             handed = self._drain(pool)
             self.committer.stop()
+            self._unregister()
             logger.info("worker %s stopped: %d steps run, %d handed back", self.name, self.completed, handed,
                         extra={"action": "worker_stop"})
             close_old_connections()
         return self.exit_code
+
+    def _register(self) -> None:
+        # The Worker row is for operators; a database away at start only delays it (the
+        # heartbeat writes it back), and a failed delete at stop leaves a row the sweep forgets.
+        try:
+            presence.register(name=self.name, queues=self.queues, concurrency=self.concurrency, at=store.now())
+        except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
+            logger.warning("could not record worker %s: %s", self.name, " ".join(str(exc).split()),
+                           extra={"action": "worker_register_failed"})
+            connection.close()
+
+    def _unregister(self) -> None:
+        try:
+            presence.unregister(name=self.name)
+        except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
+            logger.warning("could not remove worker %s: %s", self.name, " ".join(str(exc).split()),
+                           extra={"action": "worker_unregister_failed"})
 
     def stop(self) -> None:
         self._stopping.set()
@@ -276,6 +295,10 @@ class Worker:
                 with self._running_lock:
                     tokens = [held.token for held in self._running.values()]
                 store.heartbeat(tokens)
+                with self._running_lock:
+                    in_progress = len(self._bodies)
+                presence.beat(name=self.name, queues=self.queues, concurrency=self.concurrency,
+                              steps_run=self.completed, in_progress=in_progress, at=store.now())
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
                 logger.warning("heartbeat failed: %s", " ".join(str(exc).split()),
                                extra={"action": "heartbeat_failed"})
@@ -334,6 +357,7 @@ class Worker:
         if left:
             # Bodies still running in threads cannot be stopped; their attempts are handed
             # back, so the process exits without waiting for them.
+            self._unregister()
             logger.info("worker %s stopped: %d steps run, %d handed back", self.name, self.completed, handed,
                         extra={"action": "worker_stop"})
             logging.shutdown()

@@ -45,8 +45,9 @@ def test_the_app_list_gains_the_row_only_for_users_who_may_view_runs():
     request = RequestFactory().get("/admin/")
     request.user = viewer
     (app,) = admin.site.get_app_list(request)
-    assert [model["name"] for model in app["models"]] == ["Workflow runs", "Insights"]
-    assert app["models"][1]["admin_url"] == "/admin/pgflow/insights/"
+    # Workers: the live workers page, shown to whoever may view runs.
+    assert [model["name"] for model in app["models"]] == ["Workers", "Workflow runs", "Insights"]
+    assert app["models"][2]["admin_url"] == "/admin/pgflow/insights/"
     request.user = make_user("row-bystander")
     assert admin.site.get_app_list(request) == []
 

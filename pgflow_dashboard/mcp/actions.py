@@ -1,0 +1,82 @@
+"""What the action tools do: the run's own controls and ``pgflow.signal``, the public API
+user code and the admin call, with the agent's actor. A dry run checks the same
+conditions and says what would happen, changing nothing.
+
+The dry run reads the run once, without its lock, so the real call may still refuse if
+the run changed in between; that refusal is reported the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgflow.core import jsonvalue
+from pgflow.core.states import OPEN_RUN, StepStatus, control_error
+from pgflow.exceptions import PgflowError
+from pgflow.models import WorkflowRun
+from pgflow.signals import NAME_LIMIT, signal
+
+from .reads import Refused, find_run
+
+# tool name -> (run method, what it does, in words)
+CONTROLS: dict[str, tuple[str, str]] = {
+    "pause_run": ("pause", "pause the run (its current step finishes, no next step starts)"),
+    "resume_run": ("resume", "resume the run with a fresh attempt of the step that paused"),
+    "cancel_run": ("cancel", "cancel the run (its open attempt is closed, no further step runs)"),
+    "skip_step": ("skip_step", "skip the current step and schedule the next one"),
+}
+
+
+def control(tool: str, run_id: int, *, actor: str, dry_run: bool) -> dict[str, Any]:
+    method, effect = CONTROLS[tool]
+    run = find_run(run_id)
+    problem = control_error(method, run.status)
+    if problem is not None:
+        raise Refused(f"run {run.pk} is {run.status}: {problem}")
+    where = f" at step {run.current_step}" if run.current_step else ""
+    if dry_run:
+        return {"dry_run": True, "run_id": run.pk, "status": run.status,
+                "would": f"{effect}: run {run.pk} ({run.workflow_name}, {run.status}{where})",
+                "actor": actor, "changed": False}
+    try:
+        getattr(run, method)(actor=actor)
+    except (PgflowError, WorkflowRun.DoesNotExist) as exc:
+        raise Refused(f"run {run_id}: {exc}") from exc
+    run.refresh_from_db()
+    return {"dry_run": False, "run_id": run.pk, "status": run.status, "current_step": run.current_step,
+            "done": f"{tool.replace('_', ' ')} applied by {actor}", "changed": True}
+
+
+def send_signal(run_id: int, name: str, payload: Any, *, actor: str, dry_run: bool) -> dict[str, Any]:
+    if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT or "\x00" in name:
+        raise Refused(f"a signal name must be a non-empty string of at most {NAME_LIMIT} characters, got {name!r}")
+    try:
+        jsonvalue.encode(payload, "signal payload")
+    except (TypeError, ValueError) as exc:
+        raise Refused(str(exc)) from exc
+    run = find_run(run_id)
+    if run.status not in OPEN_RUN:
+        raise Refused(f"run {run.pk} is {run.status}: it takes no more signals (only a running or paused run)")
+    if dry_run:
+        return {"dry_run": True, "run_id": run.pk, "status": run.status,
+                "would": f"deliver signal {name!r} to run {run.pk}: {_effect(run, name)}",
+                "actor": actor, "changed": False}
+    try:
+        received = signal(run, name, payload, actor=actor)
+    except (PgflowError, ValueError, TypeError, WorkflowRun.DoesNotExist) as exc:
+        raise Refused(f"run {run_id}: {exc}") from exc
+    run.refresh_from_db()
+    return {"dry_run": False, "run_id": run.pk, "status": run.status, "signal_id": received.pk,
+            "done": f"signal {name!r} delivered by {actor}", "changed": True}
+
+
+def _effect(run: WorkflowRun, name: str) -> str:
+    step = run.step_set.filter(status=StepStatus.WAITING, batch__isnull=True).first()
+    if step is not None and run.status == "running":
+        try:
+            definition = run.workflow().steps().get(step.step_name)
+        except PgflowError:
+            definition = None
+        if definition is not None and definition.wait_for == name:
+            return f"it wakes step {step.step_name}, which waits for it"
+    return "it is kept until a step waiting for that name consumes it"

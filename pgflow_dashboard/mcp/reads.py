@@ -1,0 +1,252 @@
+"""What the read tools answer, from pgflow's rows: plain JSON-ready dicts (datetimes as ISO
+8601 strings once :func:`plain` has run). Bounded like the run page: no answer loads an
+unbounded number of rows.
+
+A bad argument raises :class:`Refused` with a message naming what is accepted; the server
+turns it into a tool error.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from pgflow.conf import pgflow_settings
+from pgflow.core.states import RunStatus
+from pgflow.exceptions import WorkflowNotFound
+from pgflow.models import Batch, Event, Signal, Step, Worker, WorkflowRun
+
+from .. import insights, runpage, timeline
+from ..window import WorkflowWindow
+from . import explain
+
+MAX_SEARCH = 200  # runs one search_runs answers at most
+DEFAULT_SEARCH = 50
+MAX_RUN_ATTEMPTS = 200  # attempts get_run lists (the latest)
+MAX_RUN_EVENTS = 200
+MAX_RUN_SIGNALS = 100
+MAX_RUN_BATCHES = 50
+STATUSES = tuple(status.value for status in RunStatus)
+
+
+class Refused(ValueError):
+    """A tool argument or request that cannot be served; the message says why."""
+
+
+def plain(value: Any) -> Any:
+    """``value`` with datetimes, UUIDs and decimals as JSON strings (the way insights.json writes them)."""
+    return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
+
+
+# --- insights, stuck, workers -------------------------------------------------------------------
+
+
+def insights_for(window: str, *, now: datetime) -> dict[str, Any]:
+    try:
+        parsed = WorkflowWindow.parse(window, retention=pgflow_settings.RETENTION, now=now)
+    except WorkflowWindow.Invalid as exc:
+        raise Refused(str(exc)) from exc
+    return insights.compute(parsed)
+
+
+def stuck(*, now: datetime) -> dict[str, Any]:
+    return insights.stuck(now)
+
+
+def workers(*, now: datetime) -> dict[str, Any]:
+    """Every recorded worker, live ones first, with whether it is live (heartbeat within the lease)."""
+    lease = timedelta(seconds=pgflow_settings.seconds("LEASE"))
+    rows = []
+    for worker in Worker.objects.order_by("-heartbeat_at", "name")[:500]:
+        rows.append({
+            "name": worker.name, "host": worker.host, "pid": worker.pid, "queues": worker.queues,
+            "concurrency": worker.concurrency, "version": worker.version, "started_at": worker.started_at,
+            "heartbeat_at": worker.heartbeat_at, "live": worker.heartbeat_at >= now - lease,
+            "steps_run": worker.steps_run, "steps_in_progress": worker.steps_in_progress,
+        })
+    live = [row for row in rows if row["live"]]
+    return {"live": len(live), "gone": len(rows) - len(live), "lease_seconds": lease.total_seconds(),
+            "workers": rows}
+
+
+# --- search_runs ----------------------------------------------------------------------------------
+
+
+def search_runs(*, status: str | None = None, workflow: str | None = None, key: str | None = None,
+                subject: str | None = None, error_class: str | None = None, started_after: str | None = None,
+                started_before: str | None = None, limit: int = DEFAULT_SEARCH) -> dict[str, Any]:
+    if not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH:
+        raise Refused(f"limit must be a whole number from 1 to {MAX_SEARCH}, got {limit!r}")
+    runs: QuerySet[WorkflowRun] = WorkflowRun.objects.all()
+    if status:
+        if status not in STATUSES:
+            raise Refused(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+        runs = runs.filter(status=status)
+    if workflow:
+        # The dotted path, or the class name alone.
+        runs = runs.filter(Q(workflow_class=workflow) | Q(workflow_class__endswith=f".{workflow}"))
+    if key:
+        runs = runs.filter(key=key)
+    if subject:
+        runs = _by_subject(runs, subject)
+    if error_class:
+        failed = Step.objects.filter(run=OuterRef("pk"), status="failed").filter(
+            Q(error_class=error_class) | Q(error_class__endswith=f".{error_class}"))
+        runs = runs.filter(Exists(failed))
+    if started_after:
+        runs = runs.filter(created_at__gte=_moment("started_after", started_after))
+    if started_before:
+        runs = runs.filter(created_at__lt=_moment("started_before", started_before))
+    found = list(runs.order_by("-created_at", "-id")[:limit])
+    return {"count": len(found), "limit": limit, "runs": [_run_row(run) for run in found]}
+
+
+def _by_subject(runs: QuerySet[WorkflowRun], subject: str) -> QuerySet[WorkflowRun]:
+    """``app_label.model:id`` or an id alone."""
+    label, sep, pk = subject.rpartition(":")
+    if not sep:
+        return runs.filter(subject_id=subject)
+    app_label, dot, model = label.partition(".")
+    if not dot:
+        raise Refused(f"subject must be 'app_label.model:id' (e.g. 'auth.user:42') or an id, got {subject!r}")
+    return runs.filter(subject_type__app_label=app_label, subject_type__model=model.lower(), subject_id=pk)
+
+
+def _moment(name: str, value: str) -> datetime:
+    parsed = parse_datetime(value) if isinstance(value, str) else None
+    if parsed is None:
+        raise Refused(f"{name} must be an ISO 8601 date-time such as 2025-03-01T09:00:00+00:00, got {value!r}")
+    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed)
+
+
+def _run_row(run: WorkflowRun) -> dict[str, Any]:
+    return {
+        "run_id": run.pk, "workflow_class": run.workflow_class, "status": run.status,
+        "current_step": run.current_step, "key": run.key, "subject": _subject_label(run),
+        "created_at": run.created_at, "updated_at": run.updated_at, "finished_at": run.finished_at,
+        "paused_reason": run.paused_reason or None,
+    }
+
+
+def _subject_label(run: WorkflowRun) -> str | None:
+    if run.subject_type_id is None or run.subject_id is None:
+        return None
+    content_type = run.subject_type
+    return f"{content_type.app_label}.{content_type.model}:{run.subject_id}" if content_type else run.subject_id
+
+
+# --- get_run and explain_run ----------------------------------------------------------------------
+
+
+def find_run(run_id: int) -> WorkflowRun:
+    run = WorkflowRun.objects.filter(pk=run_id).first()
+    if run is None:
+        raise Refused(f"no workflow run with id {run_id}")
+    return run
+
+
+def get_run(run_id: int, *, now: datetime) -> dict[str, Any]:
+    run = find_run(run_id)
+    steps, total = runpage.latest_steps(run, runpage.STEP_FIELDS, limit=MAX_RUN_ATTEMPTS)
+    attempts = []
+    for step in steps:
+        attempts.append({
+            **{key: step[key] for key in ("step_name", "attempt", "status", "outcome", "queue", "priority",
+                                          "created_at", "scheduled_at", "started_at", "finished_at",
+                                          "waiting_since", "deadline_at", "worker", "output", "batch_id")},
+            "durations": timeline.durations(step, now=now),
+            "segments": timeline.segments(step, now=now),
+            "error": _error(step),
+        })
+    events = list(Event.objects.filter(run=run).order_by("-created_at", "-id")
+                  .values("event", "actor", "details", "created_at", "step_id")[:MAX_RUN_EVENTS])
+    events.reverse()
+    signals = Signal.objects.filter(run=run).order_by("-received_at", "-id")[:MAX_RUN_SIGNALS]
+    batches = Batch.objects.filter(run=run).order_by("-created_at")[:MAX_RUN_BATCHES]
+    definition = runpage.definition(run)
+    return {
+        "run": {**_run_row(run), "input": run.input, "definition_digest": run.definition_digest,
+                "definition_changed": definition.changed, "definition_problem": definition.problem},
+        "attempts_total": total,
+        "attempts": attempts,
+        "paused_periods": timeline.paused_periods(
+            Event.objects.filter(run=run, event__in=runpage.PAUSE_EVENTS).order_by("created_at", "id")
+            .values("event", "created_at"), status=run.status, now=now),
+        "errors": [attempt["error"] | {"step_name": attempt["step_name"], "attempt": attempt["attempt"]}
+                   for attempt in attempts if attempt["error"]],
+        "signals": [{"name": s.name, "payload": s.payload, "received_at": s.received_at,
+                     "consumed_at": s.consumed_at} for s in signals],
+        "batches": [{"id": b.pk, "description": b.description, "status": b.status, "total": b.total,
+                     "succeeded": b.succeeded, "failed": b.failed, "created_at": b.created_at,
+                     "finished_at": b.finished_at} for b in batches],
+        "events": events,
+    }
+
+
+def _error(step: dict[str, Any]) -> dict[str, Any] | None:
+    if not step["error_class"]:
+        return None
+    return {"error_class": step["error_class"], "error_message": step["error_message"],
+            "error_backtrace": step["error_backtrace"], "error_causes": step["error_causes"] or [],
+            "outcome": step["outcome"]}
+
+
+def explain_facts(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
+    """The facts :func:`pgflow_dashboard.mcp.explain.explain` reads, for one run."""
+    steps, _total = runpage.latest_steps(run, runpage.STEP_FIELDS, limit=MAX_RUN_ATTEMPTS)
+    phases = dict.fromkeys(explain.PHASES, 0.0)
+    for step in steps:
+        for kind, seconds in timeline.durations(step, now=now).items():
+            phases[kind] += seconds or 0.0
+    failed = [step for step in steps if step["error_class"]]
+    # The latest failure still explains the run when nothing came after it but fresh
+    # attempts of the same step (a reattempt in flight).
+    last_error = None
+    if failed:
+        latest = failed[-1]
+        later = steps[steps.index(latest) + 1:]
+        if not later or (latest["outcome"] == "reattempted"
+                         and all(step["step_name"] == latest["step_name"] for step in later)):
+            last_error = {key: latest[key] for key in ("step_name", "attempt", "error_class", "error_message",
+                                                       "outcome")}
+    open_step = next((step for step in reversed(steps) if step["status"] in timeline.OPEN), None)
+    if open_step is not None:
+        open_step = dict(open_step)
+        open_step.update(_waits(run, open_step["step_name"]))
+        if open_step["batch_id"]:
+            batch = Batch.objects.filter(pk=open_step["batch_id"]).values("total", "succeeded", "failed").first()
+            open_step["batch"] = batch
+    live_queues: dict[str, int] = {}
+    for queues in Worker.objects.live(now).values_list("queues", flat=True):
+        for queue in queues or []:
+            live_queues[queue] = live_queues.get(queue, 0) + 1
+    end = (Event.objects.filter(run=run, event__in=("cancelled", "finished")).order_by("-created_at", "-id")
+           .values_list("details", flat=True).first()) or {}
+    return {
+        "status": run.status, "created_at": run.created_at, "finished_at": run.finished_at,
+        "paused_at": run.updated_at, "paused_reason": run.paused_reason, "end_reason": end.get("reason"),
+        "phases": phases, "last_error": last_error, "open_step": open_step, "live_queues": live_queues,
+        "definition_changed": runpage.definition(run).changed,
+    }
+
+
+def _waits(run: WorkflowRun, step_name: str) -> dict[str, Any]:
+    try:
+        definition = run.workflow().steps().get(step_name)
+    except WorkflowNotFound:
+        return {}
+    if definition is None:
+        return {}
+    return {"wait_for": definition.wait_for, "on_timeout": definition.on_timeout}
+
+
+def explain_run(run_id: int, *, now: datetime) -> dict[str, Any]:
+    run = find_run(run_id)
+    sentences = explain.explain(explain_facts(run, now=now), now=timezone.localtime(now))
+    return {"run_id": run.pk, "status": run.status, "explanation": sentences}

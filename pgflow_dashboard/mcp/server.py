@@ -1,0 +1,148 @@
+"""The MCP server: the SDK's ``MCPServer`` with pgflow's tools, acting as one user.
+
+Each tool call re-reads the user (an admin who removes a permission or deactivates the
+user takes effect at the next call), checks the permission the tool needs, runs the work
+through ``sync_to_async`` (thread-sensitive: the ORM runs in the thread that owns the
+request's connection, not on the SDK's worker threads) and masks ``PGFLOW["REDACT"]``
+keys in the answer. A refusal (a missing permission, a bad argument, a control that does
+not apply) is a tool error whose text says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from pgflow.conf import pgflow_settings
+
+from . import actions, reads
+from .redact import redact
+
+VIEW = "pgflow.view_workflowrun"
+CHANGE = "pgflow.change_workflowrun"
+SERVER_NAME = "pgflow"
+INSTRUCTIONS = (
+    "pgflow runs durable, step-based workflows inside this Django project. Read tools (insights, stuck, "
+    "search_runs, get_run, explain_run, workers) need the view permission on workflow runs; action tools "
+    "(pause_run, resume_run, cancel_run, skip_step, send_signal) need the change permission and default to "
+    "dry_run=true: call again with dry_run=false to act. Every action is recorded in the run's audit trail."
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Principal:
+    """Who the server acts as: a user, and (over HTTP) the name of the token used."""
+
+    user_id: int
+    token_name: str | None = None
+
+
+def build(principal: Principal) -> MCPServer:
+    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=_version())
+
+    async def call(ctx: Context, need: str, work: Callable[[Any], Any]) -> dict[str, Any]:
+        agent = _client_name(ctx) or principal.token_name or "unknown client"
+        return await sync_to_async(_guarded, thread_sensitive=True)(principal, agent, need, work)
+
+    @server.tool()
+    async def insights(ctx: Context, window: str = "24h") -> dict[str, Any]:
+        """The insights window's figures (the same as the admin's insights.json): runs and step failures per
+        bucket, per-workflow and per-step counts and p50/p95 durations, top errors, and what is stuck now.
+        window: one of 1h, 24h, 7d, 30d."""
+        return await call(ctx, VIEW, lambda _actor: reads.insights_for(window, now=timezone.now()))
+
+    @server.tool()
+    async def stuck(ctx: Context) -> dict[str, Any]:
+        """What needs an operator now: paused runs, due steps no worker claimed, leases run out, signal waits
+        past their deadline, runs on a changed definition, and queues with due steps but no live worker."""
+        return await call(ctx, VIEW, lambda _actor: reads.stuck(now=timezone.now()))
+
+    @server.tool()
+    async def search_runs(ctx: Context, status: str | None = None, workflow: str | None = None,
+                          key: str | None = None, subject: str | None = None, error_class: str | None = None,
+                          started_after: str | None = None, started_before: str | None = None,
+                          limit: int = reads.DEFAULT_SEARCH) -> dict[str, Any]:
+        """Runs matching every filter given, newest first, at most `limit` (1 to 200).
+        status: running, paused, finished or cancelled. workflow: the class name or dotted path.
+        key: the idempotency key. subject: 'app_label.model:id' or an id. error_class: runs with an attempt
+        that failed with it (name or dotted path). started_after / started_before: ISO 8601 date-times."""
+        return await call(ctx, VIEW, lambda _actor: reads.search_runs(
+            status=status, workflow=workflow, key=key, subject=subject, error_class=error_class,
+            started_after=started_after, started_before=started_before, limit=limit))
+
+    @server.tool()
+    async def get_run(ctx: Context, run_id: int) -> dict[str, Any]:
+        """One run in full: its facts and input, each attempt with its waited/queued/ran/waiting durations
+        and timeline segments, errors with their causes, signals, fan-out batches and the audit trail."""
+        return await call(ctx, VIEW, lambda _actor: reads.get_run(run_id, now=timezone.now()))
+
+    @server.tool()
+    async def explain_run(ctx: Context, run_id: int) -> dict[str, Any]:
+        """A few plain sentences on where the run stands and why, from the facts pgflow holds."""
+        return await call(ctx, VIEW, lambda _actor: reads.explain_run(run_id, now=timezone.now()))
+
+    @server.tool()
+    async def workers(ctx: Context) -> dict[str, Any]:
+        """The recorded pgflow workers: name, host, pid, queues, concurrency, version, started, last heartbeat,
+        steps run and in progress, and whether each is live (heartbeat within the lease)."""
+        return await call(ctx, VIEW, lambda _actor: reads.workers(now=timezone.now()))
+
+    def control_tool(tool: str) -> None:
+        _method, effect = actions.CONTROLS[tool]
+
+        async def control(ctx: Context, run_id: int, dry_run: bool = True) -> dict[str, Any]:
+            return await call(ctx, CHANGE, lambda actor: actions.control(tool, run_id, actor=actor, dry_run=dry_run))
+
+        server.add_tool(control, name=tool, description=(
+            f"{effect[0].upper()}{effect[1:]}. dry_run (default true) only says what would happen; "
+            "pass dry_run=false to act. Recorded in the run's audit trail with you as the actor."))
+
+    for tool in actions.CONTROLS:
+        control_tool(tool)
+
+    @server.tool()
+    async def send_signal(ctx: Context, run_id: int, name: str, payload: Any = None,
+                          dry_run: bool = True) -> dict[str, Any]:
+        """Deliver the signal `name` (with a JSON payload) to a running or paused run: it wakes the step waiting
+        for it, or is kept until one does. dry_run (default true) only says what would happen."""
+        return await call(ctx, CHANGE, lambda actor: actions.send_signal(
+            run_id, name, payload, actor=actor, dry_run=dry_run))
+
+    return server
+
+
+def _guarded(principal: Principal, agent: str, need: str, work: Callable[[str], Any]) -> dict[str, Any]:
+    user = get_user_model().objects.filter(pk=principal.user_id).first()
+    if user is None or not user.is_active:
+        raise ToolError("the user this server acts as no longer exists or is inactive")
+    if not user.has_perm(need) and not (need == VIEW and user.has_perm(CHANGE)):
+        raise ToolError(f"user {user.get_username()!r} lacks the {need} permission this tool needs")
+    actor = f"agent:{agent} for user:{user.get_username()}"
+    try:
+        answer = work(actor)
+    except reads.Refused as exc:
+        raise ToolError(str(exc)) from exc
+    return reads.plain(redact(answer, pgflow_settings.REDACT))
+
+
+def _client_name(ctx: Context) -> str | None:
+    try:
+        params = ctx.session.client_params
+    except (AttributeError, ValueError):
+        return None
+    info = getattr(params, "client_info", None) if params is not None else None
+    name = getattr(info, "name", None)
+    return str(name)[:80] if name else None
+
+
+def _version() -> str:
+    from pgflow.runtime.presence import version
+
+    return version()

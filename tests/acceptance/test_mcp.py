@@ -1,0 +1,288 @@
+"""The MCP server driven by the SDK's own client: over stdio (a real ``manage.py pgflow_mcp``
+process) and over streamable HTTP (a real ``runserver`` process), as users with and without
+each permission."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.utils import timezone
+from mcp import Client, StdioServerParameters
+from mcp_types import Implementation
+
+import pgflow
+from pgflow.models import AccessToken, Event, WorkflowRun
+from pgflow.testing import run_workflow
+from pgflow_dashboard import insights
+from pgflow_dashboard.mcp import tokens
+from pgflow_dashboard.window import WorkflowWindow
+from tests import workflows as wf
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = "pytest-agent"
+SECRET_INPUT = {"plan": "pro", "card": "4242 4242 4242 4242", "profile": {"password": "hunter2", "name": "Ada"}}
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "DATABASE_URL": os.environ["DATABASE_URL"],
+            "PGFLOW_TEST_DB_NAME": connection.settings_dict["NAME"], "PYTHONUNBUFFERED": "1"}
+
+
+def _user(name: str, *perms: str, active: bool = True) -> User:
+    user = User.objects.create_user(name, password="x", is_active=active)  # noqa: S106
+    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="pgflow", codename__in=perms))
+    return user
+
+
+@pytest.fixture
+def users(transactional_db: None) -> dict[str, User]:
+    return {
+        "operator": _user("operator", "view_workflowrun", "change_workflowrun"),
+        "viewer": _user("viewer", "view_workflowrun"),
+        "nobody": _user("nobody"),
+        "gone": _user("gone", "view_workflowrun", active=False),
+    }
+
+
+def stdio(username: str, session: Callable[[Client], Any]) -> Any:
+    """Run ``session(client)`` against ``manage.py pgflow_mcp --user username``."""
+    params = StdioServerParameters(command=sys.executable, args=["manage.py", "pgflow_mcp", "--user", username],
+                                   cwd=str(ROOT), env=_env())
+
+    async def main() -> Any:
+        async with Client(params, client_info=Implementation(name=AGENT, version="1")) as client:
+            return await session(client)
+
+    return anyio.run(main)
+
+
+def answer(result: Any) -> Any:
+    assert not result.is_error, result.content[0].text
+    return json.loads(result.content[0].text)
+
+
+def error(result: Any) -> str:
+    assert result.is_error, result.content[0].text
+    return result.content[0].text
+
+
+# --- stdio ------------------------------------------------------------------------------------------
+
+
+def test_stdio_refuses_a_missing_or_inactive_user(users):
+    for name, expected in (("ghost", "no user named 'ghost'"), ("gone", "user 'gone' is inactive")):
+        done = subprocess.run([sys.executable, "manage.py", "pgflow_mcp", "--user", name], cwd=ROOT, env=_env(),
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode != 0
+        assert expected in done.stderr
+
+
+def test_stdio_read_tools_answer_with_secrets_masked(users):
+    waiting = run_workflow(wf.WaitsForPayment.start(input=SECRET_INPUT))
+    pgflow.signal(waiting, "note", {"api_key": "sk_live_1", "ok": True})
+    paused = run_workflow(wf.Failing.start(key="order-7"))
+    assert (waiting.status, paused.status) == ("running", "paused")
+
+    async def session(client: Client) -> dict[str, Any]:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        return {
+            "names": names,
+            "bad_window": await client.call_tool("insights", {"window": "2h"}),
+            "insights": await client.call_tool("insights", {"window": "24h"}),
+            "search": await client.call_tool("search_runs", {"status": "paused"}),
+            "by_key": await client.call_tool("search_runs", {"key": "order-7", "workflow": "Failing"}),
+            "too_many": await client.call_tool("search_runs", {"limit": 201}),
+            "run": await client.call_tool("get_run", {"run_id": waiting.pk}),
+            "explain_waiting": await client.call_tool("explain_run", {"run_id": waiting.pk}),
+            "explain_paused": await client.call_tool("explain_run", {"run_id": paused.pk}),
+            "stuck": await client.call_tool("stuck", {}),
+            "workers": await client.call_tool("workers", {}),
+        }
+
+    got = stdio("viewer", session)
+    assert got["names"] == {"insights", "stuck", "search_runs", "get_run", "explain_run", "workers", "pause_run",
+                            "resume_run", "cancel_run", "skip_step", "send_signal"}
+    assert "unknown window '2h'" in error(got["bad_window"])
+    assert "1h, 24h, 7d, 30d" in error(got["bad_window"])
+    figures = answer(got["insights"])
+    assert set(figures) == set(insights.compute(WorkflowWindow.parse("24h", retention=None, now=timezone.now())))
+    assert {row["workflow_class"] for row in figures["workflows"]} == {
+        "tests.workflows.WaitsForPayment", "tests.workflows.Failing"}
+    assert [run["run_id"] for run in answer(got["search"])["runs"]] == [paused.pk]
+    assert [run["run_id"] for run in answer(got["by_key"])["runs"]] == [paused.pk]
+    assert "limit must be a whole number from 1 to 200" in error(got["too_many"])
+
+    run = answer(got["run"])
+    assert run["run"]["input"] == {"plan": "pro", "card": "[redacted]",
+                                   "profile": {"password": "[redacted]", "name": "Ada"}}
+    assert run["signals"][0]["payload"] == {"api_key": "[redacted]", "ok": True}
+    assert [(a["step_name"], a["status"]) for a in run["attempts"]] == [("order", "completed"), ("charge", "waiting")]
+    assert set(run["attempts"][1]["durations"]) == {"waited", "queued", "ran", "waiting"}
+    assert run["attempts"][1]["segments"][-1]["kind"] == "waiting"
+    assert [event["event"] for event in run["events"]][:1] == ["started"]
+    assert "4242" not in got["run"].content[0].text and "hunter2" not in got["run"].content[0].text
+
+    (waiting_says,) = answer(got["explain_waiting"])["explanation"]
+    assert waiting_says.startswith("waiting for signal 'payment' since ")
+    assert waiting_says.endswith("(then: cancel)")
+    paused_says = answer(got["explain_paused"])["explanation"][0]
+    assert paused_says.startswith("paused since ")
+    assert "step boom (attempt 1) failed with RuntimeError: boom (policy: pause)" in paused_says
+
+    stuck = answer(got["stuck"])
+    assert stuck["paused"]["count"] == 1
+    assert answer(got["workers"]) == {"live": 0, "gone": 0, "lease_seconds": stuck_lease(), "workers": []}
+
+
+def stuck_lease() -> float:
+    from pgflow.conf import pgflow_settings
+
+    return pgflow_settings.seconds("LEASE")
+
+
+def test_stdio_actions_dry_run_first_then_act_as_the_agent_for_the_user(users):
+    run = run_workflow(wf.WaitsForPayment.start())
+    events_before = list(run.events.values_list("event", flat=True))
+
+    async def session(client: Client) -> dict[str, Any]:
+        return {
+            "dry_pause": await client.call_tool("pause_run", {"run_id": run.pk}),
+            "resume_running": await client.call_tool("resume_run", {"run_id": run.pk, "dry_run": False}),
+            "pause": await client.call_tool("pause_run", {"run_id": run.pk, "dry_run": False}),
+            "dry_signal": await client.call_tool("send_signal", {"run_id": run.pk, "name": "payment"}),
+            "resume": await client.call_tool("resume_run", {"run_id": run.pk, "dry_run": False}),
+            "signal": await client.call_tool("send_signal", {"run_id": run.pk, "name": "payment",
+                                                             "payload": {"token": "t0k", "amount": 5},
+                                                             "dry_run": False}),
+            "missing": await client.call_tool("cancel_run", {"run_id": 10**9, "dry_run": False}),
+        }
+
+    got = stdio("operator", session)
+    dry = answer(got["dry_pause"])
+    assert dry["dry_run"] is True and dry["changed"] is False
+    assert dry["would"].startswith("pause the run")
+    assert "run is running" in error(got["resume_running"]) or "running run" in error(got["resume_running"])
+    assert answer(got["pause"])["status"] == "paused"
+    assert "it is kept until a step waiting for that name consumes it" in answer(got["dry_signal"])["would"]
+    assert answer(got["resume"])["status"] == "running"
+    assert answer(got["signal"])["changed"] is True
+    assert "no workflow run with id 1000000000" in error(got["missing"])
+
+    actor = f"agent:{AGENT} for user:operator"
+    events = list(Event.objects.filter(run=run).order_by("created_at", "id").values_list("event", "actor"))
+    assert [kind for kind, _ in events[:len(events_before)]] == events_before  # the dry runs wrote nothing
+    assert events[len(events_before):] == [("paused", actor), ("resumed", actor), ("signal_received", actor)]
+    run.refresh_from_db()
+    assert run.status == "running"
+    assert run.step_set.get(step_name="charge", status="scheduled")  # woken by the signal
+
+
+def test_stdio_permissions_are_the_users(users):
+    run = run_workflow(wf.Failing.start())
+
+    async def session(client: Client) -> dict[str, Any]:
+        return {"search": await client.call_tool("search_runs", {}),
+                "resume": await client.call_tool("resume_run", {"run_id": run.pk, "dry_run": False})}
+
+    viewer = stdio("viewer", session)
+    assert answer(viewer["search"])["count"] == 1
+    assert "lacks the pgflow.change_workflowrun permission" in error(viewer["resume"])
+    nobody = stdio("nobody", session)
+    assert "lacks the pgflow.view_workflowrun permission" in error(nobody["search"])
+    run.refresh_from_db()
+    assert run.status == "paused"
+
+
+# --- streamable HTTP -------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def http_server(users: dict[str, User], tmp_path: Path) -> Iterator[str]:
+    port = _free_port()
+    log = tmp_path / "runserver.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+                                cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/mcp/"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx2.post(url, timeout=1)
+            break
+        except httpx2.TransportError:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+def http(url: str, secret: str, session: Callable[[Client], Any], *, mode: str = "auto") -> Any:
+    async def main() -> Any:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=60) as http_client:
+            from mcp.client.streamable_http import streamable_http_client
+
+            transport = streamable_http_client(url, http_client=http_client)
+            async with Client(transport, client_info=Implementation(name=AGENT, version="1"),
+                              mode=mode) as client:  # type: ignore[arg-type]
+                return await session(client)
+
+    return anyio.run(main)
+
+
+def test_http_without_a_valid_token_is_401_and_says_nothing(http_server, users):
+    token, secret = tokens.issue(users["operator"], "revoked")
+    AccessToken.objects.filter(pk=token.pk).update(revoked_at=token.created_at)
+    _, inactive = tokens.issue(users["gone"], "inactive user")
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    for headers in ({}, {"Authorization": "Bearer pgflow_wrong"}, {"Authorization": "Basic abc"},
+                    {"Authorization": f"Bearer {secret}"}, {"Authorization": f"Bearer {inactive}"}):
+        response = httpx2.post(http_server, json=body, headers=headers, timeout=30)
+        assert response.status_code == 401, headers
+        assert response.content == b""
+
+
+def test_http_tools_act_as_the_tokens_user(http_server, users):
+    run = run_workflow(wf.Failing.start(input={"secret": "s3", "n": 1}))
+    token, secret = tokens.issue(users["operator"], "ops-bot")
+    _, viewer_secret = tokens.issue(users["viewer"], "viewer-bot")
+    assert token.last_used_at is None and secret not in {token.digest, token.prefix}
+
+    async def session(client: Client) -> dict[str, Any]:
+        return {"run": await client.call_tool("get_run", {"run_id": run.pk}),
+                "dry": await client.call_tool("cancel_run", {"run_id": run.pk}),
+                "skip": await client.call_tool("skip_step", {"run_id": run.pk, "dry_run": False})}
+
+    got = http(http_server, secret, session)
+    assert answer(got["run"])["run"]["input"] == {"secret": "[redacted]", "n": 1}
+    assert answer(got["dry"])["changed"] is False
+    assert answer(got["skip"])["status"] == "finished"
+    skipped = Event.objects.get(run=run, event="skipped")
+    assert skipped.actor == f"agent:{AGENT} for user:operator"
+    token.refresh_from_db()
+    assert token.last_used_at is not None
+
+    other = run_workflow(wf.Failing.start())
+    denied = http(http_server, viewer_secret, lambda client: client.call_tool(
+        "cancel_run", {"run_id": other.pk, "dry_run": False}), mode="legacy")
+    assert "lacks the pgflow.change_workflowrun permission" in error(denied)
+    assert WorkflowRun.objects.get(pk=other.pk).status == "paused"
