@@ -324,3 +324,27 @@ def test_the_run_list_answers_a_nul_in_a_filter_with_no_runs_not_a_500(login, vi
     assert response.status_code == 200
     if not query.startswith("q="):  # the admin drops a search of a lone NUL itself
         assert response.context["cl"].result_count == 0
+
+
+# --- smaller items ----------------------------------------------------------------------------
+
+
+def test_fan_out_members_that_never_ran_because_their_run_was_cancelled_count_as_skipped():
+    from types import SimpleNamespace
+
+    from pgflow import fanout
+    from pgflow.models import Batch, BatchMember
+    from tests import fanout_workflows as fw
+    from tests.integration.test_fanout import run_due_step, tasks
+
+    run = fw.Fan.start(input=tasks(*[("tests.fanout_tasks.double", [n]) for n in range(3)]))
+    assert run_due_step(run) == "parked"
+    batch = Batch.objects.get(run=run)
+    run.cancel(actor="ops")
+    for member in BatchMember.objects.filter(batch=batch):  # as django-q2 runs each task, then its hook
+        result = fanout.run_member(str(batch.pk), member.position, member.func, *member.args)
+        fanout.member_hook(SimpleNamespace(name=fanout.task_name(batch.pk, member.position), success=True,
+                                           result=result, attempt_count=1, id=f"t{member.position}"))
+    assert set(BatchMember.objects.filter(batch=batch).values_list("status", flat=True)) == {"skipped"}
+    batch.refresh_from_db()
+    assert (batch.succeeded, batch.failed) == (0, 0)
