@@ -320,6 +320,10 @@ def outputs_of(run: WorkflowRun) -> dict[str, Any]:
 
 def _close(step: Step, *, status: str, outcome: str, at: datetime, output: Any = None,
            error: dict[str, Any] | None = None) -> None:
+    if step.started_at is not None and at < step.started_at:
+        # A cancel that read the clock before a racing claim committed (or a clock behind the
+        # claimer's): an attempt never ends before it began.
+        at = step.started_at
     step.status = status
     step.outcome = outcome
     step.finished_at = at
@@ -781,7 +785,7 @@ def _digest(workflow_class: str) -> str | None:
 
 _CLOSE_COMPLETED = """
 UPDATE pgflow_step AS s
-SET status = 'completed', outcome = 'completed', finished_at = %(at)s, claim_token = NULL,
+SET status = 'completed', outcome = 'completed', finished_at = GREATEST(%(at)s, s.started_at), claim_token = NULL,
     lease_expires_at = NULL, output = v.output::jsonb
 FROM unnest(%(ids)s::bigint[], %(outputs)s::text[]) AS v(id, output)
 WHERE s.id = v.id
@@ -927,8 +931,8 @@ def _refresh(into: WorkflowRun | None, run: WorkflowRun) -> WorkflowRun:
 def pause(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -> WorkflowRun:
     """Pause a running run. A scheduled or waiting attempt closes; one in progress finishes
     its body, and the run parks after it."""
-    at = now()
     with locked(run_id) as run:
+        at = now()  # once the lock is held: after any claim that committed first
         _check(run, "pause")
         step = open_attempt(run)
         if step is not None and step.status != StepStatus.IN_PROGRESS:
@@ -997,8 +1001,8 @@ def _resume_missing(run: WorkflowRun, workflow: type[Workflow], *, at: datetime)
 def cancel(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -> WorkflowRun:
     """Cancel a running or paused run; its open attempt (even one in progress) closes now,
     so a body still running applies nothing when it returns."""
-    at = now()
     with locked(run_id) as run:
+        at = now()  # once the lock is held: after any claim that committed first
         _check(run, "cancel")
         step = open_attempt(run)
         if step is not None:
@@ -1009,8 +1013,8 @@ def cancel(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
 
 def skip_step(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -> WorkflowRun:
     """Skip the run's current step and move on; a paused run resumes with the next step."""
-    at = now()
     with locked(run_id) as run:
+        at = now()  # once the lock is held: after any claim that committed first
         _check(run, "skip_step")
         if run.status == RunStatus.PAUSED:
             _unpause(run, at, actor=actor)

@@ -348,3 +348,20 @@ def test_fan_out_members_that_never_ran_because_their_run_was_cancelled_count_as
     assert set(BatchMember.objects.filter(batch=batch).values_list("status", flat=True)) == {"skipped"}
     batch.refresh_from_db()
     assert (batch.succeeded, batch.failed) == (0, 0)
+
+
+def test_an_attempt_never_finishes_before_it_started_when_a_cancel_races_a_claim():
+    from datetime import timedelta
+
+    run = wf.ThreeSteps.start()
+    # The claimer's clock ahead of the canceller's by a second, or a cancel that read the
+    # clock just before the claim committed: the same inversion.
+    (held,) = store.claim(worker="t", queues=["workflows"], limit=1, at=store.now() + timedelta(seconds=1))
+    run.cancel(actor="ops")
+    attempt = Step.objects.get(pk=held.step_id)
+    assert attempt.finished_at >= attempt.started_at
+    other = wf.ThreeSteps.start()
+    (held,) = store.claim(worker="t", queues=["workflows"], limit=1, at=store.now() + timedelta(seconds=1))
+    assert store.finish_many([store.Finished(claim=held, outcome=Outcome(kind="complete"))]) == [True]
+    attempt = Step.objects.get(pk=held.step_id)
+    assert attempt.finished_at >= attempt.started_at, other
