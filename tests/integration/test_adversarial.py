@@ -215,7 +215,7 @@ def test_the_committer_retries_an_outcome_whose_run_was_held(second_connection):
         future = committer.submit_later(store.Finished(claim=held, outcome=Outcome(kind="complete"), output=1))
         time.sleep(0.3)
         assert not future.done()
-        other = wf.ThreeSteps.start()
+        wf.ThreeSteps.start()
         (other_claim,) = claim_all().values()
         assert committer.submit(store.Finished(claim=other_claim, outcome=Outcome(kind="complete"))) is True
         second_connection.rollback()
