@@ -235,7 +235,8 @@ def delay_of(workflow: type[Workflow], run: WorkflowRun, definition: StepDefinit
 
 def _next_step(run: WorkflowRun, workflow: type[Workflow], step_name: str) -> StepDefinition | None:
     steps = workflow.steps()
-    if _changed(run, workflow):
+    if _changed(run, workflow) and (steps.get(step_name) is not None or step_name in steps.removed):
+        # (a step that vanished undeclared still pauses the run below, naming it)
         return _next_by_history(run, workflow, step_name, at=now())
     if steps.get(step_name) is not None:
         return steps.next_after(step_name)
@@ -950,7 +951,9 @@ def resume(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
         if open_attempt(run) is None:  # an attempt still in progress will move the run on itself
             workflow = run.workflow()
             definition = workflow.steps().get(run.current_step or "")
-            if _changed(run, workflow) and (definition is None or _passed_over(run, workflow, definition)):
+            # A step moved before this one that the run never ran comes first (by its history);
+            # a current step that vanished keeps its own rule below (removed_steps or a pause).
+            if definition is not None and _changed(run, workflow) and _passed_over(run, workflow, definition):
                 definition = _next_by_history(run, workflow, None, at=at)
                 if definition is None:
                     _finish_run(run, at, reason="every step of the changed definition has run")
