@@ -84,8 +84,9 @@ class Runner:
                 word, applied = fanout.execute(prepared)
                 return self._result(held, word, started, applied=applied)
             outcome, output, error = run_body(prepared)
-            if not self._hand_over(held.token):
-                return self._result(held, "ignored", started, applied=False)  # the timeout was first
+            if not self._hand_over(held.token):  # the timeout was handed over first
+                store.log_ignored(held, "its timeout was applied first")
+                return self._result(held, "ignored", started, applied=False)
             if error is not None:
                 return self._fail(prepared, error, started)
             finished = store.Finished(claim=held, outcome=outcome, output=output)
