@@ -344,6 +344,10 @@ def run_member(batch_id: str, position: int, func: str, /, *args: Any, **kwargs:
     does nothing and says so in its result. A resumed fan_out opens a fresh batch, so running
     the old one's members would run them twice."""
     if not Step.objects.filter(batch_id=batch_id, status=StepStatus.WAITING).exists():
+        # Counted as skipped, not succeeded: it never ran. Its row leaves `pending` here, so
+        # the hook reporting the task's (successful) result counts nothing.
+        BatchMember.objects.filter(batch_id=batch_id, position=position, status=BatchMember.Status.PENDING).update(
+            status=BatchMember.Status.SKIPPED, finished_at=store.now(), error=None)
         logger.info("fan_out: batch %s member %s not run: its step no longer waits on the batch", batch_id,
                     position, extra={"action": "fan_out_member_skipped", "batch_id": str(batch_id)})
         return {"pgflow": "not run: the step no longer waits on this batch (cancelled, paused or skipped)"}

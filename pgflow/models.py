@@ -267,6 +267,7 @@ class BatchMember(models.Model):
         PENDING = "pending"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
+        SKIPPED = "skipped"  # never ran: its step stopped waiting (the run was cancelled, paused or skipped)
 
     batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="members")
     position = models.PositiveIntegerField()

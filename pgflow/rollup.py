@@ -154,9 +154,13 @@ _RAN = """CASE WHEN started_at IS NULL THEN NULL
                WHEN finished_at IS NOT NULL THEN greatest(extract(epoch FROM finished_at - started_at)::float8, 0)
           END"""
 
+# What the live attempt count reads of a step row (not its output or error text).
+_STEP_COLUMNS = "run_id, step_name, outcome, error_class, status, created_at, scheduled_at, started_at, finished_at, " \
+                "waiting_since"
+
 _STARTED_SQL = """
     SELECT floor(extract(epoch FROM created_at) / %(bucket)s)::bigint, workflow_class, count(*)
-    FROM pgflow_run WHERE {created} GROUP BY 1, 2
+    FROM {created} AS r GROUP BY 1, 2
 """
 
 # One scan gives the counts per bucket and the duration histogram per class (grouping sets).
@@ -166,7 +170,7 @@ _ENDED_SQL = f"""
         SELECT workflow_class, status, floor(extract(epoch FROM finished_at) / %(bucket)s)::bigint AS slot,
                CASE WHEN status = 'finished'
                     THEN {histogram.sql_bucket("extract(epoch FROM finished_at - created_at)::float8")} END AS duration
-        FROM pgflow_run WHERE status IN ('finished', 'cancelled') AND {{finished}}
+        FROM {{finished}} AS r WHERE status IN ('finished', 'cancelled')
     ) AS ended
     GROUP BY GROUPING SETS ((workflow_class, slot, status), (workflow_class, duration))
 """
@@ -177,7 +181,7 @@ _ATTEMPTS_SQL = f"""
     WITH attempt AS (
         SELECT s.run_id, s.step_name, s.outcome, coalesce(s.error_class, '') AS error_class,
                floor(extract(epoch FROM s.finished_at) / %(bucket)s)::bigint AS slot, {_PHASES_SQL}
-        FROM pgflow_step s WHERE {{finished}}
+        FROM {{finished}} AS s
     ), phases AS (
         SELECT run_id, step_name, status, outcome, error_class, slot,
                {_WAITED} AS waited, {_QUEUED} AS queued, {_RAN} AS ran
@@ -212,20 +216,25 @@ def aggregate(ranges: Sequence[tuple[datetime, datetime]], bucket_seconds: int) 
     for index, (low, high) in enumerate(spans):
         params[f"low{index}"], params[f"high{index}"] = low, high
 
-    def within(column: str) -> str:
-        return "(" + " OR ".join(f"({column} >= %(low{i})s AND {column} < %(high{i})s)"
-                                 for i in range(len(spans))) + ")"
+    def within(table: str, column: str, columns: str) -> str:
+        # The rows of each span, one range scan each. Not "a OR b": an index scan cannot
+        # bound itself by an OR, so with the statistics behind a burst of writes (a planner
+        # expecting one row) it read the whole finished_at index and filtered it.
+        return "(" + " UNION ALL ".join(
+            f"SELECT {columns} FROM {table} WHERE {column} >= %(low{i})s AND {column} < %(high{i})s"
+            for i in range(len(spans))) + ")"
 
-    for slot, path, count in _rows(_STARTED_SQL.format(created=within("created_at")), params):
+    started = within("pgflow_run", "created_at", "created_at, workflow_class")
+    for slot, path, count in _rows(_STARTED_SQL.format(created=started), params):
         counted._run(slot, path)[0] += count
-    for grouping, path, slot, status, duration, count in _rows(
-            _ENDED_SQL.format(finished=within("finished_at")), params):
+    ended = within("pgflow_run", "finished_at", "workflow_class, status, created_at, finished_at")
+    for grouping, path, slot, status, duration, count in _rows(_ENDED_SQL.format(finished=ended), params):
         if grouping == 0:
             counted._run(slot, path)[1 if status == "finished" else 2] += count
         elif duration is not None:  # a cancelled run has no duration
             counted.durations.setdefault(path, {})[duration] = count
     for grouping, path, name, slot, outcome, error_class, *keys, count, failed in _rows(
-            _ATTEMPTS_SQL.format(finished=within("s.finished_at")), params):
+            _ATTEMPTS_SQL.format(finished=within("pgflow_step", "finished_at", _STEP_COLUMNS)), params):
         if grouping == _FAILURES:
             if failed:
                 counted.failures[(slot, outcome, error_class)] = failed

@@ -11,11 +11,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import store
+from .conf import pgflow_settings
 from .core import jsonvalue
 from .core.flow import CANCEL, PAUSE, SKIP, Outcome
 from .core.states import TERMINAL_RUN, StepStatus
-from .exceptions import InvalidTransition, WorkflowNotFound
+from .exceptions import InputTooLarge, InvalidTransition, WorkflowNotFound
 from .models import Signal, Step, WorkflowRun
+from .registry import resolve
 
 if TYPE_CHECKING:
     from .core.definitions import StepDefinition
@@ -27,13 +29,18 @@ def signal(run_or_id: WorkflowRun | int, name: str, payload: Any = None, *, acto
     """Deliver the signal ``name`` to a run; wakes its step if that step waits for it.
 
     Raises ``WorkflowRun.DoesNotExist`` for an unknown run, ``InvalidTransition`` for a
-    finished or cancelled run, ``TypeError`` for a payload that is not JSON-serialisable
-    (nothing is stored then). A paused run keeps the signal for when it resumes.
+    finished or cancelled run, ``TypeError`` for a payload that is not JSON-serialisable,
+    ``ValueError`` for a name or payload PostgreSQL cannot store, ``InputTooLarge`` past
+    ``MAX_INPUT_BYTES`` (nothing is stored then). A paused run keeps the signal for when it resumes.
     """
-    if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT or "\x00" in name:
+    if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT or jsonvalue.text_problem(name):
         raise ValueError(f"a signal name must be a non-empty string of at most {NAME_LIMIT} characters "
-                         f"(no NUL), got {name!r}")
+                         f"(no NUL, no lone surrogate), got {name!r}")
     size = len(jsonvalue.encode(payload, "signal payload").encode())
+    limit = pgflow_settings.MAX_INPUT_BYTES
+    if size > limit:
+        raise InputTooLarge(f"signal payload is {size} bytes as JSON; the limit is {limit} "
+                            f"(PGFLOW['MAX_INPUT_BYTES'], which bounds inputs and signal payloads alike)")
     run_id = run_or_id.pk if isinstance(run_or_id, WorkflowRun) else run_or_id
     at = store.now()
     with store.locked(run_id) as run:
@@ -42,18 +49,60 @@ def signal(run_or_id: WorkflowRun | int, name: str, payload: Any = None, *, acto
         received = Signal.objects.create(run=run, name=name, payload=payload, received_at=at)
         store.event(run, "signal_received", actor=actor, at=at, name=name, payload_bytes=size)
         step = store.open_attempt(run)
-        if step is not None and step.status == StepStatus.WAITING and step.batch_id is None \
-                and _waits_for(run, step) == name:
-            store.wake(step, at=at)
+        if step is not None and step.status == StepStatus.WAITING and step.batch_id is None:
+            waits_for = _waits_for(run, step)
+            if waits_for == name:
+                store.wake(step, at=at)
+            elif waits_for is None:
+                _wake_stale(run, step, at=at)
     return received
 
 
 def _waits_for(run: WorkflowRun, step: Step) -> str | None:
+    """The signal name the waiting attempt's step waits for now; None when it waits for none
+    any more (its definition changed or is gone), "" when the class cannot be loaded."""
     try:
         definition = run.workflow().steps().get(step.step_name)
     except WorkflowNotFound:
-        return None
+        return ""  # nothing to decide until the class is back; the run page shows why
     return definition.wait_for if definition else None
+
+
+def _wake_stale(run: WorkflowRun, step: Step, *, at: datetime) -> None:
+    """A signal wait whose definition no longer waits: due now, where ``prepare`` runs it as
+    the step it is now (or skips / pauses on a removed or unknown step), said in the audit trail."""
+    store.event(run, "definition_changed", step=step, at=at, step_name=step.step_name,
+                change="the step no longer waits for a signal: its waiting attempt runs now")
+    store.wake(step, at=at)
+
+
+def repair_waits(*, at: datetime, limit: int = 500) -> int:
+    """Wake signal waits whose step no longer waits for a signal (the sweep calls this).
+
+    Reads each (class, step) pair of the waiting attempts once, so the cost follows the
+    number of distinct waiting steps, not of waiting runs.
+    """
+    pairs = (Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True)
+             .values_list("run__workflow_class", "step_name").distinct())
+    stale = []
+    for workflow_class, step_name in pairs:
+        try:
+            definition = resolve(workflow_class).steps().get(step_name)
+        except WorkflowNotFound:
+            continue
+        if definition is None or not definition.wait_for:
+            stale.append((workflow_class, step_name))
+    woken = 0
+    for workflow_class, step_name in stale:
+        ids = (Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True, step_name=step_name,
+                                   run__workflow_class=workflow_class).values_list("pk", "run_id")[:limit])
+        for step_id, run_id in list(ids):
+            with store.locked(run_id) as run:
+                step = Step.objects.select_for_update().filter(pk=step_id, status=StepStatus.WAITING).first()
+                if step is not None and _waits_for(run, step) is None:
+                    _wake_stale(run, step, at=at)
+                    woken += 1
+    return woken
 
 
 def take_signal(run: WorkflowRun, step: Step, definition: StepDefinition, *, at: datetime) -> Signal | None:

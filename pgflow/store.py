@@ -99,8 +99,10 @@ def start_run(workflow: type[Workflow], *, subject: Any = None, input: Any = Non
     """Create a run and its first attempt in the caller's transaction (see Workflow.start)."""
     payload = _checked_input(input)
     subject_type, subject_id = _checked_subject(subject)
-    if key is not None and (not isinstance(key, str) or not key or len(key) > 255 or "\x00" in key):
-        raise ValueError(f"key must be a non-empty string of at most 255 characters (no NUL) or None, got {key!r}")
+    if key is not None and (not isinstance(key, str) or not key or len(key) > 255
+                            or jsonvalue.text_problem(key)):
+        raise ValueError(f"key must be a non-empty string of at most 255 characters (no NUL, no lone "
+                         f"surrogate) or None, got {key!r}")
     path = workflow.workflow_path()
     at = now()
     with transaction.atomic():
@@ -234,11 +236,45 @@ def delay_of(workflow: type[Workflow], run: WorkflowRun, definition: StepDefinit
 
 def _next_step(run: WorkflowRun, workflow: type[Workflow], step_name: str) -> StepDefinition | None:
     steps = workflow.steps()
+    if _changed(run, workflow) and (steps.get(step_name) is not None or step_name in steps.removed):
+        # (a step that vanished undeclared still pauses the run below, naming it)
+        return _next_by_history(run, workflow, step_name, at=now())
     if steps.get(step_name) is not None:
         return steps.next_after(step_name)
     if step_name in steps.removed:
         return _after_removed(run, steps)
     raise StepNotFound(_missing_step_message(run, step_name))
+
+
+def _changed(run: WorkflowRun, workflow: type[Workflow]) -> bool:
+    """Whether the class's step list (names, kinds, order) differs from the one the run began on."""
+    return bool(run.definition_digest) and run.definition_digest != workflow.definition_digest()
+
+
+def _next_by_history(run: WorkflowRun, workflow: type[Workflow], current: str | None, *,
+                     at: datetime) -> StepDefinition | None:
+    """On a changed definition the run goes by its own history: the next step is the first
+    of the current list it has not completed or skipped, so a reordered or inserted step is
+    never passed over silently. Where that differs from the step the order alone gives,
+    the audit trail says so."""
+    steps = workflow.steps()
+    done = set(Step.objects.filter(run=run, status__in=[StepStatus.COMPLETED, StepStatus.SKIPPED])
+               .values_list("step_name", flat=True))
+    if current is not None:
+        done.add(current)
+    nxt = next((definition for definition in steps if definition.name not in done), None)
+    try:
+        by_order = steps.next_after(current) if current is not None and current in steps else None
+    except StepNotFound:
+        by_order = None
+    if current is None or (by_order.name if by_order else None) != (nxt.name if nxt else None):
+        not_run = [definition.name for definition in steps if definition.name not in done]
+        event(run, "definition_changed", at=at, step_name=current, next_step=nxt.name if nxt else None,
+              by_order=by_order.name if by_order else None, not_run=not_run,
+              change=f"the steps of {run.workflow_class} changed since this run began "
+                     f"(digest {run.definition_digest[:12]} -> {workflow.definition_digest()[:12]}); "
+                     f"it goes on by its own history with {nxt.name if nxt else 'nothing left: it finishes'}")
+    return nxt
 
 
 def _after_removed(run: WorkflowRun, steps: Any) -> StepDefinition | None:
@@ -286,6 +322,10 @@ def outputs_of(run: WorkflowRun) -> dict[str, Any]:
 
 def _close(step: Step, *, status: str, outcome: str, at: datetime, output: Any = None,
            error: dict[str, Any] | None = None) -> None:
+    if step.started_at is not None and at < step.started_at:
+        # A cancel that read the clock before a racing claim committed (or a clock behind the
+        # claimer's): an attempt never ends before it began.
+        at = step.started_at
     step.status = status
     step.outcome = outcome
     step.finished_at = at
@@ -309,6 +349,13 @@ def apply(run: WorkflowRun, step: Step, outcome: Outcome, *, at: datetime, actor
     The one place an attempt's end turns into the run's next state, whoever ended it: the
     body, a policy, a timeout, a signal wait's deadline, a batch, or an operator.
     """
+    if step.status not in OPEN_STEP:
+        # Every caller holds the attempt open under the run lock; a second outcome for one
+        # attempt is a bug that must not move the run twice.
+        raise InvalidTransition(f"attempt {step.pk} of run {run.pk} is already {step.status}: "
+                                f"it takes no second outcome ({outcome.word})")
+    if error is not None:
+        error = jsonvalue.storable(error)  # a message with a NUL or a lone surrogate still records
     status = attempt_status(outcome, failed=error is not None)
     _close(step, status=status, outcome=outcome.word, at=at, output=output, error=error)
     if error is not None:
@@ -355,6 +402,7 @@ def _pause_reason(step: Step, error: dict[str, Any] | None) -> str:
 
 def _pause_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step | None = None,
                reason: str = "") -> None:
+    reason = jsonvalue.storable(reason)
     run.status = RunStatus.PAUSED
     run.paused_reason = reason[:2000]
     run.updated_at = at
@@ -364,6 +412,7 @@ def _pause_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step 
 
 def _cancel_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step | None = None,
                 reason: str = "") -> None:
+    reason = jsonvalue.storable(reason)
     run.status = RunStatus.CANCELLED
     run.finished_at = at
     run.updated_at = at
@@ -540,8 +589,10 @@ def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
             log_ignored(held, "it is no longer in progress under this claim")
             return None
         if run.status != RunStatus.RUNNING:
-            # Not reachable while pause/cancel close open attempts, but never run a stopped run's body.
+            # Not reachable while pause/cancel close open attempts, but never run a stopped run's
+            # body, and never close an attempt without saying so in the audit trail.
             _close(step, status=StepStatus.CANCELLED, outcome="cancelled", at=at)
+            event(run, "step_cancelled", step=step, at=at, reason=f"the run is {run.status}")
             return None
         try:
             workflow_class = run.workflow()
@@ -671,31 +722,51 @@ class Finished:
     error: dict[str, Any] | None = None
 
 
-def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bool]:
+def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bool | None]:
     """``finish`` for many attempts in one transaction (the worker's group commit).
 
-    Locks the runs in id order (so two batches never deadlock), checks every claim token,
-    applies the common case (a body that returned, on a running run) with a handful of
-    set-based statements, and everything else through ``apply`` one by one. Returns, per
-    item, whether it was applied.
+    Locks the runs it can lock now (``SKIP LOCKED``: a run another transaction holds, say a
+    webhook's ``signal()`` inside a long ``atomic()``, never holds up the others), checks
+    every claim token, applies the common case (a body that returned, on a running run of an
+    unchanged definition) with a handful of set-based statements, and everything else
+    through ``apply`` one by one. Returns, per item, whether it was applied, or None when its
+    run was locked elsewhere: the caller tries it again in a later transaction.
+
+    One outcome per attempt: a second item for an attempt already applied in this batch
+    (a completion and a timeout that crossed) is ignored.
     """
     at = at or now()
-    applied = [False] * len(items)
+    applied: list[bool | None] = [False] * len(items)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT id, status, workflow_class FROM pgflow_run WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
-                       [sorted({item.claim.run_id for item in items})])
-        runs = {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
+        cursor.execute("SELECT id, status, workflow_class, definition_digest FROM pgflow_run WHERE id = ANY(%s) "
+                       "ORDER BY id FOR UPDATE SKIP LOCKED", [sorted({item.claim.run_id for item in items})])
+        runs = {row[0]: (row[1], row[2], row[3]) for row in cursor.fetchall()}
+        missing = sorted({item.claim.run_id for item in items} - runs.keys())
+        if missing:  # locked elsewhere, or deleted (retention): only the first come back later
+            cursor.execute("SELECT id FROM pgflow_run WHERE id = ANY(%s)", [missing])
+            busy = {row[0] for row in cursor.fetchall()}
+        else:
+            busy = set()
         cursor.execute("SELECT id, claim_token FROM pgflow_step WHERE id = ANY(%s) AND status = 'in_progress' "
-                       "ORDER BY id FOR UPDATE", [sorted(item.claim.step_id for item in items)])
+                       "ORDER BY id FOR UPDATE",
+                       [sorted(item.claim.step_id for item in items if item.claim.run_id in runs)])
         tokens = dict(cursor.fetchall())
         plain, other = [], []
         for index, item in enumerate(items):
             run = runs.get(item.claim.run_id)
-            if run is None or tokens.get(item.claim.step_id) != item.claim.token:
-                log_ignored(item.claim, "it was ended elsewhere (timed out, lease taken over, or an operator acted)")
+            if run is None and item.claim.run_id in busy:
+                applied[index] = None  # locked by another transaction: not now
+                continue
+            if run is None:
+                log_ignored(item.claim, "its run no longer exists")
+                continue
+            if tokens.pop(item.claim.step_id, None) != item.claim.token:
+                log_ignored(item.claim, "it was ended elsewhere (timed out, lease taken over, an operator acted, "
+                                        "or another outcome of it was applied)")
                 continue
             applied[index] = True
-            if item.outcome.kind == COMPLETE and item.error is None and run[0] == RunStatus.RUNNING:
+            if (item.outcome.kind == COMPLETE and item.error is None and run[0] == RunStatus.RUNNING
+                    and _digest(run[1]) == run[2]):
                 plain.append((item, run[1]))
             else:
                 other.append(item)
@@ -708,9 +779,19 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
     return applied
 
 
+def _digest(workflow_class: str) -> str | None:
+    """The current definition digest of ``workflow_class``; None when it does not import."""
+    from .registry import resolve
+
+    try:
+        return resolve(workflow_class).definition_digest()
+    except WorkflowNotFound:
+        return None
+
+
 _CLOSE_COMPLETED = """
 UPDATE pgflow_step AS s
-SET status = 'completed', outcome = 'completed', finished_at = %(at)s, claim_token = NULL,
+SET status = 'completed', outcome = 'completed', finished_at = GREATEST(%(at)s, s.started_at), claim_token = NULL,
     lease_expires_at = NULL, output = v.output::jsonb
 FROM unnest(%(ids)s::bigint[], %(outputs)s::text[]) AS v(id, output)
 WHERE s.id = v.id
@@ -856,8 +937,8 @@ def _refresh(into: WorkflowRun | None, run: WorkflowRun) -> WorkflowRun:
 def pause(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -> WorkflowRun:
     """Pause a running run. A scheduled or waiting attempt closes; one in progress finishes
     its body, and the run parks after it."""
-    at = now()
     with locked(run_id) as run:
+        at = now()  # once the lock is held: after any claim that committed first
         _check(run, "pause")
         step = open_attempt(run)
         if step is not None and step.status != StepStatus.IN_PROGRESS:
@@ -875,6 +956,13 @@ def resume(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
         if open_attempt(run) is None:  # an attempt still in progress will move the run on itself
             workflow = run.workflow()
             definition = workflow.steps().get(run.current_step or "")
+            # A step moved before this one that the run never ran comes first (by its history);
+            # a current step that vanished keeps its own rule below (removed_steps or a pause).
+            if definition is not None and _changed(run, workflow) and _passed_over(run, workflow, definition):
+                definition = _next_by_history(run, workflow, None, at=at)
+                if definition is None:
+                    _finish_run(run, at, reason="every step of the changed definition has run")
+                    return _refresh(into, run)
             if definition is None:
                 _resume_missing(run, workflow, at=at)
             else:
@@ -886,6 +974,14 @@ def resume(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
                           signal_id=last.signal_id if last else None)
                 run.save(update_fields=["current_step", "updated_at"])
     return _refresh(into, run)
+
+
+def _passed_over(run: WorkflowRun, workflow: type[Workflow], definition: StepDefinition) -> bool:
+    """Whether a step before ``definition`` in the current list never completed or was skipped in this run."""
+    before = [d.name for d in workflow.steps()][: workflow.steps().index(definition.name) or 0]
+    done = set(Step.objects.filter(run=run, status__in=[StepStatus.COMPLETED, StepStatus.SKIPPED],
+                                   step_name__in=before).values_list("step_name", flat=True))
+    return len(done) < len(before)
 
 
 def _unpause(run: WorkflowRun, at: datetime, *, actor: Any) -> None:
@@ -913,8 +1009,8 @@ def _resume_missing(run: WorkflowRun, workflow: type[Workflow], *, at: datetime)
 def cancel(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -> WorkflowRun:
     """Cancel a running or paused run; its open attempt (even one in progress) closes now,
     so a body still running applies nothing when it returns."""
-    at = now()
     with locked(run_id) as run:
+        at = now()  # once the lock is held: after any claim that committed first
         _check(run, "cancel")
         step = open_attempt(run)
         if step is not None:
@@ -925,8 +1021,8 @@ def cancel(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
 
 def skip_step(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -> WorkflowRun:
     """Skip the run's current step and move on; a paused run resumes with the next step."""
-    at = now()
     with locked(run_id) as run:
+        at = now()  # once the lock is held: after any claim that committed first
         _check(run, "skip_step")
         if run.status == RunStatus.PAUSED:
             _unpause(run, at, actor=actor)

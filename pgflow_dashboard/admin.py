@@ -28,7 +28,7 @@ from django.utils.html import format_html
 
 from pgflow import schedules as pgflow_schedules
 from pgflow.conf import pgflow_settings
-from pgflow.core import ticks
+from pgflow.core import jsonvalue, ticks
 from pgflow.exceptions import DefinitionError, PgflowError
 from pgflow.models import AccessToken, Schedule, Step, Worker, WorkflowRun
 
@@ -54,6 +54,8 @@ class WorkflowClassFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
         value = self.value()
+        if value and jsonvalue.text_problem(value):
+            return queryset.none()  # no class path holds a NUL or a lone surrogate
         return queryset.filter(workflow_class=value) if value else queryset
 
     def get_facet_counts(self, pk_attname: str, filtered_qs: QuerySet[Any]) -> dict[str, Count]:
@@ -81,6 +83,8 @@ class ErrorClassFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
+        if jsonvalue.text_problem(value):
+            return queryset.none()  # no stored error class holds a NUL or a lone surrogate
         failed = Step.objects.filter(run=OuterRef("pk"), status="failed", error_class=value)
         return queryset.filter(Exists(failed))
 
@@ -130,6 +134,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
+        if jsonvalue.text_problem(term):
+            return queryset.none(), False  # no key or subject id holds a NUL or a lone surrogate
         match = Q(key__icontains=term) | Q(subject_id=term)
         number = term.removeprefix("#")
         if number.isdigit() and len(number) < 19:  # a bigint

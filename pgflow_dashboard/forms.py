@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 
+from pgflow.core import jsonvalue
 from pgflow.signals import NAME_LIMIT
 
 
@@ -19,15 +20,28 @@ class SignalForm(forms.Form):
         help_text='JSON, e.g. {"amount": 10}; empty sends null',
     )
 
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"]
+        why = jsonvalue.text_problem(name)
+        if why:
+            raise forms.ValidationError(f"the signal name cannot be stored: {why}")
+        return name
+
     def clean_payload(self) -> Any:
         text = self.cleaned_data["payload"]
         if not text:
             return None
         try:
             # NaN and Infinity are not JSON: PostgreSQL's jsonb refuses them.
-            return json.loads(text, parse_constant=_refuse_constant)
+            value = json.loads(text, parse_constant=_refuse_constant)
         except ValueError as exc:
             raise forms.ValidationError(f"the payload is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise forms.ValidationError("the payload is nested too deeply to read as JSON") from None
+        why = jsonvalue.problem(value)  # a lone surrogate or NUL escape parses but cannot be stored
+        if why:
+            raise forms.ValidationError(f"the payload cannot be stored: {why}")
+        return value
 
 
 def _refuse_constant(name: str) -> Any:

@@ -16,13 +16,17 @@ import threading
 from concurrent.futures import Future
 
 import psycopg
-from django.db import DatabaseError, InterfaceError, connection
+from django.db import InterfaceError, OperationalError, connection
 
 from .. import store
+from ..conf import pgflow_settings
+from ..core import errors as error_capture
+from ..core.flow import PAUSE, Outcome
 
 logger = logging.getLogger("pgflow")
 
 MAX_BATCH = 64  # outcomes per transaction; bounds lock time and statement size
+RETRY_LOCKED = 0.05  # seconds before trying again an outcome whose run another transaction holds
 
 
 class Committer:
@@ -46,11 +50,21 @@ class Committer:
         self._thread.join(10)
 
     def _loop(self) -> None:
+        waiting: list[tuple[store.Finished, Future[bool]]] = []  # outcomes whose run was locked elsewhere
         while True:
-            first = self._queue.get()
+            if waiting:  # outcomes wait on another transaction's lock: look again soon
+                try:
+                    first = self._queue.get(timeout=RETRY_LOCKED)
+                except queue.Empty:
+                    first = waiting.pop()
+            else:
+                first = self._queue.get()
             if first is None:
+                for _, future in waiting:  # the lease and the sweep take these over
+                    future.set_exception(RuntimeError("the run stayed locked by another transaction until shutdown"))
                 break
-            batch = [first]
+            batch = [*waiting, first]
+            waiting = []
             stopping = False
             while len(batch) < MAX_BATCH:
                 try:
@@ -61,23 +75,53 @@ class Committer:
                     stopping = True
                     break
                 batch.append(more)
-            self._apply(batch)
+            waiting = self._apply(batch)
             if stopping:
                 break
         connection.close()
 
-    def _apply(self, batch: list[tuple[store.Finished, Future[bool]]]) -> None:
+    def _apply(self, batch: list[tuple[store.Finished, Future[bool]]]) -> list[tuple[store.Finished, Future[bool]]]:
+        """Apply ``batch``; returns the items whose run another transaction held (for later)."""
         try:
             results = store.finish_many([item for item, _ in batch])
-        except (DatabaseError, InterfaceError, psycopg.Error) as exc:
-            connection.close()  # reconnect for the next batch
+        except (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            connection.close()  # the database went away: reconnect for the next batch
             for _, future in batch:
                 future.set_exception(exc)
-            return
+            return []
         except BaseException as exc:
-            logger.exception("applying %d outcomes failed", len(batch), extra={"action": "commit_failed"})
-            for _, future in batch:
-                future.set_exception(exc)
+            if len(batch) > 1:
+                # One bad item (a value PostgreSQL refused) must not fail the others: alone,
+                # each healthy one applies and only the bad one fails, with its own error.
+                logger.warning("applying %d outcomes failed (%s: %s); applying them one by one", len(batch),
+                               type(exc).__name__, exc, extra={"action": "commit_retry_each"})
+                later = []
+                for one in batch:
+                    later.extend(self._apply([one]))
+                return later
+            self._refused(batch[0], exc)
+            return []
+        later = []
+        for (item, future), applied in zip(batch, results, strict=True):
+            if applied is None:
+                later.append((item, future))
+            else:
+                future.set_result(applied)
+        return later
+
+    def _refused(self, entry: tuple[store.Finished, Future[bool]], exc: BaseException) -> None:
+        """The database refused this outcome: record the refusal as the attempt's error and pause."""
+        item, future = entry
+        logger.error("applying the outcome of step %s failed: %s: %s", item.claim.step_id, type(exc).__name__, exc,
+                     extra={"action": "commit_failed", "run_id": item.claim.run_id})
+        error = error_capture.capture(exc, **pgflow_settings.capture_options())
+        failed = store.Finished(claim=item.claim, outcome=Outcome(kind=PAUSE), error=error)
+        try:
+            (applied,) = store.finish_many([failed])
+        except BaseException as again:  # noqa: BLE001 - left to the lease and the sweep
+            future.set_exception(again)
             return
-        for (_, future), applied in zip(batch, results, strict=True):
-            future.set_result(applied)
+        if applied is None:
+            future.set_exception(exc)  # its run was locked meanwhile: the lease and the sweep take over
+        else:
+            future.set_result(False)  # the body's own outcome was not applied

@@ -64,6 +64,9 @@ class Runner:
                  finish_later: Callable[[store.Finished], Future[bool]] | None = None) -> None:
         self._active: dict[Any, Prepared] = {}
         self._timed_out: set[Any] = set()
+        # Attempts whose outcome was handed over (the body's, or a timeout's): the first wins,
+        # so a body returning just as its timeout fires never has both applied.
+        self._handed: set[Any] = set()
         self._lock = threading.Lock()
         self._finish = finish or _finish_one
         self._finish_later = finish_later
@@ -82,6 +85,9 @@ class Runner:
                 word, applied = fanout.execute(prepared)
                 return self._result(held, word, started, applied=applied)
             outcome, output, error = run_body(prepared)
+            if not self._hand_over(held.token):  # the timeout was handed over first
+                store.log_ignored(held, "its timeout was applied first")
+                return self._result(held, "ignored", started, applied=False)
             if error is not None:
                 return self._fail(prepared, error, started)
             finished = store.Finished(claim=held, outcome=outcome, output=output)
@@ -94,6 +100,7 @@ class Runner:
             with self._lock:
                 self._active.pop(held.token, None)
                 self._timed_out.discard(held.token)
+                self._handed.discard(held.token)
 
     def overdue(self, at: datetime) -> list[Any]:
         """Tokens of running attempts past their step's ``timeout``."""
@@ -107,11 +114,19 @@ class Runner:
         """Fail a running attempt that passed its ``timeout``; its body's late return is ignored."""
         with self._lock:
             prepared = self._active.get(token)
-        if prepared is None:
-            return None
+        if prepared is None or not self._hand_over(token):
+            return None  # the body ended first: its outcome is the one applied
         seconds = prepared.definition.timeout
         error = StepTimeout(f"step {prepared.step.step_name!r} ran past its timeout of {seconds:g}s")
         return self._fail(prepared, error, time.monotonic())
+
+    def _hand_over(self, token: Any) -> bool:
+        """True for the first outcome of the attempt ``token`` (body or timeout), False after."""
+        with self._lock:
+            if token in self._handed:
+                return False
+            self._handed.add(token)
+            return True
 
     def _fail(self, prepared: Prepared, error: BaseException, started: float) -> Result:
         outcome, report = decide(prepared, error)
@@ -142,9 +157,11 @@ def run_body(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
     """Call the step body; returns (outcome, output, error). Never raises for the body's sake."""
     try:
         returned = invoke(prepared.workflow, prepared.definition, prepared.signal)
-    except FlowControl as control:
+    except FlowControl as control:  # first: a flow-control verb is not a failure
         return control.outcome, None, None
-    except Exception as exc:  # noqa: BLE001 - every body failure goes through the policies
+    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt… fail the attempt too
+        # A body's SystemExit is not the worker's: left to escape, the attempt would stay
+        # in progress until its lease ran out and be taken for a lost worker.
         return Outcome(kind=COMPLETE), None, exc
     try:
         jsonvalue.encode(returned, f"the output of step {prepared.definition.name!r}")

@@ -45,6 +45,7 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
         counts = {
             "lost_leases": _each(_expired_leases(at), lambda step_id: recover_lost(step_id, at=at)),
             "wait_timeouts": _each(_past_deadline(at), lambda step_id: _time_out(step_id, at)),
+            "stale_waits": _repair_waits(at),
             "fan_out_repairs": _repair_fan_outs(at),
             "rolled_hours": _roll(at),
             "purged_runs": purge(at=at),
@@ -90,6 +91,16 @@ def _time_out(step_id: int, at: datetime) -> bool:
     from ..signals import time_out
 
     return time_out(step_id, at=at)
+
+
+def _repair_waits(at: datetime) -> int:
+    from ..signals import repair_waits
+
+    try:
+        return repair_waits(at=at)
+    except Exception:
+        logger.exception("sweep: repairing stale signal waits failed", extra={"action": "sweep_error"})
+        return 0
 
 
 def _repair_fan_outs(at: datetime) -> int:
