@@ -1,5 +1,6 @@
-"""The sweep: repairs what no single worker can see. One worker at a time runs it, under
-an advisory lock, and each repair is its own short transition under the run's lock.
+"""The sweep: repairs what no single worker can see. Each repair is its own short
+transition under the run's lock; the housekeeping runs in one worker at a time, under an
+advisory lock.
 
 - attempts whose lease ran out (their worker died): a fresh attempt, or a pause after
   MAX_LOST_ATTEMPTS in a row;
@@ -35,22 +36,31 @@ RETENTION_ROUNDS = 10  # statements per sweep, so one sweep stays short
 
 
 def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
-    """One sweep; returns how many of each repair it made ({} when another worker sweeps)."""
+    """One sweep; returns how many of each repair it made.
+
+    The repairs of attempts (lost leases, wait deadlines, stale waits) run in every
+    worker's sweep, without the sweep lock: each is a transition that locks its run and
+    checks again, so two sweeps cannot apply one twice, and a worker frozen in the middle of
+    a sweep (its connection open, its session lock held) cannot stop the others from
+    recovering its attempts. Only the housekeeping (fan-out repairs, rollup, retention,
+    gone workers) takes the lock, to spare the database the same work twice."""
     at = at or store.now()
+    counts = {
+        "lost_leases": _each(_expired_leases(at), lambda step_id: recover_lost(step_id, at=at)),
+        "wait_timeouts": _each(_past_deadline(at), lambda step_id: _time_out(step_id, at)),
+        "stale_waits": _repair_waits(at),
+    }
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
         if not cursor.fetchone()[0]:
-            return {}
+            return counts
     try:
-        counts = {
-            "lost_leases": _each(_expired_leases(at), lambda step_id: recover_lost(step_id, at=at)),
-            "wait_timeouts": _each(_past_deadline(at), lambda step_id: _time_out(step_id, at)),
-            "stale_waits": _repair_waits(at),
+        counts.update({
             "fan_out_repairs": _repair_fan_outs(at),
             "rolled_hours": _roll(at),
             "purged_runs": purge(at=at),
             "forgotten_workers": presence.forget_gone(at=at),
-        }
+        })
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
