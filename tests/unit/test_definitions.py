@@ -15,8 +15,8 @@ from pgflow.core.definitions import (
     StepDefinition,
     StepList,
     declare,
-    seconds,
 )
+from pgflow.core.durations import seconds
 from pgflow.core.policy import OnException
 from pgflow.exceptions import DefinitionError, StepNotFound
 
