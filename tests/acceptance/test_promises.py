@@ -9,7 +9,6 @@ import threading
 import time
 from datetime import UTC, datetime
 
-import pytest
 from django.db import connection, transaction
 
 from pgflow.models import Event, Step, WorkflowRun
