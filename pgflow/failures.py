@@ -12,7 +12,7 @@ from typing import Any
 from . import store
 from .conf import pgflow_settings
 from .core import errors as error_capture
-from .core.flow import Outcome
+from .core.flow import OUTCOME_WORDS, REATTEMPT, Outcome
 from .core.policy import resolve
 from .models import Step, WorkflowRun
 from .store import Prepared
@@ -55,7 +55,7 @@ def consecutive_reattempts(step: Step) -> int:
                 .order_by("-id").values_list("outcome", flat=True))
     count = 0
     for outcome in outcomes:
-        if outcome != "reattempted":
+        if outcome != OUTCOME_WORDS[REATTEMPT]:
             break
         count += 1
     return count

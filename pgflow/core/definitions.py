@@ -109,6 +109,24 @@ class StepDefinition:
         return self.wait is not None or self.wait_until is not None
 
     @property
+    def fans_out(self) -> bool:
+        """Whether the step is a ``@fan_out``: its body gets a batch builder, and its attempt
+        waits on the batch it opens."""
+        return self.kind == FAN_OUT
+
+    @property
+    def takes_argument(self) -> bool:
+        """Whether the body takes an argument: the signal (``wait_for``) or the batch builder."""
+        return self.kind in (SIGNAL, FAN_OUT)
+
+    @property
+    def locks_before_body(self) -> bool:
+        """Whether ``prepare`` must take the run lock before the body: a ``skip_if`` to decide,
+        a signal to take, or a batch to open. A step without one runs on the claim's read of its
+        run alone (``store.quick_prepare``), unless its class has ``cancel_if`` conditions."""
+        return self.kind != STEP or self.skip_if is not None
+
+    @property
     def job_options(self) -> dict[str, Any]:
         """The step's own queue/priority, only those it sets."""
         return {k: v for k, v in (("queue", self.queue), ("priority", self.priority)) if v is not None}

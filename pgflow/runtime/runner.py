@@ -76,7 +76,7 @@ class Runner:
         with self._lock:
             self._active[held.token] = prepared
         try:
-            if prepared.definition.kind == "fan_out":
+            if prepared.definition.fans_out:
                 from .. import fanout
 
                 word, applied = fanout.execute(prepared)

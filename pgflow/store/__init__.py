@@ -27,6 +27,7 @@ package use only the names below.
 
 from __future__ import annotations
 
+from ..core.flow import HANDED_BACK, LOST
 from .attempts import Prepared, finish, prepare, quick_prepare
 from .batches import count_member, mark_enqueued, open_batch, resolve_batch_step, skip_member
 from .claims import Claim, claim, claim_step, hand_back, heartbeat, log_ignored, next_due, recover_lost
@@ -34,8 +35,6 @@ from .commit import Finished, finish_many
 from .controls import cancel, pause, resume, skip_step
 from .locking import (
     CHANNEL,
-    HANDED_BACK,
-    LOST,
     SYSTEM,
     TESTING_WORKER,
     actor_name,

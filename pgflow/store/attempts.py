@@ -123,8 +123,7 @@ def quick_prepare(held: Claim) -> Prepared | None:
     except WorkflowNotFound:
         return None
     definition = workflow_class.steps().get(held.step_name)
-    if (definition is None or definition.kind != "step" or definition.skip_if is not None
-            or workflow_class.cancel_conditions()):
+    if definition is None or definition.locks_before_body or workflow_class.cancel_conditions():
         return None
     step = Step(id=held.step_id, run_id=held.run_id, step_name=held.step_name, attempt=held.attempt,
                 status=StepStatus.IN_PROGRESS, started_at=held.started_at, claim_token=held.token)

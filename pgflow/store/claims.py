@@ -13,9 +13,10 @@ from django.db import connection, transaction
 
 from ..conf import pgflow_settings
 from ..core.events import EventKind
+from ..core.flow import HANDED_BACK, LOST
 from ..core.states import RunStatus, StepStatus
 from ..models import Step, WorkflowRun
-from .locking import HANDED_BACK, LOST, event, locked, now
+from .locking import event, locked, now
 from .scheduling import reschedule_same
 from .transitions import close_attempt, pause_run
 

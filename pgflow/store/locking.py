@@ -27,9 +27,6 @@ SYSTEM = "system"
 TESTING_WORKER = "pgflow.testing"  # the worker name of attempts pgflow.testing runs in-process
 OPEN_STEP_VALUES = sorted(s.value for s in OPEN_STEP)
 
-# Step.outcome words that are not flow-control outcomes.
-LOST = "lost"  # the worker stopped heartbeating; a fresh attempt follows
-HANDED_BACK = "handed_back"  # the worker shut down before the body ended; a fresh attempt follows
 
 
 def now() -> datetime:
