@@ -2,7 +2,8 @@
 
 A signal is stored under the run's lock, so it either lands before a step parks (and the
 step finds it when it comes due) or after (and it wakes the parked step): never lost, never
-consumed twice, consumed in arrival order.
+consumed twice, consumed in arrival order. This module validates what a caller sends and
+selects the stale waits for the sweep; the writes are ``pgflow.store.mailbox``'s.
 """
 
 from __future__ import annotations
