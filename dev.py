@@ -134,6 +134,7 @@ def test(args: list[str]) -> int:
     say("checks: ruff, mypy, makemigrations --check, system checks")
     for argv in (
         [python, "-m", "ruff", "check", "."],
+        [python, "-m", "ruff", "format", "--check", "."],
         [python, "-m", "mypy", "pgflow", "pgflow_dashboard"],
         [python, "manage.py", "makemigrations", "--check", "--dry-run"],
         [python, "manage.py", "check", "--fail-level", "WARNING"],

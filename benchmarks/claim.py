@@ -88,6 +88,7 @@ def timed(call: Any, repeat: int) -> tuple[float, float]:
 
 def measure(shape: str, repeat: int) -> list[str]:
     from pgflow import store
+    from pgflow.store.claims import CLAIM_SQL, NEXT_DUE_SQL
 
     at = store.now()
     claim_params = {"queues": ["workflows"], "now": at, "limit": 8, "worker": "bench", "lease_until": at}
@@ -95,9 +96,9 @@ def measure(shape: str, repeat: int) -> list[str]:
     claim = timed(lambda: store.claim(worker="bench", queues=["workflows"], limit=8), repeat)
     due = timed(lambda: store.next_due(["workflows"]), repeat)
     return [f"| {shape}: claim of 8 ({claimed} due taken) | {claim[0]:.1f} | {claim[1]:.1f} | "
-            f"{indexes(store._CLAIM_SQL, claim_params)} |",
+            f"{indexes(CLAIM_SQL, claim_params)} |",
             f"| {shape}: next due time | {due[0]:.1f} | {due[1]:.1f} | "
-            f"{indexes(store._NEXT_DUE_SQL, {'queues': ['workflows']})} |"]
+            f"{indexes(NEXT_DUE_SQL, {'queues': ['workflows']})} |"]
 
 
 def main() -> None:

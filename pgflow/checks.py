@@ -101,7 +101,7 @@ def check_fan_out(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
     from . import registry
 
     users = [f"{workflow.workflow_path()}.{definition.name}" for workflow in registry.registered()
-             for definition in workflow.steps() if definition.kind == "fan_out"]
+             for definition in workflow.steps() if definition.fans_out]
     if not users:
         return []
     installed = apps.is_installed("django_q")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .core.definitions import FAN_OUT, SIGNAL, StepDefinition
+from .core.definitions import StepDefinition
 from .core.flow import FlowControl
 from .exceptions import DefinitionError
 
@@ -26,7 +26,7 @@ def invoke(workflow: Workflow, definition: StepDefinition, argument: Any = None)
     """Run the step's body on ``workflow`` and return its output. A signal step gets the
     signal and a fan_out the batch builder, as ``argument``."""
     body = getattr(workflow, definition.method)
-    if definition.kind in (SIGNAL, FAN_OUT):
+    if definition.takes_argument:
         return body(argument)
     return body()
 

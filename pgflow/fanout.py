@@ -39,19 +39,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q
 
 from . import store
 from .conf import pgflow_settings
-from .core import errors as error_capture
 from .core import jsonvalue
-from .core.flow import COMPLETE, PAUSE, FlowControl, Outcome
-from .core.states import RunStatus, StepStatus
+from .core.events import EventKind
+from .core.flow import FlowControl
+from .core.states import StepStatus
 from .evaluation import invoke
-from .exceptions import FanOutFailed, WorkflowNotFound
-from .models import Batch, BatchMember, Event, Step, WorkflowRun
-from .runtime.runner import decide, report_error
+from .failures import fail
+from .models import Batch, BatchMember, Event, Step
 
 if TYPE_CHECKING:
     from .store import Prepared
@@ -258,56 +256,18 @@ def execute(prepared: Prepared) -> tuple[str, bool]:
 
 
 def _fail(prepared: Prepared, error: BaseException) -> tuple[str, bool]:
-    outcome, reported = decide(prepared, error)
-    captured = error_capture.capture(error, **pgflow_settings.capture_options())
-    applied = store.finish(prepared.claim, outcome, error=captured)
-    if applied:
-        for item in reported:  # after the commit, as the runner does
-            report_error(item, prepared, outcome)
+    outcome, applied = fail(prepared, error, finish=_finish_one)
     return (outcome.word if applied else "ignored"), applied
+
+
+def _finish_one(item: store.Finished) -> bool:
+    return store.finish(item.claim, item.outcome, error=item.error)
 
 
 def open_batch(prepared: Prepared, members: tuple[Member, ...], *, at: datetime | None = None,
                output: Any = None) -> tuple[str, bool]:
-    """One transaction: the batch, its members, the step parked on it with the body's
-    ``output``, ``fan_out_opened``. The tasks go to django-q2 after the commit."""
-    at = at or store.now()
-    held = prepared.claim
-    with store.locked(held.run_id) as run:
-        step = store._held(run, held)
-        if step is None:
-            store.log_ignored(held, "it was ended elsewhere before its batch opened (timed out, lease taken "
-                                    "over, or an operator acted); no batch was opened")
-            return "ignored", False
-        if run.status != RunStatus.RUNNING:
-            # Paused while the body ran: hand no task out. resume() runs the body again.
-            store._close(step, status=StepStatus.CANCELLED, outcome="paused", at=at)
-            return "paused", True
-        batch = Batch.objects.create(
-            run=run, step=step, total=len(members), created_at=at,
-            description=f"{run.workflow_class}#{step.step_name} run {run.pk}"[:400],
-            properties={"run_id": run.pk, "step_id": step.pk, "step_name": step.step_name, "attempt": step.attempt},
-        )
-        BatchMember.objects.bulk_create(
-            BatchMember(batch=batch, position=position, func=m.func, args=list(m.args), kwargs=dict(m.kwargs))
-            for position, m in enumerate(members)
-        )
-        store.park(run, step, at=at, batch_id=batch.pk)
-        if output is not None:
-            # What the body returned is the step's output, kept on the row until the batch
-            # resolves; the batch's counts stay on the batch and in fan_out_finished.
-            step.output = output
-            step.save(update_fields=["output"])
-        store.event(run, "fan_out_opened", step=step, at=at, batch_id=str(batch.pk), size=len(members))
-        if not members:
-            # Nothing to wait for: the batch finishes now and the step completes in this transaction.
-            batch.status, batch.finished_at = Batch.Status.FINISHED, at
-            batch.save(update_fields=["status", "finished_at"])
-            _resolve(run, step, batch, at=at)
-            return "completed", True
-        if step.worker != INLINE_WORKER:
-            transaction.on_commit(functools.partial(enqueue, batch.pk), robust=True)
-    return "parked", True
+    """Open the batch (``store.open_batch``); its tasks go to django-q2 after the commit."""
+    return store.open_batch(prepared.claim, members, at=at, output=output, enqueue=enqueue)
 
 
 def enqueue(batch_id: uuid.UUID) -> int:
@@ -333,7 +293,7 @@ def enqueue(batch_id: uuid.UUID) -> int:
             member_finished(batch_id, member.position, succeeded=False,
                             error=f"{how}: {type(exc).__name__}: {exc} : {traceback.format_exc()}")
             continue
-        BatchMember.objects.filter(pk=member.pk).update(task_id=task_id, enqueued_at=store.now())
+        store.mark_enqueued(member.pk, task_id)
         enqueued += 1
     return enqueued
 
@@ -346,8 +306,7 @@ def run_member(batch_id: str, position: int, func: str, /, *args: Any, **kwargs:
     if not Step.objects.filter(batch_id=batch_id, status=StepStatus.WAITING).exists():
         # Counted as skipped, not succeeded: it never ran. Its row leaves `pending` here, so
         # the hook reporting the task's (successful) result counts nothing.
-        BatchMember.objects.filter(batch_id=batch_id, position=position, status=BatchMember.Status.PENDING).update(
-            status=BatchMember.Status.SKIPPED, finished_at=store.now(), error=None)
+        store.skip_member(uuid.UUID(str(batch_id)), position)
         logger.info("fan_out: batch %s member %s not run: its step no longer waits on the batch", batch_id,
                     position, extra={"action": "fan_out_member_skipped", "batch_id": str(batch_id)})
         return {"pgflow": "not run: the step no longer waits on this batch (cancelled, paused or skipped)"}
@@ -429,29 +388,12 @@ def member_finished(batch_id: uuid.UUID, position: int, *, succeeded: bool, erro
     """Count one member's final result; the member that finishes the batch resolves its step.
     Returns False (and logs) for a member counted already or gone with its batch."""
     at = at or store.now()
-    with transaction.atomic():
-        changes: dict[str, Any] = {
-            "status": BatchMember.Status.SUCCEEDED if succeeded else BatchMember.Status.FAILED,
-            "finished_at": at,
-            "error": None if succeeded else (error or "failed")[:ERROR_LIMIT],
-        }
-        if task_id:
-            changes["task_id"] = task_id
-        # The member's row leaves `pending` once: a second report of it (a redelivered task,
-        # the sweep racing the hook) updates nothing.
-        counted = BatchMember.objects.filter(batch_id=batch_id, position=position,
-                                             status=BatchMember.Status.PENDING).update(**changes)
-        if not counted:
-            logger.info("fan_out: late result of batch %s member %s ignored: counted already, or its batch is gone",
-                        batch_id, position, extra={"action": "fan_out_late_result", "batch_id": str(batch_id)})
-            return False
-        column = "succeeded" if succeeded else "failed"
-        Batch.objects.filter(pk=batch_id).update(**{column: F(column) + 1})
-        # Single winner: the conditional UPDATE holds the batch row's lock until commit, so of two
-        # members finishing together the second sees `finished` and updates nothing.
-        won = (Batch.objects.filter(pk=batch_id, status=Batch.Status.OPEN, succeeded__gte=F("total") - F("failed"))
-               .update(status=Batch.Status.FINISHED, finished_at=at))
-        step_id = Batch.objects.filter(pk=batch_id).values_list("step_id", flat=True).first() if won else None
+    counted, step_id = store.count_member(batch_id, position, succeeded=succeeded, error=error, task_id=task_id,
+                                          at=at)
+    if not counted:
+        logger.info("fan_out: late result of batch %s member %s ignored: counted already, or its batch is gone",
+                    batch_id, position, extra={"action": "fan_out_late_result", "batch_id": str(batch_id)})
+        return False
     if step_id is not None:
         # A separate transaction, after the counts committed: a crash in between leaves a finished
         # batch with its step waiting, which the sweep resolves after FAN_OUT_GRACE.
@@ -459,92 +401,9 @@ def member_finished(batch_id: uuid.UUID, position: int, *, succeeded: bool, erro
     return True
 
 
-# --- resolving the step ---------------------------------------------------------------------
-
-
 def resolve_step(step_id: int, *, at: datetime | None = None) -> bool:
-    """Under the run's lock, move a step waiting on a finished (or vanished) batch on.
-    Returns True when it resolved the step; a step no longer waiting is left alone (logged)."""
-    at = at or store.now()
-    run_id = Step.objects.filter(pk=step_id).values_list("run_id", flat=True).first()
-    if run_id is None:
-        return _late(step_id, "the step no longer exists (its run was deleted)")
-    try:
-        with store.locked(run_id) as run:
-            step = Step.objects.select_for_update().filter(pk=step_id).first()
-            if step is None or step.status != StepStatus.WAITING:
-                return _late(step_id, f"the step is {step.status if step else 'gone'}, not waiting on its batch")
-            if step.batch_id is None:
-                opened = _opened_batch_id(step)
-                if opened is None:
-                    return _late(step_id, "the step waits on a signal, not on a batch")
-                _resolve_vanished(run, step, opened, at=at)
-                return True
-            batch = Batch.objects.filter(pk=step.batch_id).first()
-            if batch is None:
-                _resolve_vanished(run, step, str(step.batch_id), at=at)
-                return True
-            if batch.status != Batch.Status.FINISHED:
-                return _late(step_id, f"its batch {batch.pk} has not finished")
-            _resolve(run, step, batch, at=at)
-    except WorkflowRun.DoesNotExist:
-        return _late(step_id, "its run no longer exists")
-    return True
-
-
-def _late(step_id: int, why: str) -> bool:
-    logger.info("fan_out: batch result for step %s not applied: %s", step_id, why,
-                extra={"action": "fan_out_result_ignored", "step_id": step_id})
-    return False
-
-
-def _resolve(run: WorkflowRun, step: Step, batch: Batch, *, at: datetime) -> None:
-    failures = [
-        {"position": m["position"], "func": m["func"], "error": _first_line(m["error"])}
-        for m in batch.members.filter(status=BatchMember.Status.FAILED).order_by("position")
-        .values("position", "func", "error")[:SAMPLE_FAILURES]
-    ]
-    store.event(run, "fan_out_finished", step=step, at=at, batch_id=str(batch.pk), total=batch.total,
-                succeeded=batch.succeeded, failed=batch.failed, **({"failures": failures} if failures else {}))
-    if not batch.failed:
-        store.apply(run, step, Outcome(kind=COMPLETE), at=at)  # the output parked with the step stays
-        return
-    error = FanOutFailed(f"{batch.failed} of {batch.total} jobs failed (batch {batch.pk})")
-    action = _on_batch_failure(run, step)
-    reason = "" if action == PAUSE else f"{error}; on_batch_failure={action!r}"
-    store.apply(run, step, Outcome.for_action(action), at=at, reason=reason,
-                error=error_capture.capture(error, **pgflow_settings.capture_options()))
-
-
-def _resolve_vanished(run: WorkflowRun, step: Step, batch_id: str, *, at: datetime) -> None:
-    # With its batch row gone nobody can tell how the tasks ended: pause whatever
-    # on_batch_failure says, for a person to resume (a fresh batch) or skip.
-    store.event(run, "fan_out_finished", step=step, at=at, batch_id=batch_id, vanished=True)
-    error = FanOutFailed(f"batch {batch_id} no longer exists (deleted before the step resolved); "
-                         f"its outcome is unknown")
-    store.apply(run, step, Outcome(kind=PAUSE), at=at,
-                error=error_capture.capture(error, **pgflow_settings.capture_options()))
-
-
-def _on_batch_failure(run: WorkflowRun, step: Step) -> str:
-    try:
-        definition = run.workflow().steps().get(step.step_name)
-    except WorkflowNotFound:
-        definition = None
-    return getattr(definition, "on_batch_failure", None) or PAUSE
-
-
-def _opened_batch_id(step: Step) -> str | None:
-    """The batch a fan_out attempt opened, from its audit trail (the step's FK is nulled when
-    the batch row is deleted)."""
-    details = (Event.objects.filter(step=step, event="fan_out_opened").order_by("-id")
-               .values_list("details", flat=True).first())
-    return str(details.get("batch_id")) if isinstance(details, dict) else None
-
-
-def _first_line(error: str | None) -> str:
-    text = (error or "").split(" : Traceback", 1)[0].strip()
-    return text.splitlines()[0][:300] if text else ""
+    """Move a step waiting on a finished (or vanished) batch on (``store.resolve_batch_step``)."""
+    return store.resolve_batch_step(step_id, at=at)
 
 
 # --- the sweep --------------------------------------------------------------------------------
@@ -570,7 +429,7 @@ def repair_lost(*, at: datetime | None = None) -> int:
                                     batch__finished_at__lt=at - grace)
                 .order_by("batch__finished_at").values_list("pk", flat=True)[:REPAIR_LIMIT])
     vanished = (Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True)
-                .filter(Exists(Event.objects.filter(step=OuterRef("pk"), event="fan_out_opened")))
+                .filter(Exists(Event.objects.filter(step=OuterRef("pk"), event=EventKind.FAN_OUT_OPENED)))
                 .order_by("waiting_since").values_list("pk", flat=True)[:REPAIR_LIMIT])
     for step_id in [*finished, *vanished]:
         done += _safely(f"step {step_id}", functools.partial(resolve_step, step_id, at=at))

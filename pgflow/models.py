@@ -18,6 +18,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import Q
 
+from .core.events import EventKind
 from .core.states import OPEN_STEP, RunStatus, StepStatus
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ class WorkflowRun(models.Model):
         return resolve(self.workflow_class)
 
     # Operator controls: each is one transition under the run's lock, written by the store.
+    # A facade over a higher layer (the store imports these models), so each imports it when called.
     def pause(self, actor: Any = None) -> WorkflowRun:
         from . import store
 
@@ -197,7 +199,7 @@ class Event(models.Model):
 
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    event = models.CharField(max_length=40)
+    event = models.CharField(max_length=40, choices=[(kind.value, kind.label) for kind in EventKind])
     actor = models.CharField(max_length=200, default="system")
     details = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()

@@ -2,7 +2,8 @@
 
 A signal is stored under the run's lock, so it either lands before a step parks (and the
 step finds it when it comes due) or after (and it wakes the parked step): never lost, never
-consumed twice, consumed in arrival order.
+consumed twice, consumed in arrival order. This module validates what a caller sends and
+selects the stale waits for the sweep; the writes are ``pgflow.store.mailbox``'s.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 from . import store
 from .conf import pgflow_settings
 from .core import jsonvalue
-from .core.flow import CANCEL, PAUSE, SKIP, Outcome
-from .core.states import TERMINAL_RUN, StepStatus
-from .exceptions import InputTooLarge, InvalidTransition, WorkflowNotFound
+from .core.states import StepStatus
+from .exceptions import InputTooLarge, WorkflowNotFound
 from .models import Signal, Step, WorkflowRun
 from .registry import resolve
 
 if TYPE_CHECKING:
-    from .core.definitions import StepDefinition
+    pass
 
 NAME_LIMIT = 200
 
@@ -42,38 +42,7 @@ def signal(run_or_id: WorkflowRun | int, name: str, payload: Any = None, *, acto
         raise InputTooLarge(f"signal payload is {size} bytes as JSON; the limit is {limit} "
                             f"(PGFLOW['MAX_INPUT_BYTES'], which bounds inputs and signal payloads alike)")
     run_id = run_or_id.pk if isinstance(run_or_id, WorkflowRun) else run_or_id
-    at = store.now()
-    with store.locked(run_id) as run:
-        if run.status in TERMINAL_RUN:
-            raise InvalidTransition(f"run {run.pk} is {run.status}: it takes no more signals")
-        received = Signal.objects.create(run=run, name=name, payload=payload, received_at=at)
-        store.event(run, "signal_received", actor=actor, at=at, name=name, payload_bytes=size)
-        step = store.open_attempt(run)
-        if step is not None and step.status == StepStatus.WAITING and step.batch_id is None:
-            waits_for = _waits_for(run, step)
-            if waits_for == name:
-                store.wake(step, at=at)
-            elif waits_for is None:
-                _wake_stale(run, step, at=at)
-    return received
-
-
-def _waits_for(run: WorkflowRun, step: Step) -> str | None:
-    """The signal name the waiting attempt's step waits for now; None when it waits for none
-    any more (its definition changed or is gone), "" when the class cannot be loaded."""
-    try:
-        definition = run.workflow().steps().get(step.step_name)
-    except WorkflowNotFound:
-        return ""  # nothing to decide until the class is back; the run page shows why
-    return definition.wait_for if definition else None
-
-
-def _wake_stale(run: WorkflowRun, step: Step, *, at: datetime) -> None:
-    """A signal wait whose definition no longer waits: due now, where ``prepare`` runs it as
-    the step it is now (or skips / pauses on a removed or unknown step), said in the audit trail."""
-    store.event(run, "definition_changed", step=step, at=at, step_name=step.step_name,
-                change="the step no longer waits for a signal: its waiting attempt runs now")
-    store.wake(step, at=at)
+    return store.deliver(run_id, name, payload, size=size, actor=actor)
 
 
 def repair_waits(*, at: datetime, limit: int = 500) -> int:
@@ -97,53 +66,5 @@ def repair_waits(*, at: datetime, limit: int = 500) -> int:
         ids = (Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True, step_name=step_name,
                                    run__workflow_class=workflow_class).values_list("pk", "run_id")[:limit])
         for step_id, run_id in list(ids):
-            with store.locked(run_id) as run:
-                step = Step.objects.select_for_update().filter(pk=step_id, status=StepStatus.WAITING).first()
-                if step is not None and _waits_for(run, step) is None:
-                    _wake_stale(run, step, at=at)
-                    woken += 1
+            woken += store.wake_stale(run_id, step_id, at=at)
     return woken
-
-
-def take_signal(run: WorkflowRun, step: Step, definition: StepDefinition, *, at: datetime) -> Signal | None:
-    """The signal this attempt runs with: one carried over from an earlier attempt of the
-    step, else the oldest pending one of its name, consumed now. Under the run lock."""
-    if step.signal_id is not None:
-        return Signal.objects.get(pk=step.signal_id)
-    pending = (Signal.objects.select_for_update()
-               .filter(run=run, name=definition.wait_for, consumed_at__isnull=True)
-               .order_by("received_at", "id").first())
-    if pending is None:
-        return None
-    pending.consumed_at = at
-    pending.consumed_by = step
-    pending.save(update_fields=["consumed_at", "consumed_by"])
-    step.signal = pending
-    step.save(update_fields=["signal"])
-    return pending
-
-
-_TIMEOUT_OUTCOMES = {"pause": PAUSE, "cancel": CANCEL, "skip": SKIP}
-
-
-def time_out(step_id: int, *, at: datetime) -> bool:
-    """Apply ``on_timeout`` to a signal wait past its deadline (the sweep calls this)."""
-    run_id = Step.objects.filter(pk=step_id).values_list("run_id", flat=True).first()
-    if run_id is None:
-        return False
-    with store.locked(run_id) as run:
-        step = Step.objects.select_for_update().filter(
-            pk=step_id, status=StepStatus.WAITING, deadline_at__lte=at, batch__isnull=True).first()
-        if step is None:
-            return False  # woken or ended since the sweep looked
-        try:
-            definition = run.workflow().steps().get(step.step_name)
-        except WorkflowNotFound:
-            definition = None
-        action = definition.on_timeout if definition else "pause"
-        name = definition.wait_for if definition else "?"
-        reason = (f"step {step.step_name} waited for signal {name!r} past its deadline "
-                  f"({step.deadline_at:%Y-%m-%d %H:%M:%S %Z})")
-        store.event(run, "timed_out", step=step, at=at, signal=name, action=action)
-        store.apply(run, step, Outcome(kind=_TIMEOUT_OUTCOMES[action]), at=at, reason=reason)
-    return True

@@ -47,10 +47,10 @@ from .core.definitions import (
     check_priority,
     declare,
     parse_waits,
-    seconds,
     valid_queue,
     with_class_waits,
 )
+from .core.durations import seconds
 from .core.flow import FlowControl, Outcome
 from .core.policy import OnException, coerce_all, imported_class
 from .core.ticks import Schedule

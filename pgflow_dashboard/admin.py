@@ -29,6 +29,7 @@ from django.utils.html import format_html
 from pgflow import schedules as pgflow_schedules
 from pgflow.conf import pgflow_settings
 from pgflow.core import jsonvalue, ticks
+from pgflow.core.states import CONTROLS, Control
 from pgflow.exceptions import DefinitionError, PgflowError
 from pgflow.models import AccessToken, Schedule, Step, Worker, WorkflowRun
 
@@ -178,19 +179,20 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     @admin.action(description="Pause selected runs", permissions=["change"])
     def pause_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
-        self._control_each(request, queryset, "pause", "paused")
+        self._control_each(request, queryset, CONTROLS["pause"])
 
     @admin.action(description="Resume selected runs", permissions=["change"])
     def resume_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
-        self._control_each(request, queryset, "resume", "resumed")
+        self._control_each(request, queryset, CONTROLS["resume"])
 
     @admin.action(description="Cancel selected runs", permissions=["change"])
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
-        self._control_each(request, queryset, "cancel", "cancelled")
+        self._control_each(request, queryset, CONTROLS["cancel"])
 
-    def _control_each(self, request: HttpRequest, queryset: QuerySet[WorkflowRun], method: str, verb: str) -> None:
+    def _control_each(self, request: HttpRequest, queryset: QuerySet[WorkflowRun], control: Control) -> None:
         """Apply one control to each selected run, each in its own transaction, and say per
         run what applied and what did not (and why)."""
+        verb = control.done
         selected = queryset.count()
         if selected > MAX_BULK_RUNS:
             self.message_user(request, f"Nothing {verb}: {selected:,} runs are selected and one action takes at most "
@@ -201,7 +203,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         refused: list[str] = []
         for run in queryset.order_by("pk"):
             try:
-                getattr(run, method)(actor=request.user)
+                getattr(run, control.name)(actor=request.user)
             except (PgflowError, WorkflowRun.DoesNotExist) as exc:
                 reason = str(exc) or type(exc).__name__
                 refused.append(reason if reason.startswith(f"run {run.pk}") else f"run {run.pk}: {reason}")

@@ -55,6 +55,8 @@ from django.db import connection, transaction
 
 from pgflow import rollup
 from pgflow.core import histogram
+from pgflow.core.flow import CANCEL, OUTCOME_WORDS, PAUSE, REATTEMPT, SKIP
+from pgflow.core.states import RunStatus
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.models import Worker
 from pgflow.registry import resolve
@@ -65,8 +67,8 @@ OVERDUE_AFTER = timedelta(minutes=5)  # a due attempt no worker claimed for this
 STUCK_LIMIT = 50  # rows listed per stuck category (the count is always exact)
 TOP_ERRORS = 10
 PERCENTILES = (0.5, 0.95)
-ENDED = ("finished", "cancelled")
-FAILURE_OUTCOMES = ("reattempted", "paused", "cancelled", "skipped")
+ENDED = (RunStatus.FINISHED.value, RunStatus.CANCELLED.value)
+FAILURE_OUTCOMES = tuple(OUTCOME_WORDS[kind] for kind in (REATTEMPT, PAUSE, CANCEL, SKIP))
 PERCENTILE_METHOD = {
     "method": "log-scale histograms: 8 buckets per doubling from 1 ms, linear inside a bucket",
     "max_relative_error": histogram.MAX_RELATIVE_ERROR,  # 2 ** (1/8) - 1 = 0.0905

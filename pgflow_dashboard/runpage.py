@@ -15,7 +15,8 @@ from django.contrib.admin import AdminSite
 from django.contrib.admin.utils import quote
 from django.urls import NoReverseMatch, reverse
 
-from pgflow.core.states import OPEN_RUN, control_error
+from pgflow.core.events import PAUSE_ENDS, EventKind
+from pgflow.core.states import CONTROLS, OPEN_RUN, Control, control_error
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.models import Batch, Event, ScheduleTick, Signal, Step, WorkflowRun
 from pgflow.registry import resolve
@@ -30,7 +31,7 @@ MAX_BATCHES = 100
 MAX_ERRORS = 25  # failed attempts shown with their backtrace and causes (the latest ones)
 
 # The chart needs only the events that open or close a pause.
-PAUSE_EVENTS = ("paused", *sorted(timeline.PAUSE_ENDS))
+PAUSE_EVENTS = (EventKind.PAUSED, *sorted(PAUSE_ENDS))
 
 # The columns the step table and the timeline read.
 STEP_FIELDS = (
@@ -41,13 +42,8 @@ STEP_FIELDS = (
 TIMELINE_FIELDS = ("step_name", "attempt", "status", "outcome", "error_class", "created_at", "scheduled_at",
                    "started_at", "finished_at", "waiting_since")
 
-# The buttons, in the order they are shown: form action -> (run method, label).
-BUTTONS: dict[str, tuple[str, str]] = {
-    "resume": ("resume", "Resume"),
-    "skip": ("skip_step", "Skip the current step"),
-    "pause": ("pause", "Pause"),
-    "cancel": ("cancel", "Cancel the run"),
-}
+# The buttons, in the order they are shown: form action -> the control (core.states.CONTROLS).
+BUTTONS: dict[str, Control] = {control.action: control for control in CONTROLS.values()}
 
 
 def latest_steps(run: WorkflowRun, fields: tuple[str, ...], limit: int = MAX_ATTEMPTS) -> tuple[list[dict], int]:
@@ -124,8 +120,8 @@ def step_rows(steps: list[dict[str, Any]], *, now: datetime) -> list[dict[str, A
 
 def controls(run: WorkflowRun) -> list[dict[str, str]]:
     """The buttons that apply to the run's status now."""
-    return [{"action": action, "label": label} for action, (method, label) in BUTTONS.items()
-            if control_error(method, run.status) is None]
+    return [{"action": action, "label": control.label} for action, control in BUTTONS.items()
+            if control_error(control.name, run.status) is None]
 
 
 def resume_hint(run: WorkflowRun, steps: list[dict[str, Any]]) -> str | None:

@@ -22,11 +22,14 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pgflow.core import events
+from pgflow.core.states import OPEN_STEP
+
 from .timeformat import duration
 
-OPEN = frozenset({"scheduled", "waiting", "in_progress"})
+OPEN = OPEN_STEP
 KINDS = ("waited", "queued", "ran", "waiting")
-PAUSE_ENDS = frozenset({"resumed", "cancelled", "finished"})
+PAUSE_ENDS = events.PAUSE_ENDS
 
 # A ran phase is coloured by how its attempt ended; any other status is "ran_cancelled".
 RAN_SERIES = {

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from .admin import WorkflowRunAdmin
 
 POLL_MS = 5_000  # how often an open run's page refreshes its timeline
-DONE = {"pause": "paused", "resume": "resumed", "skip": "moved past its current step", "cancel": "cancelled"}
 ACTIONS = (*runpage.BUTTONS, "signal")
 
 
@@ -104,13 +103,13 @@ def control(model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRu
                 messages.success(request, f"Signal {name!r} sent to run {run.pk}.")
                 return redirect(_url(model_admin, "change", run))
         return run_page(model_admin, request, run, signal_form=form, status=400)
-    method, _label = runpage.BUTTONS[action]
+    control = runpage.BUTTONS[action]
     try:
-        getattr(run, method)(actor=request.user)
+        getattr(run, control.name)(actor=request.user)
     except (PgflowError, WorkflowRun.DoesNotExist) as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Run {run.pk} {DONE[action]}.")
+        messages.success(request, f"Run {run.pk} {control.done}.")
     return redirect(_url(model_admin, "change", run))
 
 

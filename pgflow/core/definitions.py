@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,7 +21,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import DefinitionError, StepNotFound
+from .durations import seconds
 from .flow import TERMINAL_ACTIONS, normalize_action
+from .policy import coerce_all
 
 if TYPE_CHECKING:
     from .policy import OnException
@@ -53,28 +54,6 @@ FAN_OUT_OPTIONS = (*(o for o in STEP_OPTIONS if o not in SIGNAL_ONLY_OPTIONS), "
 
 # Step priorities end up in an integer column and the claim query's ORDER BY.
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
-
-
-def seconds(value: object, option: str, *, positive: bool) -> float:
-    """``value`` (a timedelta or a number of seconds) as float seconds.
-
-    ``positive``: more than 0 is required; otherwise 0 or more. Anything else is a
-    ValueError whose message names the option and what it accepts; callers declaring a
-    workflow turn it into a :class:`~pgflow.exceptions.DefinitionError`.
-    """
-    if isinstance(value, timedelta):
-        result = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        result = float(value)
-    else:
-        raise ValueError(f"{option} must be a timedelta or a number of seconds, got {value!r}")
-    if not math.isfinite(result):
-        raise ValueError(f"{option} must be a finite number of seconds, got {value!r}")
-    if positive and result <= 0:
-        raise ValueError(f"{option} must be more than 0 seconds, got {value!r}")
-    if not positive and result < 0:
-        raise ValueError(f"{option} must be 0 or more seconds, got {value!r}")
-    return result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +107,24 @@ class StepDefinition:
     def waits(self) -> bool:
         """Whether the step has a ``wait`` or ``wait_until`` to work out before it is due."""
         return self.wait is not None or self.wait_until is not None
+
+    @property
+    def fans_out(self) -> bool:
+        """Whether the step is a ``@fan_out``: its body gets a batch builder, and its attempt
+        waits on the batch it opens."""
+        return self.kind == FAN_OUT
+
+    @property
+    def takes_argument(self) -> bool:
+        """Whether the body takes an argument: the signal (``wait_for``) or the batch builder."""
+        return self.kind in (SIGNAL, FAN_OUT)
+
+    @property
+    def locks_before_body(self) -> bool:
+        """Whether ``prepare`` must take the run lock before the body: a ``skip_if`` to decide,
+        a signal to take, or a batch to open. A step without one runs on the claim's read of its
+        run alone (``store.quick_prepare``), unless its class has ``cancel_if`` conditions."""
+        return self.kind != STEP or self.skip_if is not None
 
     @property
     def job_options(self) -> dict[str, Any]:
@@ -201,9 +198,6 @@ def declare(name: str, *, fan_out: bool = False, method: str | None = None, **op
     on_batch_failure = None
     if fan_out:
         on_batch_failure = _action(options.get("on_batch_failure", "pause"), "on_batch_failure", fail)
-
-    # Imported here: policy imports ``seconds`` from this module.
-    from .policy import coerce_all
 
     try:
         on_exception = coerce_all(options.get("on_exception"))

@@ -32,6 +32,10 @@ OUTCOME_WORDS = {
     REATTEMPT: "reattempted",
 }
 
+# Step.outcome words that are not flow-control outcomes.
+LOST = "lost"  # the worker stopped heartbeating; a fresh attempt follows
+HANDED_BACK = "handed_back"  # the worker shut down before the body ended; a fresh attempt follows
+
 # Policy actions (``"pause"``, ``"reattempt"``, …) name the kind of outcome they lead to.
 ACTIONS = (PAUSE, REATTEMPT, CANCEL, SKIP)
 TERMINAL_ACTIONS = (PAUSE, CANCEL, SKIP)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import DefinitionError
-from .definitions import seconds
+from .durations import seconds
 from .flow import ACTIONS, PAUSE, REATTEMPT, TERMINAL_ACTIONS, FlowControl, Outcome, normalize_action
 
 ALWAYS = "always"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -30,18 +31,39 @@ TERMINAL_RUN = frozenset({RunStatus.FINISHED, RunStatus.CANCELLED})
 OPEN_STEP = frozenset({StepStatus.SCHEDULED, StepStatus.WAITING, StepStatus.IN_PROGRESS})
 CLOSED_STEP = frozenset(set(StepStatus) - OPEN_STEP)
 
-# Operator controls and the run statuses they apply to.
-CONTROLS: dict[str, frozenset[RunStatus]] = {
-    "pause": frozenset({RunStatus.RUNNING}),
-    "resume": frozenset({RunStatus.PAUSED}),
-    "cancel": frozenset({RunStatus.RUNNING, RunStatus.PAUSED}),
-    "skip_step": frozenset({RunStatus.RUNNING, RunStatus.PAUSED}),
-}
+@dataclass(frozen=True, kw_only=True)
+class Control:
+    """An operator control: the store function and ``WorkflowRun`` method ``name``, the run
+    statuses it applies to, and the words every surface (run page, admin actions, MCP tools)
+    shows for it."""
+
+    name: str  # store.<name>(run_id, ...) and run.<name>(actor=...)
+    applies_to: frozenset[RunStatus]
+    action: str  # the run page's form action
+    label: str  # the run page's button
+    done: str  # "Run 12 <done>."
+    tool: str  # the MCP tool
+    effect: str  # what it does, in words (the MCP tool's description and dry run)
+
+
+# The controls, in the order the run page shows their buttons.
+CONTROLS: dict[str, Control] = {control.name: control for control in (
+    Control(name="resume", applies_to=frozenset({RunStatus.PAUSED}), action="resume", label="Resume",
+            done="resumed", tool="resume_run", effect="resume the run with a fresh attempt of the step that paused"),
+    Control(name="skip_step", applies_to=frozenset({RunStatus.RUNNING, RunStatus.PAUSED}), action="skip",
+            label="Skip the current step", done="moved past its current step", tool="skip_step",
+            effect="skip the current step and schedule the next one"),
+    Control(name="pause", applies_to=frozenset({RunStatus.RUNNING}), action="pause", label="Pause", done="paused",
+            tool="pause_run", effect="pause the run (its current step finishes, no next step starts)"),
+    Control(name="cancel", applies_to=frozenset({RunStatus.RUNNING, RunStatus.PAUSED}), action="cancel",
+            label="Cancel the run", done="cancelled", tool="cancel_run",
+            effect="cancel the run (its open attempt is closed, no further step runs)"),
+)}
 
 
 def control_error(control: str, status: str) -> str | None:
     """The message for a control that does not apply to ``status``, or ``None`` when it does."""
-    allowed = CONTROLS[control]
+    allowed = CONTROLS[control].applies_to
     if status in allowed:
         return None
     accepted = " or ".join(sorted(allowed))

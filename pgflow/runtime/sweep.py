@@ -19,11 +19,11 @@ import logging
 from datetime import datetime, timedelta
 
 from django.apps import apps
-from django.db import connection, transaction
+from django.db import connection
 
 from .. import rollup, store
 from ..conf import pgflow_settings
-from ..core.states import RunStatus, StepStatus
+from ..core.states import StepStatus
 from ..models import Step
 from . import presence
 
@@ -46,7 +46,7 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
     gone workers) takes the lock, to spare the database the same work twice."""
     at = at or store.now()
     counts = {
-        "lost_leases": _each(_expired_leases(at), lambda step_id: recover_lost(step_id, at=at)),
+        "lost_leases": _each(_expired_leases(at), lambda step_id: store.recover_lost(step_id, at=at)),
         "wait_timeouts": _each(_past_deadline(at), lambda step_id: _time_out(step_id, at)),
         "stale_waits": _repair_waits(at),
     }
@@ -98,9 +98,7 @@ def _past_deadline(at: datetime) -> list[int]:
 
 
 def _time_out(step_id: int, at: datetime) -> bool:
-    from ..signals import time_out
-
-    return time_out(step_id, at=at)
+    return store.time_out(step_id, at=at)
 
 
 def _repair_waits(at: datetime) -> int:
@@ -123,63 +121,6 @@ def _repair_fan_outs(at: datetime) -> int:
     return fanout.repair_lost(at=at)
 
 
-def recover_lost(step_id: int, *, at: datetime) -> bool:
-    """An attempt whose worker stopped heartbeating: close it as lost, then a fresh attempt
-    due now, or a pause once the step lost its worker MAX_LOST_ATTEMPTS times in a row."""
-    run_id = Step.objects.filter(pk=step_id).values_list("run_id", flat=True).first()
-    if run_id is None:
-        return False
-    with store.locked(run_id) as run:
-        step = Step.objects.select_for_update().filter(
-            pk=step_id, status=StepStatus.IN_PROGRESS, lease_expires_at__lt=at).first()
-        if step is None:
-            return False  # it finished or heartbeated since we looked
-        error = {
-            "error_class": "pgflow.LeaseExpired",
-            "error_message": f"worker {step.worker or '?'} stopped heartbeating; the lease ran out at "
-                             f"{step.lease_expires_at:%Y-%m-%d %H:%M:%S %Z}",
-            "error_backtrace": "",
-            "error_causes": [],
-        }
-        store._close(step, status=StepStatus.FAILED, outcome=store.LOST, at=at, error=error)
-        lost = _lost_in_a_row(step)
-        limit = pgflow_settings.MAX_LOST_ATTEMPTS
-        store.event(run, "lease_lost", step=step, at=at, worker=step.worker, lost_in_a_row=lost)
-        if run.status != RunStatus.RUNNING:
-            return True  # paused while it ran: resume() schedules the fresh attempt
-        if lost >= limit:
-            reason = (f"step {step.step_name} lost its worker {lost} times in a row "
-                      f"(MAX_LOST_ATTEMPTS={limit}); its body may crash the worker process")
-            store._pause_run(run, at, step=step, reason=reason)
-        else:
-            store._reschedule_same(run, step, at=at)
-            run.save(update_fields=["current_step", "updated_at"])
-    logger.warning("run=%s step=%s attempt=%s lost its worker %s (%d in a row)", run_id, step.step_name,
-                   step.attempt, step.worker, lost, extra={"action": "lease_lost", "run_id": run_id})
-    return True
-
-
-def _lost_in_a_row(step: Step) -> int:
-    outcomes = (Step.objects.filter(run_id=step.run_id, step_name=step.step_name)
-                .order_by("-created_at", "-id").values_list("outcome", flat=True))
-    count = 0
-    for outcome in outcomes:
-        if outcome != store.LOST:
-            break
-        count += 1
-    return count
-
-
-_PURGE = [
-    "DELETE FROM pgflow_event WHERE run_id = ANY(%(ids)s)",
-    "DELETE FROM pgflow_signal WHERE run_id = ANY(%(ids)s)",
-    "DELETE FROM pgflow_batch_member WHERE batch_id IN (SELECT id FROM pgflow_batch WHERE run_id = ANY(%(ids)s))",
-    "DELETE FROM pgflow_batch WHERE run_id = ANY(%(ids)s)",
-    "DELETE FROM pgflow_step WHERE run_id = ANY(%(ids)s)",
-    "DELETE FROM pgflow_run WHERE id = ANY(%(ids)s)",
-]
-
-
 def purge(*, at: datetime) -> int:
     """Delete finished and cancelled runs older than RETENTION (with their rows), and the
     rollup's rows of hours as old."""
@@ -188,19 +129,5 @@ def purge(*, at: datetime) -> int:
         return 0
     cutoff = at - (retention if isinstance(retention, timedelta) else timedelta(seconds=retention))
     rollup.purge(cutoff)
-    deleted = 0
-    for _ in range(RETENTION_ROUNDS):
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id FROM pgflow_run WHERE status IN ('finished', 'cancelled') AND finished_at < %s "
-                "ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED", [cutoff, RETENTION_BATCH])
-            ids = [row[0] for row in cursor.fetchall()]
-            if not ids:
-                break
-            for statement in _PURGE:
-                cursor.execute(statement, {"ids": ids})
-            deleted += len(ids)
-        if len(ids) < RETENTION_BATCH:
-            break
-    return deleted
+    return store.purge_runs(cutoff, batch=RETENTION_BATCH, rounds=RETENTION_ROUNDS)
 

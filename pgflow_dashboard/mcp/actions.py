@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgflow.core import jsonvalue
+from pgflow.core.states import CONTROLS as RUN_CONTROLS
 from pgflow.core.states import OPEN_RUN, StepStatus, control_error
 from pgflow.exceptions import PgflowError
 from pgflow.models import WorkflowRun
@@ -18,13 +19,9 @@ from pgflow.signals import NAME_LIMIT, signal
 
 from .reads import Refused, find_run
 
-# tool name -> (run method, what it does, in words)
-CONTROLS: dict[str, tuple[str, str]] = {
-    "pause_run": ("pause", "pause the run (its current step finishes, no next step starts)"),
-    "resume_run": ("resume", "resume the run with a fresh attempt of the step that paused"),
-    "cancel_run": ("cancel", "cancel the run (its open attempt is closed, no further step runs)"),
-    "skip_step": ("skip_step", "skip the current step and schedule the next one"),
-}
+# tool name -> (run method, what it does, in words), from core.states.CONTROLS
+CONTROLS: dict[str, tuple[str, str]] = {control.tool: (control.name, control.effect) for control in (
+    RUN_CONTROLS[name] for name in ("pause", "resume", "cancel", "skip_step"))}
 
 
 def control(tool: str, run_id: int, *, actor: str, dry_run: bool) -> dict[str, Any]:

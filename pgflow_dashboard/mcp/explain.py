@@ -10,6 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from pgflow.core.flow import ACTIONS, LOST, OUTCOME_WORDS, REATTEMPT
+
+# Step.outcome word -> the policy action that led to it
+POLICY_OF_OUTCOME = {**{OUTCOME_WORDS[action]: action for action in ACTIONS}, LOST: "lease lost"}
+
 PHASES = ("waited", "queued", "ran", "waiting")
 MESSAGE_LIMIT = 200  # characters of an error message quoted in a sentence
 
@@ -35,7 +40,7 @@ def explain(facts: dict[str, Any], *, now: datetime) -> list[str]:
         sentences.append("resume_run schedules a fresh attempt of that step; skip_step moves past it")
     else:
         sentences.extend(_running(facts, now))
-        if error and error.get("outcome") == "reattempted":
+        if error and error.get("outcome") == OUTCOME_WORDS[REATTEMPT]:
             sentences.append(f"the last attempt {_failure(error)}")
     if facts.get("definition_changed"):
         sentences.append("its workflow's definition changed since the run started: "
@@ -58,8 +63,8 @@ def _failure(error: dict[str, Any]) -> str:
     message = (error.get("error_message") or "").strip().splitlines()
     text = message[0][:MESSAGE_LIMIT] if message else ""
     name = (error.get("error_class") or "an error").rsplit(".", 1)[-1]
-    policy = {"paused": "pause", "cancelled": "cancel", "reattempted": "reattempt", "skipped": "skip",
-              "lost": "lease lost"}.get(error.get("outcome") or "", error.get("outcome") or "?")
+    outcome = error.get("outcome") or ""
+    policy = POLICY_OF_OUTCOME.get(outcome, outcome or "?")
     return (f"step {error['step_name']} (attempt {error['attempt']}) failed with {name}"
             + (f": {text}" if text else "") + f" (policy: {policy})")
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from pgflow.conf import pgflow_settings
+from pgflow.core.events import RUN_ENDS
 from pgflow.core.states import RunStatus
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.models import Batch, Event, Signal, Step, Worker, WorkflowRun
@@ -226,7 +227,7 @@ def explain_facts(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
     for queues in Worker.objects.live(now).values_list("queues", flat=True):
         for queue in queues or []:
             live_queues[queue] = live_queues.get(queue, 0) + 1
-    end = (Event.objects.filter(run=run, event__in=("cancelled", "finished")).order_by("-created_at", "-id")
+    end = (Event.objects.filter(run=run, event__in=sorted(RUN_ENDS)).order_by("-created_at", "-id")
            .values_list("details", flat=True).first()) or {}
     return {
         "status": run.status, "created_at": run.created_at, "finished_at": run.finished_at,

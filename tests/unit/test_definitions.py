@@ -15,8 +15,8 @@ from pgflow.core.definitions import (
     StepDefinition,
     StepList,
     declare,
-    seconds,
 )
+from pgflow.core.durations import seconds
 from pgflow.core.policy import OnException
 from pgflow.exceptions import DefinitionError, StepNotFound
 
@@ -448,3 +448,16 @@ def test_digest_ignores_bodies_and_options(changed) -> None:  # type: ignore[no-
 ])
 def test_waits_says_whether_a_due_time_must_be_worked_out(options: dict, waits: bool) -> None:
     assert declare("s", **options).waits is waits
+
+
+# -- facts the engine branches on --------------------------------------------------------------
+
+
+def test_only_a_plain_step_runs_without_the_run_lock_before_its_body():
+    plain = declare("a")
+    assert (plain.locks_before_body, plain.fans_out, plain.takes_argument) == (False, False, False)
+    assert declare("b", skip_if="done").locks_before_body
+    signal = declare("c", wait_for="paid")
+    assert (signal.locks_before_body, signal.takes_argument, signal.fans_out) == (True, True, False)
+    batch = declare("d", fan_out=True)
+    assert (batch.locks_before_body, batch.takes_argument, batch.fans_out) == (True, True, True)

@@ -1,0 +1,61 @@
+"""The audit trail's vocabulary: every kind of ``Event`` a run records, and which transition
+writes it. Pure: no Django, no database.
+
+The stored strings are the members' values; a new kind is one member here (saying which
+transition writes it) plus its write in ``pgflow/store/`` and a migration that only alters
+``Event.event``'s choices.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventKind(StrEnum):
+    # store.starting.start_run: a new run (details: workflow, key)
+    STARTED = "started"
+    # store.transitions.apply, or the group commit (store.commit): a body returned
+    STEP_COMPLETED = "step_completed"
+    # store.transitions.apply: an attempt ended with an error (details: error_class, action)
+    STEP_FAILED = "step_failed"
+    # store.transitions.apply (skip_if, a removed step, skip(), a timeout's or batch's "skip")
+    # and store.controls.skip_step (an operator)
+    SKIPPED = "skipped"
+    # store.transitions.apply: a policy or reattempt() scheduled a fresh attempt (details: wait)
+    REATTEMPTED = "reattempted"
+    # store.transitions.pause_run: a policy, pause(), a failing wait, a lost worker too often,
+    # or an operator (details: reason)
+    PAUSED = "paused"
+    # store.controls.resume / skip_step: a paused run runs again
+    RESUMED = "resumed"
+    # store.transitions.cancel_run: cancel_if, cancel(), an on_timeout / on_batch_failure of
+    # "cancel", or an operator
+    CANCELLED = "cancelled"
+    # store.scheduling.finish_run (and the group commit): the last step ended, or finish()
+    FINISHED = "finished"
+    # store.attempts.prepare: a claimed attempt of a run that is no longer running
+    STEP_CANCELLED = "step_cancelled"
+    # store.claims.hand_back: a worker shutting down gave its attempt back
+    HANDED_BACK = "handed_back"
+    # store.claims.recover_lost: the attempt's lease ran out (details: worker, lost_in_a_row)
+    LEASE_LOST = "lease_lost"
+    # store.scheduling.next_by_history and store.mailbox: the class's steps changed since the run began
+    DEFINITION_CHANGED = "definition_changed"
+    # store.mailbox.deliver: a signal arrived (details: name, payload_bytes)
+    SIGNAL_RECEIVED = "signal_received"
+    # store.mailbox.time_out: a signal wait passed its deadline (details: signal, action)
+    TIMED_OUT = "timed_out"
+    # store.batches.open_batch: a fan-out's batch opened (details: batch_id, size)
+    FAN_OUT_OPENED = "fan_out_opened"
+    # store.batches: a fan-out's batch finished or vanished (details: counts, failures)
+    FAN_OUT_FINISHED = "fan_out_finished"
+
+    @property
+    def label(self) -> str:
+        return self.value.replace("_", " ")
+
+
+# The kinds that end a paused period on the timeline.
+PAUSE_ENDS = frozenset({EventKind.RESUMED, EventKind.CANCELLED, EventKind.FINISHED})
+# The kinds that end a run.
+RUN_ENDS = frozenset({EventKind.CANCELLED, EventKind.FINISHED})

@@ -1,0 +1,100 @@
+"""The one writer of run, step, event, signal and batch rows.
+
+Every transition happens here, once, in a short transaction that holds the run's row lock
+(``SELECT … FOR UPDATE`` on ``pgflow_run``) and, for a claimed attempt, checks its claim
+token: a worker whose lease was taken over can apply nothing, however late it wakes.
+Each transition writes its ``Event`` in the same transaction. NOTIFY is sent inside the
+transaction, so PostgreSQL delivers it on commit and drops it on rollback.
+
+One module per concept:
+
+- ``locking``: the run lock, the audit trail's writer, NOTIFY;
+- ``starting``: a new run and its first attempt;
+- ``scheduling``: the next attempt, and which step that is;
+- ``transitions``: ``apply`` (an attempt's end becomes the run's next state), park and wake;
+- ``claims``: the lease protocol: claim, heartbeat, hand back, a lost lease;
+- ``attempts``: one claimed attempt's ``prepare`` before its body and ``finish`` after;
+- ``commit``: the worker's group commit (``finish_many``);
+- ``controls``: the operator's pause, resume, cancel and skip;
+- ``mailbox``: signals stored, taken and timed out;
+- ``batches``: a fan-out's batch opened, its members counted, its step resolved;
+- ``retention``: old runs deleted.
+
+Callers outside pgflow use the models' methods (``run.pause()`` …), ``Workflow.start()`` and
+``pgflow.signal()``; the worker uses ``claim``/``prepare``/``finish``. Modules outside this
+package use only the names below.
+"""
+
+from __future__ import annotations
+
+from ..core.flow import HANDED_BACK, LOST
+from .attempts import Prepared, finish, prepare, quick_prepare
+from .batches import count_member, mark_enqueued, open_batch, resolve_batch_step, skip_member
+from .claims import Claim, claim, claim_step, hand_back, heartbeat, log_ignored, next_due, recover_lost
+from .commit import Finished, finish_many
+from .controls import cancel, pause, resume, skip_step
+from .locking import (
+    CHANNEL,
+    SYSTEM,
+    TESTING_WORKER,
+    actor_name,
+    event,
+    locked,
+    notify,
+    now,
+    open_attempt,
+)
+from .mailbox import deliver, take_signal, time_out, wake_stale
+from .retention import purge_runs
+from .scheduling import WaitFailed, delay_of, outputs_of
+from .starting import start_run
+from .transitions import apply, park, wake
+
+__all__ = [
+    "CHANNEL",
+    "HANDED_BACK",
+    "LOST",
+    "SYSTEM",
+    "TESTING_WORKER",
+    "Claim",
+    "Finished",
+    "Prepared",
+    "WaitFailed",
+    "actor_name",
+    "apply",
+    "cancel",
+    "claim",
+    "claim_step",
+    "count_member",
+    "delay_of",
+    "deliver",
+    "event",
+    "finish",
+    "finish_many",
+    "hand_back",
+    "heartbeat",
+    "locked",
+    "log_ignored",
+    "mark_enqueued",
+    "next_due",
+    "notify",
+    "now",
+    "open_attempt",
+    "open_batch",
+    "outputs_of",
+    "park",
+    "pause",
+    "prepare",
+    "purge_runs",
+    "quick_prepare",
+    "recover_lost",
+    "resolve_batch_step",
+    "resume",
+    "skip_member",
+    "skip_step",
+    "start_run",
+    "take_signal",
+    "time_out",
+    "wake",
+    "wake_stale",
+]

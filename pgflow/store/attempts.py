@@ -1,0 +1,156 @@
+"""One claimed attempt, before and after its body: ``prepare`` (or the no-query ``quick_prepare``)
+under the run lock, then ``finish`` with its outcome."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .. import evaluation
+from ..conf import pgflow_settings
+from ..core import errors as error_capture
+from ..core.events import EventKind
+from ..core.flow import CANCEL, PAUSE, SKIP, FlowControl, Outcome
+from ..core.states import RunStatus, StepStatus
+from ..exceptions import StepNotFound, WorkflowNotFound
+from ..models import Signal, Step, WorkflowRun
+from ..registry import resolve
+from .claims import Claim, held_attempt, log_ignored
+from .locking import event, locked, now
+from .mailbox import take_signal
+from .scheduling import missing_step_message, outputs_of
+from .transitions import apply, close_attempt, park
+
+if TYPE_CHECKING:
+    from ..core.definitions import StepDefinition
+    from ..workflow import Workflow
+
+logger = logging.getLogger("pgflow")
+
+
+@dataclass(kw_only=True)
+class Prepared:
+    """A claimed attempt cleared to run its body."""
+
+    claim: Claim
+    run: WorkflowRun
+    step: Step
+    definition: StepDefinition
+    workflow: Workflow
+    signal: Signal | None = None
+
+    @property
+    def deadline(self) -> datetime | None:
+        """When the body passes its ``timeout`` (None without one)."""
+        if not self.definition.timeout:
+            return None
+        return self.claim.started_at + timedelta(seconds=self.definition.timeout)
+
+
+def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
+    """Before the body, under the run lock: is the attempt still ours and the run running,
+    does a cancel_if or skip_if apply, is the step still defined, is its signal here.
+
+    Returns None when the attempt ended here (skipped, cancelled, parked, or not ours).
+    """
+    at = at or now()
+    with locked(held.run_id) as run:
+        step = held_attempt(run, held)
+        if step is None:
+            log_ignored(held, "it is no longer in progress under this claim")
+            return None
+        if run.status != RunStatus.RUNNING:
+            # Not reachable while pause/cancel close open attempts, but never run a stopped run's
+            # body, and never close an attempt without saying so in the audit trail.
+            close_attempt(step, status=StepStatus.CANCELLED, outcome="cancelled", at=at)
+            event(run, EventKind.STEP_CANCELLED, step=step, at=at, reason=f"the run is {run.status}")
+            return None
+        try:
+            workflow_class = run.workflow()
+        except WorkflowNotFound as exc:
+            _fail_and_pause(run, step, exc, at=at)
+            return None
+        steps = workflow_class.steps()
+        definition = steps.get(step.step_name)
+        if definition is None:
+            if step.step_name in steps.removed:
+                apply(run, step, Outcome(kind=SKIP), at=at, reason="removed from the workflow")
+            else:
+                _fail_and_pause(run, step, StepNotFound(missing_step_message(run, step.step_name)), at=at)
+            return None
+        workflow = workflow_class(run=run, step_name=step.step_name, attempt=step.attempt,
+                                  outputs=lambda: outputs_of(run))
+        try:
+            cancel = evaluation.should_cancel(workflow)
+            skip = not cancel and evaluation.should_skip(workflow, definition)
+        except FlowControl as control:  # a verb called in a condition ends the step, as in a body
+            apply(run, step, control.outcome, at=at, reason=f"a cancel_if / skip_if of step {step.step_name!r} "
+                                                            f"called {control.outcome.kind}()")
+            return None
+        except Exception as exc:  # noqa: BLE001 - a failing predicate pauses the run, naming it
+            _fail_and_pause(run, step, exc, at=at, reason=f"a cancel_if / skip_if of step {step.step_name!r} "
+                                                            f"failed: {type(exc).__name__}: {exc}")
+            return None
+        if cancel:
+            apply(run, step, Outcome(kind=CANCEL), at=at, reason="a cancel_if condition held")
+            return None
+        if skip:
+            apply(run, step, Outcome(kind=SKIP), at=at, reason="skip_if")
+            return None
+        signal = None
+        if definition.wait_for:
+            signal = take_signal(run, step, definition, at=at)
+            if signal is None:
+                park(run, step, at=at, deadline=definition.wait_timeout)
+                return None
+    return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow, signal=signal)
+
+
+def quick_prepare(held: Claim) -> Prepared | None:
+    """The prepare of a plain step, with no query: nothing needs the run lock before its
+    body (no cancel_if, no skip_if, no signal, no batch) and the claim just read the run.
+
+    Returns None when the attempt needs the full ``prepare``. An operator who pauses or
+    cancels from here on is handled when the outcome is applied, as for any running body.
+    """
+    run = held.run()
+    if run.status != RunStatus.RUNNING:
+        return None
+    try:
+        workflow_class = resolve(run.workflow_class)
+    except WorkflowNotFound:
+        return None
+    definition = workflow_class.steps().get(held.step_name)
+    if definition is None or definition.locks_before_body or workflow_class.cancel_conditions():
+        return None
+    step = Step(id=held.step_id, run_id=held.run_id, step_name=held.step_name, attempt=held.attempt,
+                status=StepStatus.IN_PROGRESS, started_at=held.started_at, claim_token=held.token)
+    step._state.adding = False
+    workflow = workflow_class(run=run, step_name=held.step_name, attempt=held.attempt,
+                              outputs=lambda: outputs_of(run))
+    return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow)
+
+
+def _fail_and_pause(run: WorkflowRun, step: Step, exc: BaseException, *, at: datetime, reason: str = "") -> None:
+    captured = error_capture.capture(exc, **pgflow_settings.capture_options())
+    apply(run, step, Outcome(kind=PAUSE), at=at, error=captured, reason=reason or str(exc))
+
+
+
+def finish(held: Claim, outcome: Outcome, *, output: Any = None, error: dict[str, Any] | None = None,
+           at: datetime | None = None) -> bool:
+    """After the body, under the run lock: apply ``outcome`` if the attempt is still ours.
+
+    Returns False (and logs) for a late completion of an attempt that timed out, was taken
+    over after its lease ran out, or was ended by an operator: it is never applied.
+    """
+    at = at or now()
+    with locked(held.run_id) as run:
+        step = held_attempt(run, held)
+        if step is None:
+            log_ignored(held, "it was ended elsewhere (timed out, lease taken over, or an operator acted)")
+            return False
+        apply(run, step, outcome, at=at, output=output, error=error)
+    return True

@@ -1,0 +1,206 @@
+"""The worker's group commit: the outcomes of many attempts in one transaction, the common case in
+a handful of set-based statements."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection, transaction
+
+from ..core.events import EventKind
+from ..core.flow import COMPLETE, Outcome
+from ..core.states import RunStatus
+from ..exceptions import StepNotFound, WorkflowNotFound
+from ..models import Step, WorkflowRun
+from ..registry import resolve
+from .claims import Claim, log_ignored
+from .locking import CHANNEL, now
+from .scheduling import WaitFailed, delay_of, outputs_of
+from .transitions import apply
+
+if TYPE_CHECKING:
+    pass
+
+logger = logging.getLogger("pgflow")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finished:
+    """One attempt's end, for ``finish_many``."""
+
+    claim: Claim
+    outcome: Outcome
+    output: Any = None
+    error: dict[str, Any] | None = None
+
+
+def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bool | None]:
+    """``finish`` for many attempts in one transaction (the worker's group commit).
+
+    Locks the runs it can lock now (``SKIP LOCKED``: a run another transaction holds, say a
+    webhook's ``signal()`` inside a long ``atomic()``, never holds up the others), checks
+    every claim token, applies the common case (a body that returned, on a running run of an
+    unchanged definition) with a handful of set-based statements, and everything else
+    through ``apply`` one by one. Returns, per item, whether it was applied, or None when its
+    run was locked elsewhere: the caller tries it again in a later transaction.
+
+    One outcome per attempt: a second item for an attempt already applied in this batch
+    (a completion and a timeout that crossed) is ignored.
+    """
+    at = at or now()
+    applied: list[bool | None] = [False] * len(items)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT id, status, workflow_class, definition_digest FROM pgflow_run WHERE id = ANY(%s) "
+                       "ORDER BY id FOR UPDATE SKIP LOCKED", [sorted({item.claim.run_id for item in items})])
+        runs = {row[0]: (row[1], row[2], row[3]) for row in cursor.fetchall()}
+        missing = sorted({item.claim.run_id for item in items} - runs.keys())
+        if missing:  # locked elsewhere, or deleted (retention): only the first come back later
+            cursor.execute("SELECT id FROM pgflow_run WHERE id = ANY(%s)", [missing])
+            busy = {row[0] for row in cursor.fetchall()}
+        else:
+            busy = set()
+        cursor.execute("SELECT id, claim_token FROM pgflow_step WHERE id = ANY(%s) AND status = 'in_progress' "
+                       "ORDER BY id FOR UPDATE",
+                       [sorted(item.claim.step_id for item in items if item.claim.run_id in runs)])
+        tokens = dict(cursor.fetchall())
+        plain, other = [], []
+        for index, item in enumerate(items):
+            run = runs.get(item.claim.run_id)
+            if run is None and item.claim.run_id in busy:
+                applied[index] = None  # locked by another transaction: not now
+                continue
+            if run is None:
+                log_ignored(item.claim, "its run no longer exists")
+                continue
+            if tokens.pop(item.claim.step_id, None) != item.claim.token:
+                log_ignored(item.claim, "it was ended elsewhere (timed out, lease taken over, an operator acted, "
+                                        "or another outcome of it was applied)")
+                continue
+            applied[index] = True
+            if (item.outcome.kind == COMPLETE and item.error is None and run[0] == RunStatus.RUNNING
+                    and _digest(run[1]) == run[2]):
+                plain.append((item, run[1]))
+            else:
+                other.append(item)
+        if plain:
+            _complete_many(cursor, plain, at=at)
+        for item in other:  # the rare cases, one by one, with the full rules
+            run_row = WorkflowRun.objects.get(pk=item.claim.run_id)
+            step_row = Step.objects.get(pk=item.claim.step_id)
+            apply(run_row, step_row, item.outcome, at=at, output=item.output, error=item.error)
+    return applied
+
+
+def _digest(workflow_class: str) -> str | None:
+    """The current definition digest of ``workflow_class``; None when it does not import."""
+    try:
+        return resolve(workflow_class).definition_digest()
+    except WorkflowNotFound:
+        return None
+
+
+_CLOSE_COMPLETED = """
+UPDATE pgflow_step AS s
+SET status = 'completed', outcome = 'completed', finished_at = GREATEST(%(at)s, s.started_at), claim_token = NULL,
+    lease_expires_at = NULL, output = v.output::jsonb
+FROM unnest(%(ids)s::bigint[], %(outputs)s::text[]) AS v(id, output)
+WHERE s.id = v.id
+"""
+# The rest of a batch's common case in one statement (one round trip): the next attempts,
+# the events, the runs moved on, and a NOTIFY per queue with a step due now. The attempts
+# closed by _CLOSE_COMPLETED must be closed by then: the one-open-attempt index is checked
+# as each row is inserted.
+_ADVANCE = """
+WITH next_steps AS (
+    INSERT INTO pgflow_step (run_id, step_name, attempt, status, outcome, queue, priority, created_at, scheduled_at,
+                             worker)
+    SELECT v.run_id, v.step_name, 1, 'scheduled', '', v.queue, v.priority, %(at)s, v.due, ''
+    FROM unnest(%(step_runs)s::bigint[], %(step_names)s::text[], %(step_queues)s::text[],
+                %(step_priorities)s::int[], %(step_due)s::timestamptz[]) AS v(run_id, step_name, queue, priority, due)
+    RETURNING 1
+), events AS (
+    INSERT INTO pgflow_event (run_id, step_id, event, actor, details, created_at)
+    SELECT v.run_id, v.step_id, v.event, 'system', '{}'::jsonb, %(at)s
+    FROM unnest(%(event_runs)s::bigint[], %(event_steps)s::bigint[], %(events)s::text[]) WITH ORDINALITY
+         AS v(run_id, step_id, event)
+    ORDER BY ordinality
+    RETURNING 1
+), moved AS (
+    UPDATE pgflow_run AS r
+    SET status = v.status, current_step = v.current_step, finished_at = v.finished_at, updated_at = %(at)s,
+        paused_reason = ''
+    FROM unnest(%(run_ids)s::bigint[], %(run_statuses)s::text[], %(run_current)s::text[],
+                %(run_finished)s::timestamptz[]) AS v(id, status, current_step, finished_at)
+    WHERE r.id = v.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM next_steps), (SELECT count(*) FROM events), (SELECT count(*) FROM moved),
+       (SELECT count(pg_notify(%(channel)s, queue)) FROM unnest(%(due_queues)s::text[]) AS queue)
+"""
+
+
+def _outputs_with(item: Finished) -> Callable[[], dict[str, Any]]:
+    """A loader of the run's outputs plus ``item``'s own, not yet written."""
+    return lambda: {**outputs_of(item.claim.run()), item.claim.step_name: item.output}
+
+
+def _add(columns: dict[str, list[Any]], **values: Any) -> None:
+    for name, value in values.items():
+        columns[name].append(value)
+
+
+def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetime) -> None:
+    """Close completed attempts and move their runs on: two statements for all of them.
+
+    The same transitions ``apply`` makes for a COMPLETE outcome on a running run; a run
+    whose next step cannot be worked out (its class or step is gone) goes through
+    ``apply`` instead, which pauses it with the reason.
+    """
+    # _ADVANCE's array parameters, one list each, filled together per attempt
+    advance: dict[str, list[Any]] = {name: [] for name in (
+        "step_runs", "step_names", "step_queues", "step_priorities", "step_due",
+        "event_runs", "event_steps", "events",
+        "run_ids", "run_statuses", "run_current", "run_finished")}
+    due_queues: set[str] = set()
+    closing, outputs, fallback = [], [], []
+    for item, workflow_class in done:
+        claim = item.claim
+        try:
+            workflow = resolve(workflow_class)
+            definitions = workflow.steps()
+            if definitions.get(claim.step_name) is None:
+                raise StepNotFound(claim.step_name)
+            nxt = definitions.next_after(claim.step_name)
+            # This step's own output is not written yet: the loader adds it to what the rows hold.
+            # (Building the run's model costs more than the rest of this loop: only for a wait.)
+            delay = delay_of(workflow, claim.run(), nxt, at, _outputs_with(item)) if nxt and nxt.waits else None
+        except (StepNotFound, WorkflowNotFound, WaitFailed):
+            fallback.append(item)  # apply() pauses the run, naming the failure
+            continue
+        closing.append(claim.step_id)
+        outputs.append(None if item.output is None else json.dumps(item.output))
+        _add(advance, event_runs=claim.run_id, event_steps=claim.step_id, events=EventKind.STEP_COMPLETED.value)
+        if nxt is None:
+            _add(advance, run_ids=claim.run_id, run_statuses=RunStatus.FINISHED.value, run_current=None,
+                 run_finished=at)
+            _add(advance, event_runs=claim.run_id, event_steps=None, events=EventKind.FINISHED.value)
+            continue
+        due = at + timedelta(seconds=delay) if delay else at
+        queue = workflow.queue_for(nxt.name)
+        _add(advance, step_runs=claim.run_id, step_names=nxt.name, step_queues=queue,
+             step_priorities=workflow.priority_for(nxt.name), step_due=due)
+        _add(advance, run_ids=claim.run_id, run_statuses=RunStatus.RUNNING.value, run_current=nxt.name,
+             run_finished=None)
+        if due <= at:
+            due_queues.add(queue)
+    if closing:
+        cursor.execute(_CLOSE_COMPLETED, {"at": at, "ids": closing, "outputs": outputs})
+        cursor.execute(_ADVANCE, {"at": at, "channel": CHANNEL, "due_queues": sorted(due_queues), **advance})
+    for item in fallback:
+        apply(WorkflowRun.objects.get(pk=item.claim.run_id), Step.objects.get(pk=item.claim.step_id), item.outcome,
+              at=at, output=item.output)

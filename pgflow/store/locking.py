@@ -1,0 +1,69 @@
+"""Locking a run, and the writes every transition shares: the audit trail and NOTIFY."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection, transaction
+from django.db.models import Model
+from django.utils import timezone
+
+from ..core.events import EventKind
+from ..core.states import OPEN_STEP
+from ..models import Event, Step, WorkflowRun
+
+if TYPE_CHECKING:
+    pass
+
+logger = logging.getLogger("pgflow")
+
+
+CHANNEL = "pgflow"  # the NOTIFY channel; the payload is the queue whose step came due
+SYSTEM = "system"
+TESTING_WORKER = "pgflow.testing"  # the worker name of attempts pgflow.testing runs in-process
+OPEN_STEP_VALUES = sorted(s.value for s in OPEN_STEP)
+
+
+
+def now() -> datetime:
+    return timezone.now()
+
+
+def actor_name(actor: Any) -> str:
+    """``None`` -> ``"system"``; a user -> ``"user:<username>"``; anything else its str()."""
+    if actor is None:
+        return SYSTEM
+    if isinstance(actor, Model) and hasattr(actor, "get_username"):
+        return f"user:{actor.get_username()}"
+    return str(actor)[:200]
+
+
+# --- locking ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def locked(run_id: int) -> Iterator[WorkflowRun]:
+    """A transaction holding the run's row lock; raises WorkflowRun.DoesNotExist for no run."""
+    with transaction.atomic():
+        yield WorkflowRun.objects.select_for_update().get(pk=run_id)
+
+
+def open_attempt(run: WorkflowRun) -> Step | None:
+    """The run's open attempt (at most one), locked. Call under ``locked``."""
+    return Step.objects.select_for_update().filter(run=run, status__in=OPEN_STEP_VALUES).first()
+
+
+def event(run: WorkflowRun, kind: EventKind, /, *, step: Step | None = None, actor: Any = None,
+          at: datetime | None = None, **details: Any) -> Event:
+    """Write one audit-trail entry; ``details`` must be JSON-serialisable."""
+    return Event.objects.create(run=run, step=step, event=str(kind), actor=actor_name(actor),
+                                details=details, created_at=at or now())
+
+
+def notify(queue: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])

@@ -1,0 +1,37 @@
+"""Retention: deleting finished and cancelled runs, with every row they own, in bounded batches."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import connection, transaction
+
+_PURGE = [
+    "DELETE FROM pgflow_event WHERE run_id = ANY(%(ids)s)",
+    "DELETE FROM pgflow_signal WHERE run_id = ANY(%(ids)s)",
+    "DELETE FROM pgflow_batch_member WHERE batch_id IN (SELECT id FROM pgflow_batch WHERE run_id = ANY(%(ids)s))",
+    "DELETE FROM pgflow_batch WHERE run_id = ANY(%(ids)s)",
+    "DELETE FROM pgflow_step WHERE run_id = ANY(%(ids)s)",
+    "DELETE FROM pgflow_run WHERE id = ANY(%(ids)s)",
+]
+
+
+def purge_runs(cutoff: datetime, *, batch: int, rounds: int) -> int:
+    """Delete up to ``rounds`` batches of ``batch`` finished and cancelled runs that ended before
+    ``cutoff``, each batch in its own short transaction; returns how many runs went. A run
+    locked now (SKIP LOCKED) waits for a later sweep."""
+    deleted = 0
+    for _ in range(rounds):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM pgflow_run WHERE status IN ('finished', 'cancelled') AND finished_at < %s "
+                "ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED", [cutoff, batch])
+            ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                break
+            for statement in _PURGE:
+                cursor.execute(statement, {"ids": ids})
+            deleted += len(ids)
+        if len(ids) < batch:
+            break
+    return deleted

@@ -1,0 +1,186 @@
+"""Scheduling: the next attempt of a run, and which step that is (by order, or by the run's history
+when its definition changed)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .. import evaluation
+from ..core.events import EventKind
+from ..core.states import RunStatus, StepStatus
+from ..exceptions import PgflowError, StepNotFound, WorkflowNotFound
+from ..models import Step, WorkflowRun
+from .locking import OPEN_STEP_VALUES, event, notify, now
+
+if TYPE_CHECKING:
+    from ..core.definitions import StepDefinition
+    from ..workflow import Workflow
+
+logger = logging.getLogger("pgflow")
+
+
+# --- scheduling ------------------------------------------------------------------------------
+
+
+def schedule_attempt(run: WorkflowRun, workflow: type[Workflow], definition: StepDefinition, *, at: datetime,
+              delay: float | None = None, attempt: int | None = None, signal_id: int | None = None) -> Step:
+    """Insert the run's next open attempt of ``definition``; NOTIFY when it is due now."""
+    if attempt is None:
+        attempt = Step.objects.filter(run=run, step_name=definition.name).count() + 1
+    queue = workflow.queue_for(definition.name)
+    due = at + timedelta(seconds=delay) if delay else at
+    step = Step.objects.create(
+        run=run, step_name=definition.name, attempt=attempt, queue=queue,
+        priority=workflow.priority_for(definition.name), created_at=at, scheduled_at=due, signal_id=signal_id,
+    )
+    run.current_step = definition.name
+    run.updated_at = at
+    if due <= at:
+        notify(queue)
+    return step
+
+
+def reschedule_same(run: WorkflowRun, step: Step, *, at: datetime, delay: float | None = None) -> Step | None:
+    """A fresh attempt of the step ``step`` was an attempt of (a reattempt, a lost worker, a resume).
+
+    Carries a consumed signal over, so a reattempt of a signal step does not wait again.
+    """
+    workflow = workflow_or_none(run)
+    if workflow is None:
+        return None
+    definition = workflow.steps().get(step.step_name)
+    if definition is None:
+        return None
+    return schedule_attempt(run, workflow, definition, at=at, delay=delay, signal_id=step.signal_id)
+
+
+def advance(run: WorkflowRun, step_name: str, *, at: datetime, schedule: bool = True) -> None:
+    """Move past ``step_name``: schedule the next step, or finish the run when none is left.
+
+    ``schedule=False`` (a paused run) records the next step as current without an attempt;
+    ``resume()`` schedules it.
+    """
+    workflow = run.workflow()
+    nxt = next_step(run, workflow, step_name)
+    if nxt is None:
+        finish_run(run, at)
+        return
+    # The run is on the next step from here on, even if its wait fails below: a resume
+    # must schedule that step, not run the completed one again.
+    run.current_step = nxt.name
+    run.updated_at = at
+    run.save(update_fields=["current_step", "updated_at"])
+    if schedule:
+        schedule_attempt(run, workflow, nxt, at=at, delay=delay_of(workflow, run, nxt, at, lambda: outputs_of(run)))
+        run.save(update_fields=["current_step", "updated_at"])
+
+
+class WaitFailed(PgflowError):
+    """A step's ``wait`` / ``wait_until`` method raised or returned something unusable."""
+
+    def __init__(self, message: str, *, step_name: str) -> None:
+        super().__init__(message)
+        self.step_name = step_name
+
+
+def delay_of(workflow: type[Workflow], run: WorkflowRun, definition: StepDefinition, at: datetime,
+             outputs: Callable[[], dict[str, Any]]) -> float | None:
+    """Seconds until ``definition`` is due (its wait / wait_until), None for at once.
+
+    A wait method that fails raises WaitFailed naming the step, so the run can pause with
+    the reason instead of the failure escaping the transition.
+    """
+    if not definition.waits:
+        return None
+    instance = workflow(run=run, step_name=definition.name, attempt=1, outputs=outputs)
+    try:
+        return evaluation.delay_seconds(instance, definition, at)
+    except Exception as exc:
+        raise WaitFailed(f"the wait of step {definition.name!r} failed: {type(exc).__name__}: {exc}",
+                         step_name=definition.name) from exc
+
+
+def next_step(run: WorkflowRun, workflow: type[Workflow], step_name: str) -> StepDefinition | None:
+    steps = workflow.steps()
+    if definition_changed(run, workflow) and (steps.get(step_name) is not None or step_name in steps.removed):
+        # (a step that vanished undeclared still pauses the run below, naming it)
+        return next_by_history(run, workflow, step_name, at=now())
+    if steps.get(step_name) is not None:
+        return steps.next_after(step_name)
+    if step_name in steps.removed:
+        return after_removed(run, steps)
+    raise StepNotFound(missing_step_message(run, step_name))
+
+
+def definition_changed(run: WorkflowRun, workflow: type[Workflow]) -> bool:
+    """Whether the class's step list (names, kinds, order) differs from the one the run began on."""
+    return bool(run.definition_digest) and run.definition_digest != workflow.definition_digest()
+
+
+def next_by_history(run: WorkflowRun, workflow: type[Workflow], current: str | None, *,
+                     at: datetime) -> StepDefinition | None:
+    """On a changed definition the run goes by its own history: the next step is the first
+    of the current list it has not completed or skipped, so a reordered or inserted step is
+    never passed over silently. Where that differs from the step the order alone gives,
+    the audit trail says so."""
+    steps = workflow.steps()
+    done = set(Step.objects.filter(run=run, status__in=[StepStatus.COMPLETED, StepStatus.SKIPPED])
+               .values_list("step_name", flat=True))
+    if current is not None:
+        done.add(current)
+    nxt = next((definition for definition in steps if definition.name not in done), None)
+    try:
+        by_order = steps.next_after(current) if current is not None and current in steps else None
+    except StepNotFound:
+        by_order = None
+    if current is None or (by_order.name if by_order else None) != (nxt.name if nxt else None):
+        not_run = [definition.name for definition in steps if definition.name not in done]
+        event(run, EventKind.DEFINITION_CHANGED, at=at, step_name=current, next_step=nxt.name if nxt else None,
+              by_order=by_order.name if by_order else None, not_run=not_run,
+              change=f"the steps of {run.workflow_class} changed since this run began "
+                     f"(digest {run.definition_digest[:12]} -> {workflow.definition_digest()[:12]}); "
+                     f"it goes on by its own history with {nxt.name if nxt else 'nothing left: it finishes'}")
+    return nxt
+
+
+def after_removed(run: WorkflowRun, steps: Any) -> StepDefinition | None:
+    """The step after the place a removed step held: after the last step this run closed
+    that still exists, or the first step when none does."""
+    names = Step.objects.filter(run=run).exclude(status__in=OPEN_STEP_VALUES).order_by("-created_at", "-id")
+    for name in names.values_list("step_name", flat=True):
+        if steps.get(name) is not None:
+            return steps.next_after(name)
+    return steps.first()
+
+
+def missing_step_message(run: WorkflowRun, step_name: str) -> str:
+    return (f"step {step_name!r} of run {run.pk} is not defined by {run.workflow_class} any more; "
+            f"declare it in removed_steps to skip it, or restore it")
+
+
+def finish_run(run: WorkflowRun, at: datetime, *, reason: str | None = None, actor: Any = None) -> None:
+    run.status = RunStatus.FINISHED
+    run.finished_at = at
+    run.updated_at = at
+    run.current_step = None
+    run.paused_reason = ""
+    run.save(update_fields=["status", "finished_at", "updated_at", "current_step", "paused_reason"])
+    details: dict[str, Any] = {"reason": reason} if reason else {}
+    event(run, EventKind.FINISHED, at=at, actor=actor, **details)
+
+
+def workflow_or_none(run: WorkflowRun) -> type[Workflow] | None:
+    try:
+        return run.workflow()
+    except WorkflowNotFound:
+        return None
+
+
+def outputs_of(run: WorkflowRun) -> dict[str, Any]:
+    """``{step_name: output}`` of the run's completed attempts, oldest first."""
+    rows = (Step.objects.filter(run=run, status=StepStatus.COMPLETED)
+            .order_by("created_at", "id").values_list("step_name", "output"))
+    return dict(rows)

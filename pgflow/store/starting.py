@@ -1,0 +1,85 @@
+"""Starting a run: its row, its ``started`` event and its first attempt, in the caller's transaction."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.contenttypes.models import ContentType
+from django.db import IntegrityError, transaction
+from django.db.models import Model
+
+from ..conf import pgflow_settings
+from ..core import jsonvalue
+from ..core.events import EventKind
+from ..exceptions import InputTooLarge
+from ..models import WorkflowRun
+from .locking import event, now
+from .scheduling import delay_of, finish_run, schedule_attempt
+
+if TYPE_CHECKING:
+    from ..workflow import Workflow
+
+logger = logging.getLogger("pgflow")
+
+
+# --- starting --------------------------------------------------------------------------------
+
+
+def start_run(workflow: type[Workflow], *, subject: Any = None, input: Any = None,
+              key: str | None = None) -> WorkflowRun:
+    """Create a run and its first attempt in the caller's transaction (see Workflow.start)."""
+    payload = _checked_input(input)
+    subject_type, subject_id = _checked_subject(subject)
+    if key is not None and (not isinstance(key, str) or not key or len(key) > 255
+                            or jsonvalue.text_problem(key)):
+        raise ValueError(f"key must be a non-empty string of at most 255 characters (no NUL, no lone "
+                         f"surrogate) or None, got {key!r}")
+    path = workflow.workflow_path()
+    at = now()
+    with transaction.atomic():
+        if key is not None:
+            existing = WorkflowRun.objects.filter(workflow_class=path, key=key).first()
+            if existing:
+                return existing
+        try:
+            with transaction.atomic():  # a savepoint: a racing start with the same key loses cleanly
+                run = WorkflowRun.objects.create(
+                    workflow_class=path, input=payload, key=key, subject_type=subject_type, subject_id=subject_id,
+                    definition_digest=workflow.definition_digest(), created_at=at, updated_at=at,
+                )
+        except IntegrityError:
+            if key is None:
+                raise
+            return WorkflowRun.objects.get(workflow_class=path, key=key)
+        event(run, EventKind.STARTED, at=at, workflow=path, key=key)
+        first = workflow.steps().first()
+        if first is None:
+            finish_run(run, at, reason="the workflow has no steps")
+            return run
+        schedule_attempt(run, workflow, first, at=at, delay=delay_of(workflow, run, first, at, dict))
+        run.save(update_fields=["current_step", "updated_at"])
+    return run
+
+
+def _checked_input(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"input must be a dict (JSON object) or None, got {type(value).__name__}")
+    encoded = jsonvalue.encode(value, "input")
+    limit = pgflow_settings.MAX_INPUT_BYTES
+    size = len(encoded.encode())
+    if size > limit:
+        raise InputTooLarge(f"input is {size} bytes as JSON; the limit is {limit} (PGFLOW['MAX_INPUT_BYTES'])")
+    return value
+
+
+def _checked_subject(subject: Any) -> tuple[ContentType | None, str | None]:
+    if subject is None:
+        return None, None
+    if not isinstance(subject, Model):
+        raise TypeError(f"subject must be a saved model instance or None, got {type(subject).__name__}")
+    if subject.pk is None or subject._state.adding:
+        raise ValueError(f"subject must be a saved model instance; this {type(subject).__name__} has no primary key")
+    return ContentType.objects.get_for_model(subject), str(subject.pk)

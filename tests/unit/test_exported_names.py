@@ -1,0 +1,34 @@
+"""The public names of ``pgflow`` are the contract (/work/shared/API.md): adding or dropping one is a
+decision, never an accident of an import."""
+
+from __future__ import annotations
+
+import pgflow
+
+PUBLIC = [
+    "DefinitionError",
+    "FanOutFailed",
+    "FlowControl",
+    "InputTooLarge",
+    "InvalidTransition",
+    "OnException",
+    "PgflowError",
+    "Schedule",
+    "StepNotFound",
+    "StepTimeout",
+    "Workflow",
+    "WorkflowNotFound",
+    "cancel_if",
+    "fan_out",
+    "signal",
+    "step",
+]
+
+
+def test_the_public_names_are_exactly_the_documented_ones():
+    assert sorted(pgflow.__all__) == PUBLIC
+
+
+def test_every_public_name_is_there():
+    missing = [name for name in pgflow.__all__ if not hasattr(pgflow, name)]
+    assert not missing
