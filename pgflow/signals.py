@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import store
+from . import observability, store
 from .conf import pgflow_settings
 from .core import jsonvalue
 from .core.flow import CANCEL, PAUSE, SKIP, Outcome
@@ -48,6 +48,7 @@ def signal(run_or_id: WorkflowRun | int, name: str, payload: Any = None, *, acto
             raise InvalidTransition(f"run {run.pk} is {run.status}: it takes no more signals")
         received = Signal.objects.create(run=run, name=name, payload=payload, received_at=at)
         store.event(run, "signal_received", actor=actor, at=at, name=name, payload_bytes=size)
+        observability.signal_sent(run, name)
         step = store.open_attempt(run)
         if step is not None and step.status == StepStatus.WAITING and step.batch_id is None:
             waits_for = _waits_for(run, step)

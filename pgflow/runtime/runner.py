@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .. import store
+from .. import observability, store
 from ..conf import pgflow_settings
 from ..core import errors as error_capture
 from ..core import jsonvalue
@@ -129,6 +129,7 @@ class Runner:
             return True
 
     def _fail(self, prepared: Prepared, error: BaseException, started: float) -> Result:
+        observability.attempt_failed(error)
         outcome, report = decide(prepared, error)
         captured = error_capture.capture(error, **pgflow_settings.capture_options())
         applied = self._finish(store.Finished(claim=prepared.claim, outcome=outcome, error=captured))
@@ -146,6 +147,7 @@ def _logged(held: Claim, outcome: str, seconds: float, *, applied: bool) -> Resu
     logger.info("run=%s step=%s attempt=%s outcome=%s duration=%.3fs", held.run_id, held.step_name,
                 held.attempt, outcome, seconds,
                 extra={"action": "step", "run_id": held.run_id, "step": held.step_name, "outcome": outcome})
+    observability.attempt_ended(held, outcome, applied=applied)
     return Result(claim=held, outcome=outcome, applied=applied, seconds=seconds)
 
 
