@@ -82,7 +82,6 @@ def _free_port() -> int:
 
 
 def _scrape(url: str) -> dict[tuple[str, frozenset], float]:
-    from prometheus_client.parser import text_string_to_metric_families
 
     text = urllib.request.urlopen(url, timeout=10).read().decode()  # noqa: S310 - a local test server
     return _parse(text)
