@@ -291,3 +291,17 @@ def _describe(target: Any) -> str:
     if isinstance(target, dict):
         return target.get("webhook") or target.get("callable") or str(target)
     return str(target)
+
+
+# --- operator controls (the admin calls these) --------------------------------------------------
+
+
+def acknowledge(alert_ids: list[int], *, actor: str, at: datetime) -> int:
+    """Mark alerts as seen by ``actor``; an acknowledged alert stays open until its condition stops."""
+    return Alert.objects.filter(pk__in=alert_ids, acknowledged_at__isnull=True).update(
+        acknowledged_at=at, acknowledged_by=actor[:200])
+
+
+def mute(rule_ids: list[int], *, until: datetime | None) -> int:
+    """Silence rules until ``until`` (None: unmute): their alerts are recorded, not sent."""
+    return AlertRule.objects.filter(pk__in=rule_ids).update(muted_until=until)

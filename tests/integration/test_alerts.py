@@ -191,3 +191,25 @@ def test_a_muted_rule_records_its_alert_but_sends_nothing(settings):
     wf.ThreeSteps.start().pause()
     assert check(now()) == 1
     assert AlertDelivery.objects.count() == 0
+
+
+def test_the_admin_lists_alerts_acknowledges_them_and_checks_a_rule(settings, admin_client):
+    rules(settings, {"name": "paused", "kind": "runs_paused"})
+    wf.ThreeSteps.start().pause()
+    assert check(now()) == 1
+    alert = Alert.objects.get()
+    page = admin_client.get("/admin/pgflow/alert/")
+    assert page.status_code == 200 and b"runs of every workflow paused" in page.content
+    answer = admin_client.post("/admin/pgflow/alert/", {"action": "acknowledge", "_selected_action": [alert.pk]})
+    assert answer.status_code == 302
+    alert.refresh_from_db()
+    assert alert.acknowledged_at is not None and alert.acknowledged_by == "user:admin"
+    bad = admin_client.post("/admin/pgflow/alertrule/add/", {
+        "name": "bad", "kind": "phase_p95", "params": '{"phase": "slept", "threshold": 5}', "targets": "[]",
+        "cooldown": "00:30:00", "enabled": "on"})
+    assert bad.status_code == 200 and b"&#x27;phase&#x27; must be one of queued, waited, ran, waiting" in bad.content
+    good = admin_client.post("/admin/pgflow/alertrule/add/", {
+        "name": "slow", "kind": "phase_p95", "params": '{"phase": "ran", "threshold": 5}',
+        "targets": '["mail_admins"]', "cooldown": "00:30:00", "enabled": "on"})
+    assert good.status_code == 302
+    assert AlertRule.objects.get(name="slow").params["window"] == 3600.0
