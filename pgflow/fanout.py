@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 
-from . import store
+from . import observability, store
 from .conf import pgflow_settings
 from .core import errors as error_capture
 from .core import jsonvalue
@@ -452,6 +452,7 @@ def member_finished(batch_id: uuid.UUID, position: int, *, succeeded: bool, erro
         won = (Batch.objects.filter(pk=batch_id, status=Batch.Status.OPEN, succeeded__gte=F("total") - F("failed"))
                .update(status=Batch.Status.FINISHED, finished_at=at))
         step_id = Batch.objects.filter(pk=batch_id).values_list("step_id", flat=True).first() if won else None
+    observability.member_finished(batch_id, position, succeeded=succeeded, at=at)
     if step_id is not None:
         # A separate transaction, after the counts committed: a crash in between leaves a finished
         # batch with its step waiting, which the sweep resolves after FAN_OUT_GRACE.

@@ -70,9 +70,19 @@ def signal_sent(run: WorkflowRun, name: str) -> None:
                                "pgflow.signal": name})
 
 
-def member_finished(run: Any, *, func: str, position: int, succeeded: bool, start: Any, end: Any) -> None:
-    """A fan-out member's final result: a span linked to its run's trace."""
-    tracing.linked(f"pgflow member {func}", traceparent=getattr(run, "traceparent", None),
-                   attributes={"pgflow.run_id": run.pk, "pgflow.workflow_class": run.workflow_class,
+def member_finished(batch_id: Any, position: int, *, succeeded: bool, at: Any) -> None:
+    """A fan-out member's final result: a span from its enqueue to ``at``, linked to its run's trace."""
+    if not tracing.enabled():
+        return
+    from ..models import BatchMember
+
+    member = (BatchMember.objects.filter(batch_id=batch_id, position=position)
+              .values("func", "enqueued_at", "batch__run_id", "batch__run__workflow_class",
+                      "batch__run__traceparent").first())
+    if member is None:
+        return
+    tracing.linked(f"pgflow member {member['func']}", traceparent=member["batch__run__traceparent"],
+                   attributes={"pgflow.run_id": member["batch__run_id"],
+                               "pgflow.workflow_class": member["batch__run__workflow_class"],
                                "pgflow.member": position, "pgflow.outcome": "succeeded" if succeeded else "failed"},
-                   start=start, end=end)
+                   start=member["enqueued_at"], end=at)
