@@ -33,9 +33,15 @@ DEFAULTS: dict[str, Any] = {
     "FAN_OUT_GRACE": timedelta(minutes=5),  # a finished batch whose callback is lost is resolved after this
     # Keys masked at any depth in what the MCP server answers (matched case-insensitively, as substrings).
     "REDACT": ["password", "secret", "token", "api_key", "card"],
+    # Who may read /metrics: clients from these addresses or networks, or any client sending
+    # "Authorization: Bearer <METRICS_TOKEN>" when a token is set.
+    "METRICS_ALLOWED_IPS": ["127.0.0.1", "::1"],
+    "METRICS_TOKEN": None,
+    "METRICS_CACHE": timedelta(seconds=5),  # how long /metrics reuses its database gauges
+    "ALERTS": [],  # alert rules (pgflow.core.alerting), synced to the admin's rules by name
 }
 
-_DURATIONS = ("LEASE", "POLL_INTERVAL", "SWEEP_INTERVAL", "SHUTDOWN_GRACE", "FAN_OUT_GRACE")
+_DURATIONS = ("LEASE", "POLL_INTERVAL", "SWEEP_INTERVAL", "SHUTDOWN_GRACE", "FAN_OUT_GRACE", "METRICS_CACHE")
 # Durations counted in days or minutes: a bare number reads as that unit but would mean
 # seconds ("RETENTION": 30 would purge every run half a minute after it ends), so only a
 # timedelta is accepted. The others are seconds-long, and a number of seconds reads right.
@@ -143,6 +149,36 @@ def validate(raw: object) -> list[str]:
                                 and all(isinstance(key, str) and key.strip() for key in raw["REDACT"])):
         problems.append(f"PGFLOW['REDACT'] must be a list of key names (non-empty strings), "
                         f"e.g. ['password', 'token'], got {raw['REDACT']!r}")
+    problems.extend(_observability_problems(raw))
+    return problems
+
+
+def _observability_problems(raw: dict[str, Any]) -> list[str]:
+    import ipaddress
+
+    from .core.alerting import rule_problems
+
+    problems = []
+    allowed = raw.get("METRICS_ALLOWED_IPS", [])
+    if not isinstance(allowed, list | tuple):
+        problems.append(f"PGFLOW['METRICS_ALLOWED_IPS'] must be a list of addresses or networks, e.g. "
+                        f"['127.0.0.1', '10.0.0.0/8'], got {allowed!r}")
+    else:
+        for entry in allowed:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except (TypeError, ValueError):
+                problems.append(f"PGFLOW['METRICS_ALLOWED_IPS'] holds {entry!r}, which is not an address or "
+                                f"network (e.g. '127.0.0.1', '10.0.0.0/8')")
+    token = raw.get("METRICS_TOKEN")
+    if token is not None and not (isinstance(token, str) and len(token) >= 16):
+        problems.append("PGFLOW['METRICS_TOKEN'] must be None or a string of at least 16 characters")
+    alerts = raw.get("ALERTS", [])
+    if not isinstance(alerts, list | tuple):
+        problems.append(f"PGFLOW['ALERTS'] must be a list of rule dicts, got {type(alerts).__name__}")
+    else:
+        for index, rule in enumerate(alerts):
+            problems.extend(f"PGFLOW['ALERTS'][{index}]: {problem}" for problem in rule_problems(rule))
     return problems
 
 

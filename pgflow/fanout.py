@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db.models import Exists, OuterRef, Q
 
-from . import store
+from . import observability, store
 from .conf import pgflow_settings
 from .core import jsonvalue
 from .core.events import EventKind
@@ -394,6 +394,7 @@ def member_finished(batch_id: uuid.UUID, position: int, *, succeeded: bool, erro
         logger.info("fan_out: late result of batch %s member %s ignored: counted already, or its batch is gone",
                     batch_id, position, extra={"action": "fan_out_late_result", "batch_id": str(batch_id)})
         return False
+    observability.member_finished(batch_id, position, succeeded=succeeded, at=at)
     if step_id is not None:
         # A separate transaction, after the counts committed: a crash in between leaves a finished
         # batch with its step waiting, which the sweep resolves after FAN_OUT_GRACE.

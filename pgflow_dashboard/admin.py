@@ -520,3 +520,5 @@ class ScheduleAdmin(admin.ModelAdmin):
                 context["upcoming_error"] = str(exc)
             context["recent_ticks"] = list(row.ticks.select_related("run").order_by("-id")[:20])
         return super().change_view(request, object_id, form_url, extra_context=context)
+
+from . import alerts_admin  # noqa: E402, F401 - registers the alert rules and alerts

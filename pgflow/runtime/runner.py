@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .. import store
+from .. import observability, store
 from ..core import jsonvalue
 from ..core.flow import COMPLETE, FlowControl, Outcome
 from ..evaluation import invoke
@@ -126,6 +126,7 @@ class Runner:
             return True
 
     def _fail(self, prepared: Prepared, error: BaseException, started: float) -> Result:
+        observability.attempt_failed(error)
         outcome, applied = fail(prepared, error, finish=self._finish)
         return self._result(prepared.claim, outcome.word if applied else "ignored", started, applied=applied)
 
@@ -138,6 +139,7 @@ def _logged(held: Claim, outcome: str, seconds: float, *, applied: bool) -> Resu
     logger.info("run=%s step=%s attempt=%s outcome=%s duration=%.3fs", held.run_id, held.step_name,
                 held.attempt, outcome, seconds,
                 extra={"action": "step", "run_id": held.run_id, "step": held.step_name, "outcome": outcome})
+    observability.attempt_ended(held, outcome, applied=applied)
     return Result(claim=held, outcome=outcome, applied=applied, seconds=seconds)
 
 

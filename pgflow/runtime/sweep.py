@@ -60,6 +60,7 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
             "rolled_hours": _roll(at),
             "purged_runs": purge(at=at),
             "forgotten_workers": presence.forget_gone(at=at),
+            "alerts": _alerts(at),
         })
     finally:
         with connection.cursor() as cursor:
@@ -84,6 +85,16 @@ def _roll(at: datetime) -> int:
     except Exception:
         # The insights count the hours it missed live until the next sweep rolls them.
         logger.exception("sweep: rollup failed", extra={"action": "sweep_error"})
+        return 0
+
+
+def _alerts(at: datetime) -> int:
+    from ..observability import alerts
+
+    try:
+        return alerts.run(at)
+    except Exception:
+        logger.exception("sweep: alerts failed", extra={"action": "sweep_error"})
         return 0
 
 

@@ -25,7 +25,7 @@ import psycopg
 from django.db import DatabaseError, close_old_connections, connection, connections
 from django.db import InterfaceError as DjangoInterfaceError
 
-from .. import schedules, store
+from .. import observability, schedules, store
 from ..conf import pgflow_settings
 from ..store import Claim
 from . import presence, sweep
@@ -187,7 +187,7 @@ class Worker:
         # Each pool thread keeps its own connection across steps; one that failed is closed
         # so the thread's next step reconnects (after a database restart, say).
         try:
-            return self.runner.execute(held)
+            return observability.attempt(held, worker=self.name, execute=self.runner.execute)
         except (DatabaseError, DjangoInterfaceError, psycopg.Error):
             connection.close()
             raise

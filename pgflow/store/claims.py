@@ -31,10 +31,13 @@ logger = logging.getLogger("pgflow")
 # The run's columns come back with each claimed attempt, so a plain step needs no other
 # read before its body runs.
 _RUN_COLUMNS = ("workflow_class", "status", "current_step", "subject_type_id", "subject_id", "input", "key",
-                "definition_digest", "created_at", "updated_at", "finished_at", "paused_reason")
+                "definition_digest", "created_at", "updated_at", "finished_at", "paused_reason", "traceparent")
+# The attempt's own timestamps, for its trace span and metrics (pgflow.observability).
+_STEP_COLUMNS = ("created_at", "scheduled_at", "waiting_since", "queue")
 # What a claim reads of the attempt (s) and its run (r): Claim's fields, then run_fields.
 _CLAIMED = ("s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, "
-            + ", ".join(f"r.{column}" for column in _RUN_COLUMNS))
+            + ", ".join(f"r.{column}" for column in _RUN_COLUMNS)
+            + "".join(f", s.{column}" for column in _STEP_COLUMNS))
 _RETURNING = "RETURNING " + _CLAIMED
 
 # Each queue's due attempts in its own ordered scan of the claim index (LATERAL), merged
@@ -68,7 +71,8 @@ WITH candidates AS (
     SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
         lease_expires_at = %(lease_until)s
     FROM due WHERE s.id = due.id
-    RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at
+    RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
+              s.waiting_since, s.queue
 )
 SELECT """ + _CLAIMED + """ FROM claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id
 """
@@ -85,6 +89,7 @@ class Claim:
     token: uuid.UUID
     started_at: datetime
     run_fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    step_fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # _STEP_COLUMNS
 
     def run(self) -> WorkflowRun:
         """The run as it was at the claim (no query); ``refresh_from_db()`` for now."""
@@ -99,11 +104,12 @@ def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
 
     claims = []
     for row in rows:
-        fields = dict(zip(_RUN_COLUMNS, row[6:], strict=True))
+        fields = dict(zip(_RUN_COLUMNS, row[6 : 6 + len(_RUN_COLUMNS)], strict=True))
         if isinstance(fields["input"], str):  # a raw cursor may hand jsonb back as text
             fields["input"] = _json.loads(fields["input"])
         claims.append(Claim(step_id=row[0], run_id=row[1], step_name=row[2], attempt=row[3], token=row[4],
-                            started_at=row[5], run_fields=fields))
+                            started_at=row[5], run_fields=fields,
+                            step_fields=dict(zip(_STEP_COLUMNS, row[6 + len(_RUN_COLUMNS) :], strict=True))))
     return claims
 
 

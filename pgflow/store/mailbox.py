@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .. import observability
 from ..core.events import EventKind
 from ..core.flow import CANCEL, PAUSE, SKIP, Outcome
 from ..core.states import TERMINAL_RUN, StepStatus
@@ -36,6 +37,7 @@ def deliver(run_id: int, name: str, payload: Any, *, size: int, actor: Any = Non
             raise InvalidTransition(f"run {run.pk} is {run.status}: it takes no more signals")
         received = Signal.objects.create(run=run, name=name, payload=payload, received_at=at)
         event(run, EventKind.SIGNAL_RECEIVED, actor=actor, at=at, name=name, payload_bytes=size)
+        observability.signal_sent(run, name)
         step = open_attempt(run)
         if step is not None and step.status == StepStatus.WAITING and step.batch_id is None:
             waits_for = _waits_for(run, step)

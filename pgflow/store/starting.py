@@ -9,6 +9,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import IntegrityError, transaction
 from django.db.models import Model
 
+from .. import observability
 from ..conf import pgflow_settings
 from ..core import jsonvalue
 from ..core.events import EventKind
@@ -47,6 +48,7 @@ def start_run(workflow: type[Workflow], *, subject: Any = None, input: Any = Non
                 run = WorkflowRun.objects.create(
                     workflow_class=path, input=payload, key=key, subject_type=subject_type, subject_id=subject_id,
                     definition_digest=workflow.definition_digest(), created_at=at, updated_at=at,
+                    traceparent=observability.run_starting(path),
                 )
         except IntegrityError:
             if key is None:

@@ -18,12 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # Bottom first. A module belongs to the layer of its longest matching prefix.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("pgflow.core", "pgflow.exceptions")),
-    ("foundations", ("pgflow.models", "pgflow.conf", "pgflow.registry", "pgflow.evaluation", "pgflow.migrations")),
+    ("foundations", ("pgflow.models", "pgflow.conf", "pgflow.registry", "pgflow.evaluation", "pgflow.migrations",
+                     "pgflow.observability", "pgflow.observability.metrics", "pgflow.observability.tracing")),
     ("store", ("pgflow.store",)),
     ("features", ("pgflow.workflow", "pgflow.signals", "pgflow.fanout", "pgflow.failures", "pgflow.rollup",
-                  "pgflow.schedules")),
+                  "pgflow.schedules", "pgflow.observability.alerts")),
     ("runtime", ("pgflow", "pgflow.runtime", "pgflow.testing", "pgflow.management", "pgflow.checks",
-                 "pgflow.apps")),
+                 "pgflow.apps", "pgflow.observability.views", "pgflow.observability.urls")),
     ("dashboard", ("pgflow_dashboard",)),
 ]
 RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}

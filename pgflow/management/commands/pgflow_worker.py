@@ -15,6 +15,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from pgflow.conf import pgflow_settings
 from pgflow.core.definitions import QUEUE_RULE, valid_queue
+from pgflow.observability import metrics
 from pgflow.runtime.worker import Worker
 
 MAX_CONCURRENCY = 256
@@ -37,6 +38,16 @@ def concurrency(value: str) -> int:
         number = 0
     if not 1 <= number <= MAX_CONCURRENCY:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_CONCURRENCY}, got {value!r}")
+    return number
+
+
+def port_number(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, a whole number from 1 to 65535, got {value!r}")
     return number
 
 
@@ -65,9 +76,11 @@ class Command(BaseCommand):
         parser.add_argument("--burst", action="store_true",
                             help="run until no step is due, then exit 0")
         parser.add_argument("--name", default=None, help="worker name in logs and leases (default: host:pid:random)")
+        parser.add_argument("--metrics-port", type=port_number, default=None,
+                            help="serve this worker's Prometheus metrics on this port (needs django-pgflow[metrics])")
 
     def handle(self, *args: Any, queues: list[str] | None, concurrency: int, burst: bool, name: str | None,
-               verbosity: int = 1, **options: Any) -> None:
+               metrics_port: int | None = None, verbosity: int = 1, **options: Any) -> None:
         pgflow_logger = logging.getLogger("pgflow")
         if not pgflow_logger.handlers and not logging.getLogger().handlers:
             handler = logging.StreamHandler(sys.stderr)
@@ -82,6 +95,13 @@ class Command(BaseCommand):
         if settings.DEBUG:
             pgflow_logger.warning("DEBUG is on: Django records every query the worker sends, which slows it "
                                   "down; run workers with DEBUG = False", extra={"action": "worker_debug"})
+        if metrics_port is not None:
+            if not metrics.available():
+                raise CommandError("--metrics-port needs prometheus_client: pip install 'django-pgflow[metrics]'")
+            try:
+                metrics.serve(metrics_port)
+            except OSError as exc:
+                raise CommandError(f"--metrics-port {metrics_port}: cannot listen there ({exc})") from exc
         worker = Worker(queues=queues or [pgflow_settings.QUEUE], concurrency=concurrency, burst=burst, name=name)
         code = worker.run()
         if code:

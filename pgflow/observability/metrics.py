@@ -1,0 +1,185 @@
+"""Prometheus metrics through ``prometheus_client`` (``django-pgflow[metrics]``).
+
+Two kinds of numbers, so that several processes never count one thing twice:
+
+- Counters and histograms count what *this process* did, once, where it happened: the
+  worker that ended an attempt counts it (each attempt ends in one worker), the process
+  that called ``start()`` or ``pgflow.signal()`` counts the run or the signal when its
+  transaction commits. A worker serves its own on ``pgflow_worker --metrics-port N``;
+  the web process serves its own on ``/metrics``. Prometheus sums them across instances.
+- Gauges of the whole cluster are read from the database at scrape time, only by the
+  ``/metrics`` view (never by a worker's port, or each worker would report them again),
+  and cached for ``PGFLOW["METRICS_CACHE"]`` seconds so a scrape per target stays cheap.
+
+Histogram buckets are the edges of ``pgflow.core.histogram``'s log-scale buckets at every
+doubling (1 ms, 2 ms, … about 50 days): each Prometheus bucket is a union of whole
+insights buckets, so the two agree on what fell below each edge.
+
+Without ``prometheus_client`` every function here returns at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ..core import histogram, phases
+
+try:
+    import prometheus_client
+    from prometheus_client.core import GaugeMetricFamily
+except ImportError:  # the [metrics] extra is not installed: metrics are off
+    prometheus_client = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from ..store import Claim
+
+BUCKETS = tuple(histogram.FLOOR * 2**k for k in range(33))  # seconds: 1 ms .. 2**32 ms (~50 days)
+
+# Step.outcome words that end a run, when the worker's attempt applied them; "completed"
+# ends it too when the step was the last.
+_RUN_ENDS = {"finished": "finished", "cancelled": "cancelled"}
+_NOT_ENDED = frozenset({"parked", "ignored"})  # the attempt goes on (parked) or another path ended it
+
+_lock = threading.Lock()
+_made: dict[str, Any] = {}
+
+
+def available() -> bool:
+    return prometheus_client is not None
+
+
+def _metric(name: str) -> Any:
+    """The process's metric ``name``, made on first use in the default registry."""
+    found = _made.get(name)
+    if found is not None:
+        return found
+    with _lock:
+        if name not in _made:
+            _made[name] = _build(name)
+    return _made[name]
+
+
+def _build(name: str) -> Any:
+    client = prometheus_client
+    step_labels = ["workflow_class", "step"]
+    if name == "attempts":
+        return client.Counter("pgflow_attempts", "Attempts ended by this process, by outcome",
+                              [*step_labels, "outcome"])
+    if name == "runs_started":
+        return client.Counter("pgflow_runs_started", "Runs started (committed) by this process", ["workflow_class"])
+    if name == "runs_ended":
+        return client.Counter("pgflow_runs_ended", "Runs this process's attempts finished or cancelled",
+                              ["workflow_class", "status"])
+    if name == "signals":
+        return client.Counter("pgflow_signals_received", "Signals delivered (committed) by this process",
+                              ["workflow_class", "signal"])
+    if name in phases.PHASES:
+        return client.Histogram(f"pgflow_step_{name}_seconds", f"The {name} phase of attempts ended by this process",
+                                step_labels, buckets=BUCKETS)
+    raise KeyError(name)
+
+
+def run_started(workflow_class: str) -> None:
+    if prometheus_client is not None:
+        transaction.on_commit(lambda: _metric("runs_started").labels(workflow_class).inc())
+
+
+def signal_received(workflow_class: str, name: str) -> None:
+    if prometheus_client is not None:
+        transaction.on_commit(lambda: _metric("signals").labels(workflow_class, name).inc())
+
+
+def attempt_ended(held: Claim, outcome: str, *, applied: bool, last_step: bool) -> None:
+    """Count an attempt the worker ended (``outcome`` as the runner logs it)."""
+    if prometheus_client is None or not applied or outcome in _NOT_ENDED:
+        return
+    path = held.run_fields.get("workflow_class", "")
+    _metric("attempts").labels(path, held.step_name, outcome).inc()
+    status = _RUN_ENDS.get(outcome) or ("finished" if outcome in ("completed", "skipped") and last_step else None)
+    if status:
+        _metric("runs_ended").labels(path, status).inc()
+    fields = held.step_fields
+    durations = phases.of_attempt(created=fields.get("created_at"), scheduled=fields.get("scheduled_at"),
+                                  started=held.started_at, waiting_since=fields.get("waiting_since"),
+                                  finished=timezone.now())
+    for phase, seconds in durations.items():
+        if seconds is not None:
+            _metric(phase).labels(path, held.step_name).observe(seconds)
+
+
+def serve(port: int, *, address: str = "0.0.0.0") -> None:  # noqa: S104 - a scrape target listens for Prometheus
+    """Serve this process's registry on ``port`` (a daemon thread): ``pgflow_worker --metrics-port``."""
+    if prometheus_client is None:
+        raise RuntimeError("--metrics-port needs prometheus_client: pip install 'django-pgflow[metrics]'")
+    prometheus_client.start_http_server(port, addr=address)
+
+
+# --- the /metrics view's gauges, read from the database at scrape time --------------------------
+
+# Each gauge's query, named; one round trip each, over the partial indexes of open rows.
+_DUE_BY_QUEUE = """
+SELECT queue, count(*), EXTRACT(EPOCH FROM (%(now)s - min(scheduled_at)))
+FROM pgflow_step WHERE status = 'scheduled' AND scheduled_at <= %(now)s GROUP BY queue
+"""
+_PAUSED_BY_CLASS = "SELECT workflow_class, count(*) FROM pgflow_run WHERE status = 'paused' GROUP BY workflow_class"
+_PAST_DEADLINE = "SELECT count(*) FROM pgflow_step WHERE status = 'waiting' AND deadline_at <= %(now)s"
+
+
+def cluster_gauges(now: datetime) -> dict[str, Any]:
+    """The cluster-wide figures: due steps and the oldest's age per queue, paused runs per
+    class, waits past their deadline, live workers per queue."""
+    from ..models import Worker
+
+    with connection.cursor() as cursor:
+        cursor.execute(_DUE_BY_QUEUE, {"now": now})
+        due = {queue: (count, float(age)) for queue, count, age in cursor.fetchall()}
+        cursor.execute(_PAUSED_BY_CLASS)
+        paused = dict(cursor.fetchall())
+        cursor.execute(_PAST_DEADLINE, {"now": now})
+        past_deadline = cursor.fetchone()[0]
+    workers: dict[str, int] = {}
+    for queues in Worker.objects.live(now).values_list("queues", flat=True):
+        for queue in queues or ():
+            workers[queue] = workers.get(queue, 0) + 1
+    return {"due": due, "paused": paused, "past_deadline": past_deadline, "workers": workers}
+
+
+class ClusterCollector:
+    """A ``prometheus_client`` collector of :func:`cluster_gauges`, cached for ``ttl`` seconds."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._cached: tuple[float, dict[str, Any]] | None = None
+        self._lock = threading.Lock()
+
+    def figures(self) -> dict[str, Any]:
+        with self._lock:
+            if self._cached is None or time.monotonic() - self._cached[0] >= self.ttl:
+                self._cached = (time.monotonic(), cluster_gauges(timezone.now()))
+            return self._cached[1]
+
+    def collect(self) -> Iterator[Any]:
+        figures = self.figures()
+        due = GaugeMetricFamily("pgflow_steps_due", "Attempts due now that no worker has claimed yet", labels=["queue"])
+        age = GaugeMetricFamily("pgflow_steps_due_oldest_age_seconds", "How long the oldest due attempt has waited "
+                                "for a worker", labels=["queue"])
+        workers = GaugeMetricFamily("pgflow_workers_live", "Workers with a fresh heartbeat serving the queue",
+                                    labels=["queue"])
+        for queue in sorted(set(figures["due"]) | set(figures["workers"])):
+            count, oldest = figures["due"].get(queue, (0, 0.0))
+            due.add_metric([queue], count)
+            age.add_metric([queue], oldest)
+            workers.add_metric([queue], figures["workers"].get(queue, 0))
+        paused = GaugeMetricFamily("pgflow_runs_paused", "Runs paused now", labels=["workflow_class"])
+        for path, count in sorted(figures["paused"].items()):
+            paused.add_metric([path], count)
+        deadline = GaugeMetricFamily("pgflow_waits_past_deadline", "Signal waits past their wait_timeout now",
+                                     value=figures["past_deadline"])
+        yield from (due, age, workers, paused, deadline)

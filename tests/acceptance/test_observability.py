@@ -1,0 +1,153 @@
+"""Traces and metrics from real worker processes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from pgflow.models import Step, WorkflowRun
+from tests import workflows as wf
+from tests.acceptance.conftest import wait_until
+
+pytest.importorskip("opentelemetry.sdk")
+pytest.importorskip("prometheus_client")
+
+
+def _spans(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_the_spans_of_a_three_step_run_share_the_trace_its_request_began(start_worker, tmp_path):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    # The web side: a request span (as an HTTP instrumentation opens) around start() and a signal.
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    from opentelemetry import trace
+
+    with tracer.start_as_current_span("POST /signup") as request_span:
+        # pgflow reads the current span through the global API: install the provider only here.
+        trace._TRACER_PROVIDER = provider  # type: ignore[attr-defined]
+        trace._TRACER_PROVIDER_SET_ONCE._done = True  # type: ignore[attr-defined]
+        try:
+            run = wf.ThreeSteps.start()
+            failing = wf.Retrying.start()
+        finally:
+            trace._TRACER_PROVIDER = None  # type: ignore[attr-defined]
+            trace._TRACER_PROVIDER_SET_ONCE._done = False  # type: ignore[attr-defined]
+    trace_id = f"{request_span.get_span_context().trace_id:032x}"
+    run.refresh_from_db()
+    assert run.traceparent and run.traceparent.split("-")[1] == trace_id
+
+    spans_file = tmp_path / "spans.jsonl"
+    start_worker(env={"DJANGO_SETTINGS_MODULE": "tests.acceptance.settings_otel", "PGFLOW_SPANS_FILE": str(spans_file)})
+    wait_until(lambda: WorkflowRun.objects.filter(pk=run.pk, status="finished").exists()
+               and WorkflowRun.objects.filter(pk=failing.pk, status="cancelled").exists(), timeout=60,
+               what="both runs to end")
+    wait_until(lambda: len(_spans(spans_file)) >= 6, timeout=10, what="the worker's spans")
+    spans = _spans(spans_file)
+    mine = [span for span in spans if span["attributes"]["pgflow.run_id"] == run.pk]
+    assert [span["name"] for span in sorted(mine, key=lambda s: s["start"])] == [
+        "pgflow ThreeSteps.one", "pgflow ThreeSteps.two", "pgflow ThreeSteps.three"]
+    assert {span["trace_id"] for span in mine} == {trace_id}
+    assert {span["parent_id"] for span in mine} == {f"{request_span.get_span_context().span_id:016x}"}
+    for span in mine:
+        attributes = span["attributes"]
+        assert attributes["pgflow.workflow_class"] == "tests.workflows.ThreeSteps"
+        assert attributes["pgflow.attempt"] == 1 and attributes["pgflow.queue"] == "workflows"
+        assert attributes["pgflow.outcome"] == "completed"
+        assert attributes["pgflow.worker"]
+        assert {"pgflow.waited_seconds", "pgflow.queued_seconds", "pgflow.ran_seconds"} <= attributes.keys()
+        assert [event["name"] for event in span["events"]] == ["due", "claimed"]
+    # A body that raised: its exception is on its span, which says how the attempt ended.
+    flaky = [span for span in spans if span["attributes"]["pgflow.run_id"] == failing.pk]
+    assert [span["attributes"]["pgflow.outcome"] for span in flaky] == ["reattempted", "reattempted", "cancelled"]
+    assert all(span["status"] == "ERROR" and "exception" in [e["name"] for e in span["events"]] for span in flaky)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _scrape(url: str) -> dict[tuple[str, frozenset], float]:
+
+    text = urllib.request.urlopen(url, timeout=10).read().decode()  # noqa: S310 - a local test server
+    return _parse(text)
+
+
+def _parse(text: str) -> dict[tuple[str, frozenset], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return values
+
+
+def _total(values: dict, name: str, **labels: str) -> float:
+    wanted = set(labels.items())
+    return sum(value for (sample, found), value in values.items() if sample == name and wanted <= found)
+
+
+def test_metrics_of_two_workers_add_up_to_the_database_counts(start_worker):
+    for _ in range(20):
+        wf.ThreeSteps.start()
+    for _ in range(3):
+        wf.Retrying.start()
+    ports = [_free_port(), _free_port()]
+    workers = [start_worker("--metrics-port", str(port), "--concurrency", "2") for port in ports]
+    wait_until(lambda: WorkflowRun.objects.filter(status__in=["finished", "cancelled"]).count() == 23, timeout=120,
+               what="23 runs to end")
+    wait_until(lambda: all("starting: queues=" in worker.output() for worker in workers), timeout=30,
+               what="both workers")
+    scraped = [_scrape(f"http://127.0.0.1:{port}/metrics") for port in ports]
+    assert all(_total(one, "pgflow_attempts_total") > 0 for one in scraped), "both workers ran attempts"
+    database = Counter((step.run.workflow_class, step.step_name, step.outcome)
+                       for step in Step.objects.select_related("run"))
+    for (path, name, outcome), count in database.items():
+        summed = sum(_total(one, "pgflow_attempts_total", workflow_class=path, step=name, outcome=outcome)
+                     for one in scraped)
+        assert summed == count, (path, name, outcome)
+    assert sum(_total(one, "pgflow_attempts_total") for one in scraped) == Step.objects.count() == 69
+    for status in ("finished", "cancelled"):
+        assert sum(_total(one, "pgflow_runs_ended_total", status=status) for one in scraped) == \
+            WorkflowRun.objects.filter(status=status).count()
+    # Histograms: every ended attempt observed once per phase it went through.
+    assert sum(_total(one, "pgflow_step_ran_seconds_count") for one in scraped) == 69
+    assert sum(_total(one, "pgflow_step_queued_seconds_bucket", le="+Inf") for one in scraped) == 69
+    # The web's /metrics: the runs this process started, and the cluster's gauges from the database.
+    wf.Delayed.start()
+    paused = wf.ThreeSteps.start()
+    paused.pause()
+    answer = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
+    assert answer.status_code == 200
+    web = _parse(answer.content.decode())
+    assert _total(web, "pgflow_runs_started_total", workflow_class="tests.workflows.ThreeSteps") >= 21
+    assert _total(web, "pgflow_runs_paused", workflow_class="tests.workflows.ThreeSteps") == 1
+    assert _total(web, "pgflow_workers_live", queue="workflows") == 2
+    assert _total(web, "pgflow_steps_due", queue="workflows") == Step.objects.filter(
+        status="scheduled", scheduled_at__lte=paused.created_at).count()
+    assert "pgflow_attempts_total" not in answer.content.decode().split("pgflow_steps_due")[1]
+
+
+def test_metrics_refuse_an_address_not_allowed_and_accept_the_token(settings, db):
+    settings.PGFLOW = {**settings.PGFLOW, "METRICS_TOKEN": "s3cret-s3cret-s3cret"}
+    refused = Client(REMOTE_ADDR="10.1.2.3").get("/metrics")
+    assert refused.status_code == 403 and b"METRICS_ALLOWED_IPS" in refused.content
+    wrong = Client(REMOTE_ADDR="10.1.2.3").get("/metrics", HTTP_AUTHORIZATION="Bearer nope")
+    assert wrong.status_code == 403
+    allowed = Client(REMOTE_ADDR="10.1.2.3").get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-s3cret-s3cret")
+    assert allowed.status_code == 200 and b"pgflow_steps_due" in allowed.content

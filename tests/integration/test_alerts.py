@@ -1,0 +1,215 @@
+"""Alerts: each kind fires once while its condition holds, resolves when it stops, honours
+its cooldown; deliveries are signed, retried, and a failing target never stops the others."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+import pgflow
+from pgflow.core import alerting
+from pgflow.models import Alert, AlertDelivery, AlertRule, Step
+from pgflow.observability import alerts
+from pgflow.runtime import presence, sweep
+from pgflow.store import now
+from pgflow.testing import run_workflow
+from tests import workflows as wf
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CALLED: list[dict] = []
+
+
+def record(body: dict) -> None:
+    CALLED.append(body)
+
+
+def broken(body: dict) -> None:
+    raise RuntimeError("pager is down")
+
+
+def rules(settings, *declared: dict) -> None:
+    settings.PGFLOW = {**settings.PGFLOW, "ALERTS": [
+        {"targets": [{"callable": "tests.integration.test_alerts.record"}], "cooldown": 600, **rule}
+        for rule in declared]}
+
+
+def states(name: str) -> list[tuple[bool, bool]]:
+    """(fired, resolved) of each alert of the rule, oldest first."""
+    return [(True, resolved is not None) for resolved in
+            Alert.objects.filter(rule__name=name).order_by("fired_at").values_list("resolved_at", flat=True)]
+
+
+def check(at) -> int:
+    alerts.sync_declared(at)
+    return alerts.evaluate(at)
+
+
+def test_runs_paused_fires_once_resolves_and_honours_its_cooldown(settings):
+    rules(settings, {"name": "paused", "kind": "runs_paused", "count": 0})
+    run = wf.ThreeSteps.start()
+    t0 = now()
+    assert check(t0) == 0 and states("paused") == []
+    run.pause()
+    assert check(t0 + timedelta(seconds=1)) == 1
+    assert check(t0 + timedelta(seconds=2)) == 0, "fires once while the condition holds"
+    assert states("paused") == [(True, False)]
+    run.resume()
+    assert check(t0 + timedelta(seconds=3)) == 1 and states("paused") == [(True, True)]
+    run.pause()
+    assert check(t0 + timedelta(seconds=60)) == 0, "within the cooldown (600 s) it does not fire again"
+    assert check(t0 + timedelta(seconds=602)) == 1
+    assert states("paused") == [(True, True), (True, False)]
+    alert = Alert.objects.filter(rule__name="paused").latest("fired_at")
+    assert alert.value == 1 and "1 runs of every workflow paused" in alert.message
+
+
+def test_steps_overdue_and_queue_without_worker(settings):
+    rules(settings, {"name": "overdue", "kind": "steps_overdue", "count": 0, "after": 60},
+          {"name": "orphan", "kind": "queue_without_worker", "after": 60})
+    run = wf.ThreeSteps.start()
+    t0 = now()
+    assert check(t0 + timedelta(seconds=30)) == 0
+    assert check(t0 + timedelta(seconds=61)) == 2
+    assert states("overdue") == [(True, False)] and states("orphan") == [(True, False)]
+    assert "workflows" in Alert.objects.get(rule__name="orphan").message
+    presence.register(name="w1", queues=["workflows"], concurrency=1, at=t0 + timedelta(seconds=62))
+    assert check(t0 + timedelta(seconds=62)) == 1 and states("orphan") == [(True, True)]
+    run.cancel()
+    assert check(t0 + timedelta(seconds=63)) == 1 and states("overdue") == [(True, True)]
+
+
+def test_waits_past_deadline(settings):
+    rules(settings, {"name": "deadline", "kind": "waits_past_deadline"})
+    run = run_workflow(wf.WaitsForPayment.start())
+    assert Step.objects.get(run=run, step_name="charge").status == "waiting"
+    t0 = now()
+    assert check(t0) == 0
+    assert check(t0 + timedelta(hours=1, seconds=1)) == 1
+    pgflow.signal(run, "payment", 10)
+    assert check(t0 + timedelta(hours=1, seconds=2)) == 1 and states("deadline") == [(True, True)]
+
+
+def test_failure_rate_over_a_window(settings):
+    rules(settings, {"name": "failing", "kind": "failure_rate", "percent": 50, "window": 3600,
+                     "workflow_class": "tests.workflows.Failing"})
+    run_workflow(wf.ThreeSteps.start())
+    run_workflow(wf.Failing.start())
+    t0 = now()
+    assert check(t0 + timedelta(seconds=1)) == 1
+    assert Alert.objects.get(rule__name="failing").value == 100.0
+    assert check(t0 + timedelta(hours=2)) == 1, "the failure left the window"
+    assert states("failing") == [(True, True)]
+
+
+def test_phase_p95_of_a_step(settings):
+    rules(settings, {"name": "slow queue", "kind": "phase_p95", "phase": "queued", "threshold": 50,
+                     "workflow_class": "tests.workflows.ThreeSteps", "step": "one", "window": 3600})
+    run = wf.ThreeSteps.start()
+    Step.objects.filter(run=run).update(scheduled_at=now() - timedelta(seconds=100))  # due 100 s before the claim
+    run_workflow(run)
+    t0 = now()
+    assert check(t0) == 1
+    assert 90 < Alert.objects.get(rule__name="slow queue").value < 110
+    assert check(t0 + timedelta(hours=2)) == 1 and states("slow queue") == [(True, True)]
+
+
+def test_each_kind_is_checked_with_a_message_naming_what_is_accepted():
+    assert alerting.rule_problems({"name": "x", "kind": "nope"}) == [
+        "'kind' must be one of phase_p95, runs_paused, steps_overdue, waits_past_deadline, queue_without_worker, "
+        "failure_rate, got 'nope'"]
+    problems = alerting.rule_problems({"name": "x", "kind": "phase_p95", "phase": "slept", "threshold": -1,
+                                       "targets": ["sms"]})
+    assert any("'phase' must be one of queued, waited, ran, waiting" in p for p in problems)
+    assert any("'threshold' must be a positive" in p for p in problems)
+    assert any("a target must be 'mail_admins'" in p for p in problems)
+
+
+class Receiver(BaseHTTPRequestHandler):
+    secret = "hook-secret"
+    received: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        stamp = self.headers["X-Pgflow-Timestamp"]
+        expected = "sha256=" + hmac.new(self.secret.encode(), f"{stamp}.".encode() + body, "sha256").hexdigest()
+        ok = hmac.compare_digest(expected, self.headers["X-Pgflow-Signature"])
+        if ok:
+            Receiver.received.append(json.loads(body))
+        self.send_response(200 if ok else 401)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_sweep_delivers_a_signed_webhook_and_a_failing_target_is_retried_without_stopping_others(settings):
+    server = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    CALLED.clear()
+    Receiver.received.clear()
+    settings.PGFLOW = {**settings.PGFLOW, "ALERTS": [
+        {"name": "paused", "kind": "runs_paused", "targets": [
+            {"callable": "tests.integration.test_alerts.broken"},
+            {"webhook": url, "secret": "hook-secret"},
+            {"webhook": "http://127.0.0.1:9/refused", "secret": "x"},
+            {"callable": "tests.integration.test_alerts.record"}]},
+        {"name": "broken rule", "kind": "phase_p95", "phase": "ran", "threshold": 1,
+         "workflow_class": "tests.workflows.ThreeSteps"}]}
+    wf.ThreeSteps.start().pause()
+    try:
+        counts = sweep.run(worker="test")
+        assert counts["alerts"] == 1
+        for thread in threading.enumerate():
+            if thread.name == "pgflow-alerts":
+                thread.join(30)
+        assert [body["rule"] for body in Receiver.received] == ["paused"]
+        assert Receiver.received[0]["event"] == "fired" and "paused" in Receiver.received[0]["message"]
+        assert [body["event"] for body in CALLED] == ["fired"]
+        failed = AlertDelivery.objects.filter(delivered_at__isnull=True).order_by("pk")
+        assert [d.attempts for d in failed] == [1, 1] and all(d.next_at is not None for d in failed)
+        assert "pager is down" in failed[0].last_error
+        # A later sweep tries them again once their backoff passed; the delivered ones are not resent.
+        later = failed[0].next_at + timedelta(seconds=1)
+        assert alerts.deliver_due(later) == 0
+        assert [d.attempts for d in AlertDelivery.objects.filter(delivered_at__isnull=True)] == [2, 2]
+        assert len(Receiver.received) == 1 and len(CALLED) == 1
+    finally:
+        server.shutdown()
+
+
+def test_a_muted_rule_records_its_alert_but_sends_nothing(settings):
+    rules(settings, {"name": "paused", "kind": "runs_paused"})
+    alerts.sync_declared(now())
+    AlertRule.objects.filter(name="paused").update(muted_until=now() + timedelta(hours=1))
+    wf.ThreeSteps.start().pause()
+    assert check(now()) == 1
+    assert AlertDelivery.objects.count() == 0
+
+
+def test_the_admin_lists_alerts_acknowledges_them_and_checks_a_rule(settings, admin_client):
+    rules(settings, {"name": "paused", "kind": "runs_paused"})
+    wf.ThreeSteps.start().pause()
+    assert check(now()) == 1
+    alert = Alert.objects.get()
+    page = admin_client.get("/admin/pgflow/alert/")
+    assert page.status_code == 200 and b"runs of every workflow paused" in page.content
+    answer = admin_client.post("/admin/pgflow/alert/", {"action": "acknowledge", "_selected_action": [alert.pk]})
+    assert answer.status_code == 302
+    alert.refresh_from_db()
+    assert alert.acknowledged_at is not None and alert.acknowledged_by == "user:admin"
+    bad = admin_client.post("/admin/pgflow/alertrule/add/", {
+        "name": "bad", "kind": "phase_p95", "params": '{"phase": "slept", "threshold": 5}', "targets": "[]",
+        "cooldown": "00:30:00", "enabled": "on"})
+    assert bad.status_code == 200 and b"&#x27;phase&#x27; must be one of queued, waited, ran, waiting" in bad.content
+    good = admin_client.post("/admin/pgflow/alertrule/add/", {
+        "name": "slow", "kind": "phase_p95", "params": '{"phase": "ran", "threshold": 5}',
+        "targets": '["mail_admins"]', "cooldown": "00:30:00", "enabled": "on"})
+    assert good.status_code == 302
+    assert AlertRule.objects.get(name="slow").params["window"] == 3600.0
