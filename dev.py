@@ -85,8 +85,12 @@ def newer_python() -> str | None:
     candidates = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")), reverse=True)
     candidates += [found for name in ("python3.13", "python3.12") if (found := shutil.which(name))]
     for candidate in candidates:
-        probe = subprocess.run([candidate, "-c", "import sys, venv; print(sys.version_info >= (3, 12))"],
-                               capture_output=True, text=True, check=False)
+        probe = subprocess.run(
+            [candidate, "-c", "import sys, venv; print(sys.version_info >= (3, 12))"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if probe.returncode == 0 and probe.stdout.strip() == "True":
             return candidate
     return None
@@ -102,8 +106,13 @@ class Database:
 
     def __enter__(self) -> dict[str, str]:
         env = dict(os.environ)
-        result = subprocess.run([str(self.python), "-m", "example_project.pgcluster", "start"], cwd=ROOT,
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            [str(self.python), "-m", "example_project.pgcluster", "start"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if result.returncode != 0:
             sys.exit(f"[pgflow] cannot start the private PostgreSQL: {result.stderr.strip()}")
         cluster = json.loads(result.stdout)
@@ -121,8 +130,13 @@ class Database:
         # A second Ctrl-C or SIGTERM must not cut the stop short.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
-            result = subprocess.run([str(self.python), "-m", "example_project.pgcluster", "stop"], cwd=ROOT,
-                                    capture_output=True, text=True, check=False)
+            result = subprocess.run(
+                [str(self.python), "-m", "example_project.pgcluster", "stop"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             say((result.stdout or result.stderr).strip())
         finally:
             signal.signal(signal.SIGINT, previous[0])

@@ -50,8 +50,11 @@ def vacuum() -> None:
     import psycopg
     from django.db import connection
 
-    params = {key: value for key, value in connection.get_connection_params().items()
-              if key in ("dbname", "user", "password", "host", "port")}
+    params = {
+        key: value
+        for key, value in connection.get_connection_params().items()
+        if key in ("dbname", "user", "password", "host", "port")
+    }
     with psycopg.connect(**params, autocommit=True) as raw:
         raw.execute("VACUUM ANALYZE pgflow_run, pgflow_step")
 
@@ -95,10 +98,12 @@ def measure(shape: str, repeat: int) -> list[str]:
     claimed = len(store.claim(worker="bench", queues=["workflows"], limit=8, at=at))
     claim = timed(lambda: store.claim(worker="bench", queues=["workflows"], limit=8), repeat)
     due = timed(lambda: store.next_due(["workflows"]), repeat)
-    return [f"| {shape}: claim of 8 ({claimed} due taken) | {claim[0]:.1f} | {claim[1]:.1f} | "
-            f"{indexes(CLAIM_SQL, claim_params)} |",
-            f"| {shape}: next due time | {due[0]:.1f} | {due[1]:.1f} | "
-            f"{indexes(NEXT_DUE_SQL, {'queues': ['workflows']})} |"]
+    return [
+        f"| {shape}: claim of 8 ({claimed} due taken) | {claim[0]:.1f} | {claim[1]:.1f} | "
+        f"{indexes(CLAIM_SQL, claim_params)} |",
+        f"| {shape}: next due time | {due[0]:.1f} | {due[1]:.1f} | "
+        f"{indexes(NEXT_DUE_SQL, {'queues': ['workflows']})} |",
+    ]
 
 
 def main() -> None:
@@ -123,8 +128,10 @@ def main() -> None:
     vacuum()
     rows += measure(f"{args.rows // 3:,} due (a backlog), the rest a week ahead", args.repeat)
     engine.reset()
-    print(f"{args.rows:,} attempts in one queue; milliseconds, {args.repeat} repetitions "
-          f"(`python benchmarks/claim.py --rows {args.rows}`):\n")
+    print(
+        f"{args.rows:,} attempts in one queue; milliseconds, {args.repeat} repetitions "
+        f"(`python benchmarks/claim.py --rows {args.rows}`):\n"
+    )
     print("| what | median ms | slowest ms | indexes used |\n| --- | ---: | ---: | --- |")
     print("\n".join(rows))
 

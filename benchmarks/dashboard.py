@@ -80,8 +80,13 @@ What costs what, and what is left:
 """
 
 # Real, importable classes, so the "definition changed" check resolves them.
-CLASSES = ["tests.workflows.ThreeSteps", "tests.workflows.SlowSteps", "tests.workflows.FlowVerbs",
-           "tests.workflows.Delayed", "tests.workflows.Retrying"]
+CLASSES = [
+    "tests.workflows.ThreeSteps",
+    "tests.workflows.SlowSteps",
+    "tests.workflows.FlowVerbs",
+    "tests.workflows.Delayed",
+    "tests.workflows.Retrying",
+]
 ERRORS = ["ConnectionError", "TimeoutError", "ValueError", "shop.errors.PaymentDeclined"]
 
 
@@ -190,12 +195,16 @@ def seed(runs: int, steps: int, days: int, attempts: int) -> int:
     digests = [resolve(path).definition_digest() for path in CLASSES]
     per_run = max(steps // runs, 1)
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE pgflow_event, pgflow_signal, pgflow_batch_member, pgflow_batch, pgflow_step, "
-                       "pgflow_run, pgflow_rollup_run, pgflow_rollup_step, pgflow_rollup_failure, "
-                       "pgflow_rollup_state RESTART IDENTITY CASCADE")
+        cursor.execute(
+            "TRUNCATE pgflow_event, pgflow_signal, pgflow_batch_member, pgflow_batch, pgflow_step, "
+            "pgflow_run, pgflow_rollup_run, pgflow_rollup_step, pgflow_rollup_failure, "
+            "pgflow_rollup_state RESTART IDENTITY CASCADE"
+        )
         started = time.monotonic()
-        cursor.execute(SEED_RUNS, {"classes": CLASSES, "digests": digests, "per_run": per_run, "now": now,
-                                   "days": days, "runs": runs})
+        cursor.execute(
+            SEED_RUNS,
+            {"classes": CLASSES, "digests": digests, "per_run": per_run, "now": now, "days": days, "runs": runs},
+        )
         print(f"  {runs} runs in {time.monotonic() - started:.1f}s", flush=True)
         started = time.monotonic()
         cursor.execute(SEED_STEPS, {"per_run": per_run, "now": now, "errors": ERRORS})
@@ -252,9 +261,11 @@ def seed_long_run(cursor: Any, now: Any, attempts: int) -> int:
         "INSERT INTO pgflow_run (workflow_class, status, current_step, input, definition_digest, created_at, "
         "updated_at, key, paused_reason) VALUES ('tests.workflows.Retrying', 'running', 'flaky', '{}', %s, "
         "%s - interval '1 day', %s, 'bench-long-run', '') RETURNING id",
-        [resolve_digest("tests.workflows.Retrying"), now, now])
+        [resolve_digest("tests.workflows.Retrying"), now, now],
+    )
     run_id = cursor.fetchone()[0]
-    cursor.execute("""
+    cursor.execute(
+        """
         INSERT INTO pgflow_step (run_id, step_name, attempt, status, outcome, queue, priority, created_at,
                                  scheduled_at, started_at, finished_at, worker, error_class, error_message,
                                  error_backtrace, error_causes)
@@ -268,13 +279,18 @@ def seed_long_run(cursor: Any, now: Any, attempts: int) -> int:
                CASE WHEN n < %(attempts)s THEN '[{"class": "OSError", "message": "[Errno 111]"}]'::jsonb END
         FROM (SELECT n, %(now)s - interval '1 day' + (n - 1) * interval '170 s' AS t
               FROM generate_series(1, %(attempts)s) AS n) AS a
-    """, {"run": run_id, "attempts": attempts, "now": now})
-    cursor.execute("""
+    """,
+        {"run": run_id, "attempts": attempts, "now": now},
+    )
+    cursor.execute(
+        """
         INSERT INTO pgflow_event (run_id, event, actor, details, created_at)
         SELECT %(run)s, CASE WHEN n %% 2 = 0 THEN 'step_failed' ELSE 'reattempted' END, 'bench-worker',
                jsonb_build_object('n', n), %(now)s - interval '1 day' + n * interval '85 s'
         FROM generate_series(1, 2 * %(attempts)s) AS n
-    """, {"run": run_id, "attempts": attempts, "now": now})
+    """,
+        {"run": run_id, "attempts": attempts, "now": now},
+    )
     return run_id
 
 
@@ -306,8 +322,13 @@ def time_page(browser: Any, url: str, repeat: int) -> dict[str, Any]:
         response = browser.get(url)
         samples.append((time.perf_counter() - started) * 1000)
         assert response.status_code == 200
-    return {"url": url, "min": min(samples), "median": statistics.median(samples), "max": max(samples),
-            "bytes": len(response.content)}
+    return {
+        "url": url,
+        "min": min(samples),
+        "median": statistics.median(samples),
+        "max": max(samples),
+        "bytes": len(response.content),
+    }
 
 
 def plans(browser: Any, url: str) -> list[dict[str, Any]]:
@@ -401,26 +422,32 @@ def main() -> None:
     line = out.append  # the section is collected, then printed and maybe written
     line(SECTION)
     line("")
-    line(f"{runs:,} runs and {steps:,} step rows over {args.days} days, one run with {args.attempts} attempts; "
-         f"PostgreSQL {version.split()[0]}, Python {platform.python_version()}, {platform.machine()}, "
-         f"{os.cpu_count()} CPUs, load average {load_before:.1f} before and {load_after:.1f} after (the machine is "
-         f"shared: the fastest of the {args.repeat} requests is the best guess of the unshared cost). Each page "
-         f"through the Django test client after a warm-up (`python benchmarks/dashboard.py`, commit {commit()}). "
-         f"Target: under {TARGET_MS} ms. The insights' hourly rollup was brought up to date before timing "
-         f"(this start rolled {rolled} hours in {rolling:.1f}s; a deployed sweep rolls each hour as it closes): "
-         f"every hour before {mark:%H:%M} UTC is rolled, {rollup_rows:,} per-step rollup rows (hour and day "
-         f"rows) in all.")
+    line(
+        f"{runs:,} runs and {steps:,} step rows over {args.days} days, one run with {args.attempts} attempts; "
+        f"PostgreSQL {version.split()[0]}, Python {platform.python_version()}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load average {load_before:.1f} before and {load_after:.1f} after (the machine is "
+        f"shared: the fastest of the {args.repeat} requests is the best guess of the unshared cost). Each page "
+        f"through the Django test client after a warm-up (`python benchmarks/dashboard.py`, commit {commit()}). "
+        f"Target: under {TARGET_MS} ms. The insights' hourly rollup was brought up to date before timing "
+        f"(this start rolled {rolled} hours in {rolling:.1f}s; a deployed sweep rolls each hour as it closes): "
+        f"every hour before {mark:%H:%M} UTC is rolled, {rollup_rows:,} per-step rollup rows (hour and day "
+        f"rows) in all."
+    )
     line("")
     line("| page | fastest ms | median ms | slowest ms | response KB | median under target |")
     line("| --- | ---: | ---: | ---: | ---: | --- |")
     for name, result in results:
         ok = "yes" if result["median"] < TARGET_MS else "**no**"
-        line(f"| {name} | {result['min']:.0f} | {result['median']:.0f} | {result['max']:.0f} | "
-             f"{result['bytes'] / 1024:.0f} | {ok} |")
+        line(
+            f"| {name} | {result['min']:.0f} | {result['median']:.0f} | {result['max']:.0f} | "
+            f"{result['bytes'] / 1024:.0f} | {ok} |"
+        )
     line("")
     by_day, by_hour = rollup_reads()
-    line(f"Reading the 30-day window's rolled hours alone (`rollup.read`, fastest of 3): {by_day:.0f} ms with "
-         f"the day rows, {by_hour:.0f} ms from hour rows only.")
+    line(
+        f"Reading the 30-day window's rolled hours alone (`rollup.read`, fastest of 3): {by_day:.0f} ms with "
+        f"the day rows, {by_hour:.0f} ms from hour rows only."
+    )
     line("")
     line(NOTES.strip())
     line("")

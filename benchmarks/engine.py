@@ -53,17 +53,31 @@ def reset() -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE pgflow_event, pgflow_signal, pgflow_batch_member, pgflow_batch, pgflow_step, "
-                       "pgflow_run RESTART IDENTITY CASCADE")
+        cursor.execute(
+            "TRUNCATE pgflow_event, pgflow_signal, pgflow_batch_member, pgflow_batch, pgflow_step, "
+            "pgflow_run RESTART IDENTITY CASCADE"
+        )
 
 
 def worker_command(concurrency: int, *extra: str) -> tuple[list[str], dict[str, str]]:
     """The argv and the extra environment of a worker on the benchmark database."""
-    argv = [sys.executable, str(ROOT / "manage.py"), "pgflow_worker", "-v", "0", "--concurrency", str(concurrency),
-            *extra]
+    argv = [
+        sys.executable,
+        str(ROOT / "manage.py"),
+        "pgflow_worker",
+        "-v",
+        "0",
+        "--concurrency",
+        str(concurrency),
+        *extra,
+    ]
     # DEBUG off, as in production: with it on, Django records every query (the peers run without it).
-    return argv, {"PGFLOW_TEST_DB_NAME": BENCH_DB, "PGFLOW_LOG_LEVEL": "WARNING", "PGFLOW_POLL_SECONDS": "5",
-                  "DEBUG": "false"}
+    return argv, {
+        "PGFLOW_TEST_DB_NAME": BENCH_DB,
+        "PGFLOW_LOG_LEVEL": "WARNING",
+        "PGFLOW_POLL_SECONDS": "5",
+        "DEBUG": "false",
+    }
 
 
 def worker(concurrency: int, *extra: str) -> subprocess.Popen[bytes]:
@@ -95,8 +109,10 @@ def step_window() -> tuple[int, float]:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)) FROM pgflow_step "
-                       "WHERE finished_at IS NOT NULL")
+        cursor.execute(
+            "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)) FROM pgflow_step "
+            "WHERE finished_at IS NOT NULL"
+        )
         steps, seconds = cursor.fetchone()
     return int(steps), float(seconds or 0.0)
 
@@ -177,8 +193,10 @@ def main() -> None:
     lat = latency(args.samples)
     print(f"| {args.runs} runs x 3 no-op steps, 1 worker (--concurrency {args.concurrency}) | {one:,.0f} steps/s |")
     print(f"| {args.runs} runs x 3 no-op steps, 2 workers (--concurrency {args.concurrency}) | {two:,.0f} steps/s |")
-    print(f"| idle latency, start() commit to body start ({args.samples} runs) | median "
-          f"{statistics.median(lat):.1f} ms, p99 {percentile(lat, 0.99):.1f} ms |")
+    print(
+        f"| idle latency, start() commit to body start ({args.samples} runs) | median "
+        f"{statistics.median(lat):.1f} ms, p99 {percentile(lat, 0.99):.1f} ms |"
+    )
 
 
 if __name__ == "__main__":

@@ -77,9 +77,11 @@ def main() -> None:
         done = cursor.fetchone()[0]
     ordered = sorted(times)
     p95 = ordered[max(0, int(len(ordered) * 0.95) - 1)]
-    print(f"{len(times)} computations of the 24h insights under {args.workers} workers x {args.concurrency} "
-          f"({done} steps completed meanwhile): median {statistics.median(times) * 1000:.0f} ms, "
-          f"p95 {p95 * 1000:.0f} ms, slowest {slowest[0] * 1000:.0f} ms")
+    print(
+        f"{len(times)} computations of the 24h insights under {args.workers} workers x {args.concurrency} "
+        f"({done} steps completed meanwhile): median {statistics.median(times) * 1000:.0f} ms, "
+        f"p95 {p95 * 1000:.0f} ms, slowest {slowest[0] * 1000:.0f} ms"
+    )
     for seconds, sql in slowest[1]:
         print(f"  {seconds * 1000:7.1f} ms  {sql}")
 

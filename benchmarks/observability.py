@@ -47,11 +47,24 @@ from pgflow.store import Claim  # noqa: E402
 
 def claim() -> Claim:
     at = timezone.now()
-    return Claim(step_id=1, run_id=1, step_name="one", attempt=1, token=uuid.uuid4(), started_at=at,
-                 run_fields={"workflow_class": "tests.workflows.ThreeSteps", "traceparent":
-                             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
-                 step_fields={"created_at": at - timedelta(seconds=2), "scheduled_at": at - timedelta(seconds=1),
-                              "waiting_since": None, "queue": "workflows"})
+    return Claim(
+        step_id=1,
+        run_id=1,
+        step_name="one",
+        attempt=1,
+        token=uuid.uuid4(),
+        started_at=at,
+        run_fields={
+            "workflow_class": "tests.workflows.ThreeSteps",
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        },
+        step_fields={
+            "created_at": at - timedelta(seconds=2),
+            "scheduled_at": at - timedelta(seconds=1),
+            "waiting_since": None,
+            "queue": "workflows",
+        },
+    )
 
 
 def one_round(attempts: int, *, with_metrics: bool) -> float:
@@ -73,8 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--attempts", type=int, default=20000)
     attempts = parser.parse_args().attempts
-    rows = [("off", measure(attempts, with_metrics=False)),
-            ("metrics on", measure(attempts, with_metrics=True))]
+    rows = [("off", measure(attempts, with_metrics=False)), ("metrics on", measure(attempts, with_metrics=True))]
 
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
@@ -87,8 +99,10 @@ def main() -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(Drop()))
     trace.set_tracer_provider(provider)
-    rows += [("tracing on", measure(attempts, with_metrics=False)),
-             ("tracing and metrics on", measure(attempts, with_metrics=True))]
+    rows += [
+        ("tracing on", measure(attempts, with_metrics=False)),
+        ("tracing and metrics on", measure(attempts, with_metrics=True)),
+    ]
     print("| telemetry | µs per attempt |\n| --- | ---: |")
     for name, micros in rows:
         print(f"| {name} | {micros:.1f} |")

@@ -30,8 +30,9 @@ ROLLUP_TABLES = "pgflow_rollup_run, pgflow_rollup_step, pgflow_rollup_failure, p
 def commit() -> str:
     """The commit measured, marked when the work tree differs from it."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "pgflow", "benchmarks"], cwd=ROOT,
-                           capture_output=True, text=True).stdout
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "pgflow", "benchmarks"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
     return head.strip() + (" (with uncommitted changes)" if dirty.strip() else "")
 
 
@@ -48,21 +49,37 @@ def seed(attempts: int, per_run: int) -> None:
     runs = attempts // per_run
     digests = [resolve(path).definition_digest() for path in CLASSES]
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE pgflow_event, pgflow_signal, pgflow_batch_member, pgflow_batch, pgflow_step, "
-                       f"pgflow_run, {ROLLUP_TABLES} RESTART IDENTITY CASCADE")
+        cursor.execute(
+            "TRUNCATE pgflow_event, pgflow_signal, pgflow_batch_member, pgflow_batch, pgflow_step, "
+            f"pgflow_run, {ROLLUP_TABLES} RESTART IDENTITY CASCADE"
+        )
         # Runs start within the hour and end by its end: every attempt falls in it.
-        cursor.execute(SEED_RUNS, {"classes": CLASSES, "digests": digests, "per_run": per_run, "now": hour_end,
-                                   "days": 1 / 24 / 2, "runs": runs})
-        cursor.execute("UPDATE pgflow_run SET created_at = created_at - interval '30 minutes', "
-                       "updated_at = updated_at - interval '30 minutes', "
-                       "finished_at = finished_at - interval '30 minutes'")
+        cursor.execute(
+            SEED_RUNS,
+            {
+                "classes": CLASSES,
+                "digests": digests,
+                "per_run": per_run,
+                "now": hour_end,
+                "days": 1 / 24 / 2,
+                "runs": runs,
+            },
+        )
+        cursor.execute(
+            "UPDATE pgflow_run SET created_at = created_at - interval '30 minutes', "
+            "updated_at = updated_at - interval '30 minutes', "
+            "finished_at = finished_at - interval '30 minutes'"
+        )
         cursor.execute(SEED_STEPS, {"per_run": per_run, "now": hour_end - rollup.HOUR / 2, "errors": ERRORS})
         cursor.execute("SELECT count(*), min(created_at), max(coalesce(finished_at, created_at)) FROM pgflow_step")
         count, first, last = cursor.fetchone()
         for table in ("pgflow_run", "pgflow_step"):
             cursor.execute(f"VACUUM ANALYZE {table}")
-    print(f"seeded {count:,} attempts of {runs:,} runs between {first:%H:%M:%S} and {last:%H:%M:%S} UTC "
-          f"(the hour ending {hour_end:%H:%M})", flush=True)
+    print(
+        f"seeded {count:,} attempts of {runs:,} runs between {first:%H:%M:%S} and {last:%H:%M:%S} UTC "
+        f"(the hour ending {hour_end:%H:%M})",
+        flush=True,
+    )
 
 
 def time_roll() -> tuple[int, float]:
@@ -90,9 +107,11 @@ def main() -> None:
     results = [time_roll() for _ in range(args.repeat)]
     hours = {rolled for rolled, _ in results}
     seconds = sorted(taken for _, taken in results)
-    print(f"rolled {'/'.join(map(str, sorted(hours)))} hour(s) holding {args.attempts:,} attempts: fastest "
-          f"{seconds[0]:.2f} s, median {statistics.median(seconds):.2f} s of {args.repeat}; {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}; commit {commit()}")
+    print(
+        f"rolled {'/'.join(map(str, sorted(hours)))} hour(s) holding {args.attempts:,} attempts: fastest "
+        f"{seconds[0]:.2f} s, median {statistics.median(seconds):.2f} s of {args.repeat}; {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f}; commit {commit()}"
+    )
 
 
 if __name__ == "__main__":

@@ -57,10 +57,21 @@ WORK = ROOT / "benchmarks" / ".work"
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 PEERS = ["celery", "procrastinate", "dbos", "django-q2"]
 SYSTEMS = ["pgflow", *PEERS]
-MODULES = {"pgflow": "pgflow_peer", "celery": "celery_peer", "procrastinate": "procrastinate_peer",
-           "dbos": "dbos_peer", "django-q2": "djangoq_peer"}
-LABELS = {"pgflow": "pgflow, 1 worker", "pgflow-2w": "pgflow, 2 workers", "celery": "Celery + Redis",
-          "procrastinate": "Procrastinate", "dbos": "DBOS", "django-q2": "django-q2 (ORM broker)"}
+MODULES = {
+    "pgflow": "pgflow_peer",
+    "celery": "celery_peer",
+    "procrastinate": "procrastinate_peer",
+    "dbos": "dbos_peer",
+    "django-q2": "djangoq_peer",
+}
+LABELS = {
+    "pgflow": "pgflow, 1 worker",
+    "pgflow-2w": "pgflow, 2 workers",
+    "celery": "Celery + Redis",
+    "procrastinate": "Procrastinate",
+    "dbos": "DBOS",
+    "django-q2": "django-q2 (ORM broker)",
+}
 CLIENTS = [1, 2, 4]
 
 
@@ -104,16 +115,27 @@ def main() -> None:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 300 runs, 20 samples, 1 round, no file")
-    parser.add_argument("--only", default=",".join(SYSTEMS),
-                        help=f"comma-separated systems among {','.join(SYSTEMS)} (the ceiling always runs)")
+    parser.add_argument(
+        "--only",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated systems among {','.join(SYSTEMS)} (the ceiling always runs)",
+    )
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3, --quick 1)")
     parser.add_argument("--runs", type=int, default=None, help="3-step chains per measurement (default 2000)")
     parser.add_argument("--samples", type=int, default=None, help="idle-latency samples (default 50)")
     parser.add_argument("--ceiling-seconds", type=float, default=None, help="pgbench time per client count")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="cap on one throughput phase, seconds; a slower system is measured on what it did")
-    parser.add_argument("--write", action=argparse.BooleanOptionalAction, default=None,
-                        help="write the RESULTS.md section (default: yes, but not with --quick)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="cap on one throughput phase, seconds; a slower system is measured on what it did",
+    )
+    parser.add_argument(
+        "--write",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="write the RESULTS.md section (default: yes, but not with --quick)",
+    )
     args = parser.parse_args()
     quick = args.quick
     args.rounds = args.rounds or (1 if quick else 3)
@@ -178,9 +200,11 @@ class Bench:
         with psycopg.connect(**{k: v for k, v in conninfo(self.server_url).items() if v is not None}) as conn:
             row = conn.execute("SHOW server_version").fetchone()
             self.versions["PostgreSQL"] = str(row[0]) if row else "?"
-            settings = conn.execute("SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings "
-                                    "WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', "
-                                    "'shared_buffers', 'max_connections')").fetchone()
+            settings = conn.execute(
+                "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings "
+                "WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', "
+                "'shared_buffers', 'max_connections')"
+            ).fetchone()
             self.configs["PostgreSQL"] = str(settings[0]) if settings else ""
 
     def start_redis(self) -> None:
@@ -188,16 +212,37 @@ class Bench:
         if server is None and os.geteuid() == 0:
             say("installing redis-server (apt-get)")
             with open(self.logs / "apt-redis.log", "w") as out:
-                subprocess.run(["apt-get", "install", "-y", "redis-server"], stdout=out, stderr=subprocess.STDOUT,
-                               check=False, timeout=600)
+                subprocess.run(
+                    ["apt-get", "install", "-y", "redis-server"],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    check=False,
+                    timeout=600,
+                )
             server = shutil.which("redis-server")
         if server is None:
             raise RuntimeError("no redis-server (apt-get install -y redis-server)")
         port = free_port()
         self.redis_log = open(self.logs / "redis.log", "wb")  # noqa: SIM115 - open for the server's life
-        self.redis = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                       "--appendonly", "no", "--daemonize", "no"], stdout=self.redis_log,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.redis = subprocess.Popen(
+            [
+                server,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
+            stdout=self.redis_log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 10
         while not ping_redis(port):
             if self.redis.poll() is not None or time.monotonic() > deadline:
@@ -257,8 +302,9 @@ class Bench:
         for variant in ceiling.SCRIPTS:
             for clients in CLIENTS:
                 key = f"ceiling-{variant}-{clients}"
-                self.rows[key] = report.Row(key, f"ceiling: {ceiling.TITLES[variant]}, {clients} "
-                                            f"client{'s' if clients > 1 else ''}")
+                self.rows[key] = report.Row(
+                    key, f"ceiling: {ceiling.TITLES[variant]}, {clients} client{'s' if clients > 1 else ''}"
+                )
         for name in systems:
             self.rows[name] = report.Row(name, LABELS[name])
             if name == "pgflow":
@@ -322,19 +368,35 @@ class Bench:
                     row.failed = one_line(exc)
                     continue
                 row.add(result)
-                row.config = (f"benchmarks/peers/ceiling.py script '{variant}', --client {clients} --jobs {clients}, "
-                              f"--protocol prepared, {self.args.ceiling_seconds:.0f} s")
+                row.config = (
+                    f"benchmarks/peers/ceiling.py script '{variant}', --client {clients} --jobs {clients}, "
+                    f"--protocol prepared, {self.args.ceiling_seconds:.0f} s"
+                )
                 self.raw.append({"round": round_number, "system": row.key, "others": others.share(), **result})
-                say(f"  ceiling, {ceiling.TITLES[variant]}, {clients} client(s): "
-                    f"{result['steps_per_s']:,.0f} steps/s")
+                say(f"  ceiling, {ceiling.TITLES[variant]}, {clients} client(s): {result['steps_per_s']:,.0f} steps/s")
 
     def measure(self, key: str, name: str, workers: int, round_number: int) -> None:
         args = self.args
         row = self.rows[key]
-        argv = [str(self.pythons[name]), "-m", f"benchmarks.peers.{MODULES[name]}", "--db", self.server_url,
-                "--work", str(WORK / "runs" / key), "--runs", str(args.runs),
-                "--samples", str(args.samples if workers == 1 else 0), "--workers", str(workers),
-                "--timeout", str(args.timeout), "--label", f"round{round_number}"]
+        argv = [
+            str(self.pythons[name]),
+            "-m",
+            f"benchmarks.peers.{MODULES[name]}",
+            "--db",
+            self.server_url,
+            "--work",
+            str(WORK / "runs" / key),
+            "--runs",
+            str(args.runs),
+            "--samples",
+            str(args.samples if workers == 1 else 0),
+            "--workers",
+            str(workers),
+            "--timeout",
+            str(args.timeout),
+            "--label",
+            f"round{round_number}",
+        ]
         if name == "celery":
             argv += ["--redis", self.redis_url]
         log = self.logs / f"{key}-round{round_number}.log"
@@ -345,8 +407,9 @@ class Bench:
             result = next(json.loads(line[7:]) for line in output.splitlines() if line.startswith("RESULT "))
         except (StopIteration, RuntimeError, subprocess.SubprocessError) as exc:
             # A driver that exited says why in the last line of its stderr.
-            reason = one_line(exc) if isinstance(exc, RuntimeError) and "exit" not in str(exc) else \
-                report_last_line(log)
+            reason = (
+                one_line(exc) if isinstance(exc, RuntimeError) and "exit" not in str(exc) else report_last_line(log)
+            )
             say(f"  {row.label}: failed: {reason}")
             if row.steps_per_s:
                 row.errors.append(f"round {round_number}: {reason}")  # keep the rounds that worked
@@ -355,21 +418,33 @@ class Bench:
             return
         row.add(result)
         self.versions.update({k: v for k, v in (result.get("versions") or {}).items() if k != "pgflow sources"})
-        self.raw.append({**{k: v for k, v in result.items() if k not in ("latency_ms", "versions")},
-                         "round": round_number, "system": key, "others": others.share()})
+        self.raw.append(
+            {
+                **{k: v for k, v in result.items() if k not in ("latency_ms", "versions")},
+                "round": round_number,
+                "system": key,
+                "others": others.share(),
+            }
+        )
         if name == "pgflow":
             self.pgflow_sources.add(str((result.get("versions") or {}).get("pgflow sources", "?")))
-        latency = (f", latency median {result['latency_median_ms']:.1f} ms p99 {result['latency_p99_ms']:.1f} ms"
-                   if "latency_median_ms" in result else "")
-        say(f"  {row.label}: {result['steps_per_s']:,.0f} steps/s{' (partial)' if result.get('partial') else ''}"
-            f"{latency}, peak RSS {result['peak_rss_mb']:.0f} MB")
+        latency = (
+            f", latency median {result['latency_median_ms']:.1f} ms p99 {result['latency_p99_ms']:.1f} ms"
+            if "latency_median_ms" in result
+            else ""
+        )
+        say(
+            f"  {row.label}: {result['steps_per_s']:,.0f} steps/s{' (partial)' if result.get('partial') else ''}"
+            f"{latency}, peak RSS {result['peak_rss_mb']:.0f} MB"
+        )
 
     def child_output(self, argv: list[str], timeout: float, stderr_log: Path | None = None) -> str:
         """Run a child in its own process group; its stdout, or RuntimeError naming why it failed."""
         err = open(stderr_log, "wb") if stderr_log else subprocess.DEVNULL  # noqa: SIM115 - closed below
         try:
-            self.child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=err,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+            self.child = subprocess.Popen(
+                argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+            )
             try:
                 out, _ = self.child.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -403,8 +478,10 @@ class Bench:
 
     def sources_note(self) -> str:
         if len(self.pgflow_sources) > 1:
-            return (f"; pgflow's sources changed during the run (another engineer is optimising the engine): "
-                    f"{len(self.pgflow_sources)} versions were measured ({', '.join(sorted(self.pgflow_sources))})")
+            return (
+                f"; pgflow's sources changed during the run (another engineer is optimising the engine): "
+                f"{len(self.pgflow_sources)} versions were measured ({', '.join(sorted(self.pgflow_sources))})"
+            )
         if self.pgflow_sources:
             return f" (sources digest {next(iter(self.pgflow_sources))})"
         return ""
@@ -415,7 +492,8 @@ class Bench:
         commit = git("rev-parse", "--short", "HEAD")
         dirty = git("status", "--porcelain", "--", "pgflow")
         lines = [
-            report.SECTION, "",
+            report.SECTION,
+            "",
             f"Measured {started_at:%Y-%m-%d %H:%M} UTC on {info['nproc']} cores ({info['cpu']}), {info['memory']} "
             f"of memory, Linux {info['kernel']}; load average {load_before} before, {load_after} after; "
             f"processes outside the benchmark (other engineers' test suites share this machine) used "
@@ -423,41 +501,61 @@ class Bench:
             f"{commit}{' with uncommitted changes to pgflow/' if dirty else ''}"
             f"{self.sources_note()}.",
             "",
-            "```", self.args.command, "```", "",
+            "```",
+            self.args.command,
+            "```",
+            "",
             f"{self.args.rounds} interleaved round(s); every figure is the median over the rounds. "
             f"{self.args.runs:,} chains of 3 no-op steps per measurement, {self.args.samples} idle-latency "
             "samples per round.",
             "",
-            text, "",
+            text,
+            "",
             "† partial: the system did not finish every chain within the cap on a throughput phase "
             f"({self.args.timeout:.0f} s); its rate is over the steps it did finish.",
             "",
-            "### How each system runs the job", "",
+            "### How each system runs the job",
+            "",
         ]
         for row in self.rows.values():
             if row.config:
                 errors = f" (failed in {'; '.join(row.errors)})" if row.errors else ""
                 lines.append(f"- {row.label}: {row.config}{errors}")
-        lines += ["", "### Versions", "",
-                  ", ".join(f"{name} {version}" for name, version in sorted(self.versions.items(),
-                                                                             key=lambda item: item[0].lower())),
-                  "", f"PostgreSQL settings: {self.configs.get('PostgreSQL', '?')}.", "",
-                  "### Method", "", *METHOD, "",
-                  "### Every round", "",
-                  "\"others\" is the share of the machine's CPU that processes outside this benchmark (other "
-                  "engineers' tests, mostly) used during the measurement: the busy time of /proc/stat minus the "
-                  "CPU time of this run's own processes, its PostgreSQL and its Redis.", "",
-                  "| round | system | others | steps/s | latency median | p99 | peak RSS | PSS |",
-                  "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [
+            "",
+            "### Versions",
+            "",
+            ", ".join(
+                f"{name} {version}" for name, version in sorted(self.versions.items(), key=lambda item: item[0].lower())
+            ),
+            "",
+            f"PostgreSQL settings: {self.configs.get('PostgreSQL', '?')}.",
+            "",
+            "### Method",
+            "",
+            *METHOD,
+            "",
+            "### Every round",
+            "",
+            '"others" is the share of the machine\'s CPU that processes outside this benchmark (other '
+            "engineers' tests, mostly) used during the measurement: the busy time of /proc/stat minus the "
+            "CPU time of this run's own processes, its PostgreSQL and its Redis.",
+            "",
+            "| round | system | others | steps/s | latency median | p99 | peak RSS | PSS |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
         for item in self.raw:
+
             def fmt(name: str, unit: str, item: dict[str, Any] = item) -> str:
                 value = item.get(name)
                 return f"{value:,.1f}{unit}" if isinstance(value, (int, float)) else "—"
 
-            lines.append(f"| {item['round']} | {self.rows[item['system']].label} | {item.get('others', 0):.0%} | "
-                         f"{fmt('steps_per_s', '')} | "
-                         f"{fmt('latency_median_ms', ' ms')} | {fmt('latency_p99_ms', ' ms')} | "
-                         f"{fmt('peak_rss_mb', ' MB')} | {fmt('peak_pss_mb', ' MB')} |")
+            lines.append(
+                f"| {item['round']} | {self.rows[item['system']].label} | {item.get('others', 0):.0%} | "
+                f"{fmt('steps_per_s', '')} | "
+                f"{fmt('latency_median_ms', ' ms')} | {fmt('latency_p99_ms', ' ms')} | "
+                f"{fmt('peak_rss_mb', ' MB')} | {fmt('peak_pss_mb', ' MB')} |"
+            )
         return "\n".join(lines) + "\n"
 
 
@@ -483,7 +581,7 @@ METHOD = [
     "prepared statement: no queue doing one transaction per step beats it here. 'claim + complete' is the "
     "least a worker taking one step at a time needs, since the body runs between the two: one transaction "
     "claims, a second completes and inserts the next. An engine that batches claims and outcomes can pass "
-    "both. \"÷ best ceiling\" divides by the best ceiling figure of the run.",
+    'both. "÷ best ceiling" divides by the best ceiling figure of the run.',
     "- Every system uses the same PostgreSQL (its own database on it); Celery's broker is Redis. All log at "
     "WARNING. Each peer comes from PyPI into its own virtualenv (benchmarks/peers/venvs.py pins the versions).",
     "- PostgreSQL is the project's private test cluster: fsync, synchronous_commit and full_page_writes off. "

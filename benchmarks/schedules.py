@@ -42,10 +42,20 @@ def main() -> None:
     now = datetime.now(UTC)
     tick = (now + timedelta(seconds=LEAD)).replace(microsecond=0)
     with transaction.atomic():
-        Schedule.objects.bulk_create([
-            Schedule(workflow_class="benchmarks.workflows.ThreeNoops", name=f"bench-{n}", every=timedelta(hours=1),
-                     overlap="allow", next_tick_at=tick, created_at=now, updated_at=now)
-            for n in range(args.schedules)])
+        Schedule.objects.bulk_create(
+            [
+                Schedule(
+                    workflow_class="benchmarks.workflows.ThreeNoops",
+                    name=f"bench-{n}",
+                    every=timedelta(hours=1),
+                    overlap="allow",
+                    next_tick_at=tick,
+                    created_at=now,
+                    updated_at=now,
+                )
+                for n in range(args.schedules)
+            ]
+        )
     procs = [worker(4) for _ in range(args.workers)]
     try:
         deadline = time.monotonic() + 120 + LEAD
@@ -58,14 +68,17 @@ def main() -> None:
             proc.terminate()
         for proc in procs:
             proc.wait(60)
-    lags = sorted((row.started_at - row.tick_at).total_seconds()
-                  for row in ScheduleTick.objects.filter(outcome="started"))
+    lags = sorted(
+        (row.started_at - row.tick_at).total_seconds() for row in ScheduleTick.objects.filter(outcome="started")
+    )
     keys = WorkflowRun.objects.values_list("key", flat=True)
     assert len(keys) == len(set(keys)) == args.schedules, "a tick started more than one run"
     p95 = lags[int(0.95 * (len(lags) - 1))]
-    print(f"{args.schedules} schedules due at once, {args.workers} workers: lag min {lags[0]:.3f}s, "
-          f"p50 {statistics.median(lags):.3f}s, "
-          f"p95 {p95:.3f}s, max {lags[-1]:.3f}s; {len(keys)} runs, one per tick")
+    print(
+        f"{args.schedules} schedules due at once, {args.workers} workers: lag min {lags[0]:.3f}s, "
+        f"p50 {statistics.median(lags):.3f}s, "
+        f"p95 {p95:.3f}s, max {lags[-1]:.3f}s; {len(keys)} runs, one per tick"
+    )
 
 
 if __name__ == "__main__":

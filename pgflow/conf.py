@@ -72,7 +72,6 @@ class _Settings:
             return None
         return path if callable(path) else import_string(path)
 
-
     def capture_options(self) -> dict[str, Any]:
         """What ``pgflow.core.errors.capture`` takes from the settings."""
         return {"backtrace_lines": self.ERROR_BACKTRACE_LINES, "cleaner": self.backtrace_cleaner()}
@@ -89,8 +88,11 @@ class _Settings:
         try:
             return import_string(path)
         except ImportError:
-            logging.getLogger("pgflow").exception("BACKTRACE_CLEANER %r does not import; using the default rule",
-                                                  path, extra={"action": "backtrace_cleaner_failed"})
+            logging.getLogger("pgflow").exception(
+                "BACKTRACE_CLEANER %r does not import; using the default rule",
+                path,
+                extra={"action": "backtrace_cleaner_failed"},
+            )
             return None
 
 
@@ -121,11 +123,14 @@ def validate(raw: object) -> list[str]:
         if key not in raw or (nullable and value is None) or (isinstance(value, timedelta) and value > timedelta(0)):
             continue
         if isinstance(value, int | float) and not isinstance(value, bool):
-            problems.append(f"PGFLOW[{key!r}] must be a timedelta, got the bare number {value!r}, which would mean "
-                            f"{value!r} seconds; write timedelta({example}) or the length you mean")
+            problems.append(
+                f"PGFLOW[{key!r}] must be a timedelta, got the bare number {value!r}, which would mean "
+                f"{value!r} seconds; write timedelta({example}) or the length you mean"
+            )
         else:
-            problems.append(f"PGFLOW[{key!r}] must be a positive timedelta{' or None' if nullable else ''}, "
-                            f"got {value!r}")
+            problems.append(
+                f"PGFLOW[{key!r}] must be a positive timedelta{' or None' if nullable else ''}, got {value!r}"
+            )
     if "HEARTBEAT_INTERVAL" in raw and raw["HEARTBEAT_INTERVAL"] is not None:
         if not _positive_duration(raw["HEARTBEAT_INTERVAL"]):
             problems.append(
@@ -139,16 +144,21 @@ def validate(raw: object) -> list[str]:
         problems.append(f"PGFLOW['QUEUE'] must be {QUEUE_RULE}, got {raw['QUEUE']!r}")
     beat, lease = raw.get("HEARTBEAT_INTERVAL"), raw.get("LEASE", DEFAULTS["LEASE"])
     if _positive_duration(beat) and _positive_duration(lease) and _seconds(beat) >= _seconds(lease):
-        problems.append(f"PGFLOW['HEARTBEAT_INTERVAL'] ({_seconds(beat):g}s) must be shorter than "
-                        f"PGFLOW['LEASE'] ({_seconds(lease):g}s), or every long step loses its lease")
+        problems.append(
+            f"PGFLOW['HEARTBEAT_INTERVAL'] ({_seconds(beat):g}s) must be shorter than "
+            f"PGFLOW['LEASE'] ({_seconds(lease):g}s), or every long step loses its lease"
+        )
     for key in ("ERROR_REPORTER", "BACKTRACE_CLEANER"):
         problem = _callable_problem(key, raw.get(key))
         if problem:
             problems.append(problem)
-    if "REDACT" in raw and not (isinstance(raw["REDACT"], list | tuple)
-                                and all(isinstance(key, str) and key.strip() for key in raw["REDACT"])):
-        problems.append(f"PGFLOW['REDACT'] must be a list of key names (non-empty strings), "
-                        f"e.g. ['password', 'token'], got {raw['REDACT']!r}")
+    if "REDACT" in raw and not (
+        isinstance(raw["REDACT"], list | tuple) and all(isinstance(key, str) and key.strip() for key in raw["REDACT"])
+    ):
+        problems.append(
+            f"PGFLOW['REDACT'] must be a list of key names (non-empty strings), "
+            f"e.g. ['password', 'token'], got {raw['REDACT']!r}"
+        )
     problems.extend(_observability_problems(raw))
     return problems
 
@@ -161,15 +171,19 @@ def _observability_problems(raw: dict[str, Any]) -> list[str]:
     problems = []
     allowed = raw.get("METRICS_ALLOWED_IPS", [])
     if not isinstance(allowed, list | tuple):
-        problems.append(f"PGFLOW['METRICS_ALLOWED_IPS'] must be a list of addresses or networks, e.g. "
-                        f"['127.0.0.1', '10.0.0.0/8'], got {allowed!r}")
+        problems.append(
+            f"PGFLOW['METRICS_ALLOWED_IPS'] must be a list of addresses or networks, e.g. "
+            f"['127.0.0.1', '10.0.0.0/8'], got {allowed!r}"
+        )
     else:
         for entry in allowed:
             try:
                 ipaddress.ip_network(entry, strict=False)
             except (TypeError, ValueError):
-                problems.append(f"PGFLOW['METRICS_ALLOWED_IPS'] holds {entry!r}, which is not an address or "
-                                f"network (e.g. '127.0.0.1', '10.0.0.0/8')")
+                problems.append(
+                    f"PGFLOW['METRICS_ALLOWED_IPS'] holds {entry!r}, which is not an address or "
+                    f"network (e.g. '127.0.0.1', '10.0.0.0/8')"
+                )
     token = raw.get("METRICS_TOKEN")
     if token is not None and not (isinstance(token, str) and len(token) >= 16):
         problems.append("PGFLOW['METRICS_TOKEN'] must be None or a string of at least 16 characters")
@@ -190,8 +204,10 @@ def _callable_problem(key: str, value: object) -> str | None:
     except (ImportError, TypeError, ValueError) as exc:
         return f"PGFLOW[{key!r}] must be None, a callable or the dotted path of one, got {value!r} ({exc})"
     if not callable(found):
-        return (f"PGFLOW[{key!r}] must be None, a callable or the dotted path of one, got {value!r} "
-                f"(a {type(found).__name__}, not a callable)")
+        return (
+            f"PGFLOW[{key!r}] must be None, a callable or the dotted path of one, got {value!r} "
+            f"(a {type(found).__name__}, not a callable)"
+        )
     return None
 
 

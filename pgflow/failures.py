@@ -20,8 +20,7 @@ from .store import Prepared
 logger = logging.getLogger("pgflow")
 
 
-def fail(prepared: Prepared, error: BaseException, *,
-         finish: Callable[[store.Finished], bool]) -> tuple[Outcome, bool]:
+def fail(prepared: Prepared, error: BaseException, *, finish: Callable[[store.Finished], bool]) -> tuple[Outcome, bool]:
     """End a failed attempt: decide its outcome, record the captured error through ``finish``,
     then report. Returns ``(outcome, applied)``."""
     outcome, report = decide(prepared, error)
@@ -36,10 +35,10 @@ def fail(prepared: Prepared, error: BaseException, *,
 def decide(prepared: Prepared, error: BaseException) -> tuple[Outcome, list[BaseException]]:
     """Resolve the exception policy for ``error``: the outcome and the errors to report."""
     workflow_class = type(prepared.workflow)
-    policy = resolve(error, step_policies=prepared.definition.on_exception,
-                     class_policies=workflow_class.policies())
-    decision = policy.decide(error, workflow=prepared.workflow,
-                             consecutive_reattempts=lambda: consecutive_reattempts(prepared.step))
+    policy = resolve(error, step_policies=prepared.definition.on_exception, class_policies=workflow_class.policies())
+    decision = policy.decide(
+        error, workflow=prepared.workflow, consecutive_reattempts=lambda: consecutive_reattempts(prepared.step)
+    )
     reported: list[BaseException] = []
     if decision.report:
         reported.append(error)
@@ -51,8 +50,11 @@ def decide(prepared: Prepared, error: BaseException) -> tuple[Outcome, list[Base
 def consecutive_reattempts(step: Step) -> int:
     """How many attempts of this step, just before this one, ended in a reattempt."""
     # Attempts of one step are inserted one after the other, so ids order them.
-    outcomes = (Step.objects.filter(run_id=step.run_id, step_name=step.step_name, pk__lt=step.pk)
-                .order_by("-id").values_list("outcome", flat=True))
+    outcomes = (
+        Step.objects.filter(run_id=step.run_id, step_name=step.step_name, pk__lt=step.pk)
+        .order_by("-id")
+        .values_list("outcome", flat=True)
+    )
     count = 0
     for outcome in outcomes:
         if outcome != OUTCOME_WORDS[REATTEMPT]:
@@ -61,25 +63,42 @@ def consecutive_reattempts(step: Step) -> int:
     return count
 
 
-def report_error(error: BaseException, prepared: Prepared, outcome: Outcome,
-                 reporter: Callable[[BaseException, dict[str, Any]], Any] | None = None) -> None:
+def report_error(
+    error: BaseException,
+    prepared: Prepared,
+    outcome: Outcome,
+    reporter: Callable[[BaseException, dict[str, Any]], Any] | None = None,
+) -> None:
     """Hand an error to ERROR_REPORTER (or the ``pgflow`` logger); a reporter that raises is
     logged and never breaks the worker."""
     run: WorkflowRun = prepared.run
-    context = {"run_id": run.pk, "workflow_class": run.workflow_class, "step": prepared.step.step_name,
-               "attempt": prepared.step.attempt, "action": outcome.word}
+    context = {
+        "run_id": run.pk,
+        "workflow_class": run.workflow_class,
+        "step": prepared.step.step_name,
+        "attempt": prepared.step.attempt,
+        "action": outcome.word,
+    }
     try:
         reporter = reporter or pgflow_settings.error_reporter()
     except ImportError:
         logger.exception("ERROR_REPORTER %r does not import", pgflow_settings.ERROR_REPORTER)
         reporter = None
     if reporter is None:
-        logger.error("step %s of run %s failed (%s): %s: %s", context["step"], run.pk, outcome.word,
-                     type(error).__name__, error, exc_info=(type(error), error, error.__traceback__),
-                     extra={"action": "step_error", **context})
+        logger.error(
+            "step %s of run %s failed (%s): %s: %s",
+            context["step"],
+            run.pk,
+            outcome.word,
+            type(error).__name__,
+            error,
+            exc_info=(type(error), error, error.__traceback__),
+            extra={"action": "step_error", **context},
+        )
         return
     try:
         reporter(error, context)
     except Exception:
-        logger.exception("ERROR_REPORTER raised while reporting an error of run %s", run.pk,
-                         extra={"action": "reporter_failed"})
+        logger.exception(
+            "ERROR_REPORTER raised while reporting an error of run %s", run.pk, extra={"action": "reporter_failed"}
+        )

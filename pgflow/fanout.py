@@ -76,8 +76,18 @@ CALLBACKS = ("on_complete", "on_success", "on_failure", "on_finish", "hook", "ch
 MEMBER_OPTIONS = ("timeout", "cluster")
 # async_task options pgflow sets on every member: the hook must fire once per attempt, with
 # the result saved in the database and the member's task named after it.
-MANAGED_OPTIONS = ("group", "task_name", "save", "cached", "sync", "ack_failure", "broker",
-                   "iter_count", "iter_cached", "q_options")
+MANAGED_OPTIONS = (
+    "group",
+    "task_name",
+    "save",
+    "cached",
+    "sync",
+    "ack_failure",
+    "broker",
+    "iter_count",
+    "iter_cached",
+    "q_options",
+)
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 FUNC_LIMIT = 256  # django-q2's Task.func column
 
@@ -155,7 +165,8 @@ class BatchBuilder:
         if name in CALLBACKS:
             raise TypeError(f"batch.{name}: {CALLBACK_MESSAGE}")
         raise AttributeError(
-            f"the fan_out batch has no setting {name!r}; add tasks with batch.add(func, *args, **kwargs)")
+            f"the fan_out batch has no setting {name!r}; add tasks with batch.add(func, *args, **kwargs)"
+        )
 
     def __repr__(self) -> str:
         return f"<BatchBuilder size={self.size}>"
@@ -163,16 +174,19 @@ class BatchBuilder:
 
 def task_path(func: str | Callable[..., Any]) -> str:
     """The dotted path django-q2's worker imports ``func`` by; refuses what it could not import."""
-    accepted = ("a dotted path ('shop.tasks.notify_vendor') or a module-level function, "
-                "as django_q.tasks.async_task takes them")
+    accepted = (
+        "a dotted path ('shop.tasks.notify_vendor') or a module-level function, as django_q.tasks.async_task takes them"
+    )
     path: str | None
     if isinstance(func, str):
         if not _DOTTED.fullmatch(func):
             raise ValueError(f"batch.add() takes {accepted}; {func!r} is not a dotted path")
         target = _locate(func)
         if target is None:
-            raise ValueError(f"batch.add(): {func!r} does not import (django-q2's worker resolves it with "
-                             f"pydoc.locate); check the module and the function name")
+            raise ValueError(
+                f"batch.add(): {func!r} does not import (django-q2's worker resolves it with "
+                f"pydoc.locate); check the module and the function name"
+            )
         if not callable(target):
             raise TypeError(f"batch.add(): {func!r} names a {type(target).__name__} object, not a function")
         path = func
@@ -182,7 +196,8 @@ def task_path(func: str | Callable[..., Any]) -> str:
             raise TypeError(
                 f"batch.add() takes {accepted}; got {func!r}, which the django-q2 worker cannot import by "
                 f"its path (a lambda, a function defined inside another, a bound method of an instance, "
-                f"a partial or a callable object)")
+                f"a partial or a callable object)"
+            )
     else:
         raise TypeError(f"batch.add() takes {accepted}; got {type(func).__name__} {func!r}")
     if len(path) > FUNC_LIMIT:
@@ -217,11 +232,14 @@ def _check_option(name: str, value: Any, path: str) -> None:
     if name in CALLBACKS:
         raise TypeError(f"batch.add({path}): {name}=: {CALLBACK_MESSAGE}")
     if name in MANAGED_OPTIONS:
-        raise TypeError(f"batch.add({path}): {name}= is set by pgflow for every fan_out task; the django-q2 "
-                        f"options a task may take are {', '.join(f'{o}=' for o in MEMBER_OPTIONS)}")
+        raise TypeError(
+            f"batch.add({path}): {name}= is set by pgflow for every fan_out task; the django-q2 "
+            f"options a task may take are {', '.join(f'{o}=' for o in MEMBER_OPTIONS)}"
+        )
     if name == "timeout" and not (type(value) is int and value > 0):
-        raise ValueError(f"batch.add({path}): timeout= (django-q2's) must be a positive whole number of "
-                         f"seconds, got {value!r}")
+        raise ValueError(
+            f"batch.add({path}): timeout= (django-q2's) must be a positive whole number of seconds, got {value!r}"
+        )
     if name == "cluster" and not (isinstance(value, str) and value):
         raise ValueError(f"batch.add({path}): cluster= (django-q2's) must be a cluster name, got {value!r}")
 
@@ -229,8 +247,10 @@ def _check_option(name: str, value: Any, path: str) -> None:
 def _check_json(value: Any, what: str, path: str) -> None:
     reason = jsonvalue.problem(value)
     if reason is not None:
-        raise TypeError(f"batch.add({path}): {what} must be JSON-serialisable (it is stored until django-q2 "
-                        f"runs the task), got {type(value).__name__}: {reason}")
+        raise TypeError(
+            f"batch.add({path}): {what} must be JSON-serialisable (it is stored until django-q2 "
+            f"runs the task), got {type(value).__name__}: {reason}"
+        )
 
 
 # --- the step: run the body, open the batch ------------------------------------------------
@@ -264,8 +284,9 @@ def _finish_one(item: store.Finished) -> bool:
     return store.finish(item.claim, item.outcome, error=item.error)
 
 
-def open_batch(prepared: Prepared, members: tuple[Member, ...], *, at: datetime | None = None,
-               output: Any = None) -> tuple[str, bool]:
+def open_batch(
+    prepared: Prepared, members: tuple[Member, ...], *, at: datetime | None = None, output: Any = None
+) -> tuple[str, bool]:
     """Open the batch (``store.open_batch``); its tasks go to django-q2 after the commit."""
     return store.open_batch(prepared.claim, members, at=at, output=output, enqueue=enqueue)
 
@@ -277,21 +298,39 @@ def enqueue(batch_id: uuid.UUID) -> int:
     from django_q.tasks import async_task
 
     enqueued = 0
-    members = list(BatchMember.objects.filter(batch_id=batch_id, status=BatchMember.Status.PENDING,
-                                              enqueued_at__isnull=True).order_by("position"))
+    members = list(
+        BatchMember.objects.filter(
+            batch_id=batch_id, status=BatchMember.Status.PENDING, enqueued_at__isnull=True
+        ).order_by("position")
+    )
     for member in members:
-        options = {"hook": HOOK, "group": str(batch_id), "task_name": task_name(batch_id, member.position),
-                   "save": True, "cached": False}
+        options = {
+            "hook": HOOK,
+            "group": str(batch_id),
+            "task_name": task_name(batch_id, member.position),
+            "save": True,
+            "cached": False,
+        }
         try:
-            task_id = async_task(RUNNER, str(batch_id), member.position, member.func, *member.args,
-                                 q_options=options, **member.kwargs)
+            task_id = async_task(
+                RUNNER, str(batch_id), member.position, member.func, *member.args, q_options=options, **member.kwargs
+            )
         except Exception as exc:  # noqa: BLE001 - one member's enqueue must not strand the others
-            logger.warning("fan_out: batch %s member %s could not be enqueued: %s", batch_id, member.position, exc,
-                           extra={"action": "fan_out_enqueue_failed", "batch_id": str(batch_id)})
+            logger.warning(
+                "fan_out: batch %s member %s could not be enqueued: %s",
+                batch_id,
+                member.position,
+                exc,
+                extra={"action": "fan_out_enqueue_failed", "batch_id": str(batch_id)},
+            )
             # In sync mode django-q2 runs the task inside async_task and re-raises its error.
             how = "failed in django-q2's sync mode" if _sync_mode() else "could not be handed to django-q2"
-            member_finished(batch_id, member.position, succeeded=False,
-                            error=f"{how}: {type(exc).__name__}: {exc} : {traceback.format_exc()}")
+            member_finished(
+                batch_id,
+                member.position,
+                succeeded=False,
+                error=f"{how}: {type(exc).__name__}: {exc} : {traceback.format_exc()}",
+            )
             continue
         store.mark_enqueued(member.pk, task_id)
         enqueued += 1
@@ -307,8 +346,12 @@ def run_member(batch_id: str, position: int, func: str, /, *args: Any, **kwargs:
         # Counted as skipped, not succeeded: it never ran. Its row leaves `pending` here, so
         # the hook reporting the task's (successful) result counts nothing.
         store.skip_member(uuid.UUID(str(batch_id)), position)
-        logger.info("fan_out: batch %s member %s not run: its step no longer waits on the batch", batch_id,
-                    position, extra={"action": "fan_out_member_skipped", "batch_id": str(batch_id)})
+        logger.info(
+            "fan_out: batch %s member %s not run: its step no longer waits on the batch",
+            batch_id,
+            position,
+            extra={"action": "fan_out_member_skipped", "batch_id": str(batch_id)},
+        )
         return {"pgflow": "not run: the step no longer waits on this batch (cancelled, paused or skipped)"}
     return member_function(func)(*args, **kwargs)
 
@@ -323,11 +366,14 @@ def member_function(path: str) -> Callable[..., Any]:
     try:
         found = pydoc.locate(path)
     except pydoc.ErrorDuringImport as exc:
-        raise ImportError(f"the fan_out task {path!r} no longer imports: importing it raised "
-                          f"{type(exc.value).__name__}: {exc.value}") from exc.value
+        raise ImportError(
+            f"the fan_out task {path!r} no longer imports: importing it raised {type(exc.value).__name__}: {exc.value}"
+        ) from exc.value
     if found is None:
-        raise ImportError(f"the fan_out task {path!r} no longer imports: no such module or function "
-                          f"(renamed or removed since the batch opened?)")
+        raise ImportError(
+            f"the fan_out task {path!r} no longer imports: no such module or function "
+            f"(renamed or removed since the batch opened?)"
+        )
     if not callable(found):
         raise TypeError(f"the fan_out task {path!r} names a {type(found).__name__} object, not a function")
     return found
@@ -351,15 +397,28 @@ def member_hook(task: Any) -> None:
     each time an attempt's result is saved. Only the attempt that ends the task for good counts."""
     match = _TASK_NAME.fullmatch(task.name or "")
     if match is None:
-        logger.warning("fan_out: django-q2 task %s (%s) is not a fan_out member", task.id, task.name,
-                       extra={"action": "fan_out_unknown_task"})
+        logger.warning(
+            "fan_out: django-q2 task %s (%s) is not a fan_out member",
+            task.id,
+            task.name,
+            extra={"action": "fan_out_unknown_task"},
+        )
         return
     if not task.success and not failure_is_final(task.attempt_count):
-        logger.info("fan_out: member %s failed attempt %s; django-q2 will run it again", task.name,
-                    task.attempt_count, extra={"action": "fan_out_member_retried"})
+        logger.info(
+            "fan_out: member %s failed attempt %s; django-q2 will run it again",
+            task.name,
+            task.attempt_count,
+            extra={"action": "fan_out_member_retried"},
+        )
         return
-    member_finished(uuid.UUID(match["batch"]), int(match["position"]), succeeded=bool(task.success),
-                    error=None if task.success else str(task.result), task_id=task.id)
+    member_finished(
+        uuid.UUID(match["batch"]),
+        int(match["position"]),
+        succeeded=bool(task.success),
+        error=None if task.success else str(task.result),
+        task_id=task.id,
+    )
 
 
 def failure_is_final(attempt_count: int) -> bool:
@@ -383,16 +442,26 @@ def _broker_redelivers() -> bool:
     return bool(Conf.BROKER_CLASS or Conf.IRON_MQ or isinstance(Conf.SQS, dict) or Conf.ORM or Conf.MONGO)
 
 
-def member_finished(batch_id: uuid.UUID, position: int, *, succeeded: bool, error: str | None = None,
-                    task_id: str | None = None, at: datetime | None = None) -> bool:
+def member_finished(
+    batch_id: uuid.UUID,
+    position: int,
+    *,
+    succeeded: bool,
+    error: str | None = None,
+    task_id: str | None = None,
+    at: datetime | None = None,
+) -> bool:
     """Count one member's final result; the member that finishes the batch resolves its step.
     Returns False (and logs) for a member counted already or gone with its batch."""
     at = at or store.now()
-    counted, step_id = store.count_member(batch_id, position, succeeded=succeeded, error=error, task_id=task_id,
-                                          at=at)
+    counted, step_id = store.count_member(batch_id, position, succeeded=succeeded, error=error, task_id=task_id, at=at)
     if not counted:
-        logger.info("fan_out: late result of batch %s member %s ignored: counted already, or its batch is gone",
-                    batch_id, position, extra={"action": "fan_out_late_result", "batch_id": str(batch_id)})
+        logger.info(
+            "fan_out: late result of batch %s member %s ignored: counted already, or its batch is gone",
+            batch_id,
+            position,
+            extra={"action": "fan_out_late_result", "batch_id": str(batch_id)},
+        )
         return False
     observability.member_finished(batch_id, position, succeeded=succeeded, at=at)
     if step_id is not None:
@@ -426,12 +495,19 @@ def repair_lost(*, at: datetime | None = None) -> int:
     grace = timedelta(seconds=pgflow_settings.seconds("FAN_OUT_GRACE"))
     done = _count_saved_results(at, grace)
     done += _count_stuck(at, grace)
-    finished = (Step.objects.filter(status=StepStatus.WAITING, batch__status=Batch.Status.FINISHED,
-                                    batch__finished_at__lt=at - grace)
-                .order_by("batch__finished_at").values_list("pk", flat=True)[:REPAIR_LIMIT])
-    vanished = (Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True)
-                .filter(Exists(Event.objects.filter(step=OuterRef("pk"), event=EventKind.FAN_OUT_OPENED)))
-                .order_by("waiting_since").values_list("pk", flat=True)[:REPAIR_LIMIT])
+    finished = (
+        Step.objects.filter(
+            status=StepStatus.WAITING, batch__status=Batch.Status.FINISHED, batch__finished_at__lt=at - grace
+        )
+        .order_by("batch__finished_at")
+        .values_list("pk", flat=True)[:REPAIR_LIMIT]
+    )
+    vanished = (
+        Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True)
+        .filter(Exists(Event.objects.filter(step=OuterRef("pk"), event=EventKind.FAN_OUT_OPENED)))
+        .order_by("waiting_since")
+        .values_list("pk", flat=True)[:REPAIR_LIMIT]
+    )
     for step_id in [*finished, *vanished]:
         done += _safely(f"step {step_id}", functools.partial(resolve_step, step_id, at=at))
     return done
@@ -455,18 +531,31 @@ def _count_saved_results(at: datetime, grace: timedelta) -> int:
         final |= Q(success=False)
     elif Conf.MAX_ATTEMPTS > 0:
         final |= Q(success=False, attempt_count__gte=Conf.MAX_ATTEMPTS)
-    members = (BatchMember.objects.filter(status=BatchMember.Status.PENDING, batch__status=Batch.Status.OPEN,
-                                          enqueued_at__lt=at - grace)
-               .filter(task_id__in=Task.objects.filter(final).values("id"))
-               .order_by("enqueued_at").values_list("batch_id", "position", "task_id")[:REPAIR_LIMIT])
+    members = (
+        BatchMember.objects.filter(
+            status=BatchMember.Status.PENDING, batch__status=Batch.Status.OPEN, enqueued_at__lt=at - grace
+        )
+        .filter(task_id__in=Task.objects.filter(final).values("id"))
+        .order_by("enqueued_at")
+        .values_list("batch_id", "position", "task_id")[:REPAIR_LIMIT]
+    )
     done = 0
     for batch_id, position, task_id in members:
         task = Task.objects.filter(pk=task_id).first()
         if task is None:
             continue  # pruned since (save_limit)
-        done += _safely(f"member {position} of batch {batch_id}", functools.partial(
-            member_finished, batch_id, position, succeeded=bool(task.success),
-            error=None if task.success else str(task.result), task_id=task.id, at=at))
+        done += _safely(
+            f"member {position} of batch {batch_id}",
+            functools.partial(
+                member_finished,
+                batch_id,
+                position,
+                succeeded=bool(task.success),
+                error=None if task.success else str(task.result),
+                task_id=task.id,
+                at=at,
+            ),
+        )
     return done
 
 
@@ -484,12 +573,15 @@ def stuck_after(grace: timedelta, timeout: int | None = None) -> timedelta:
 def _count_stuck(at: datetime, grace: timedelta) -> int:
     cutoff = at - stuck_after(grace)
     progressed = BatchMember.objects.filter(batch=OuterRef("batch"), finished_at__gte=cutoff)
-    candidates = (BatchMember.objects.filter(status=BatchMember.Status.PENDING, batch__status=Batch.Status.OPEN)
-                  .filter(Q(enqueued_at__lt=cutoff) | Q(enqueued_at__isnull=True, batch__created_at__lt=cutoff))
-                  .exclude(Exists(progressed))
-                  # A batch opened by pgflow.testing runs its members inline; nothing enqueues them.
-                  .exclude(batch__step__worker=INLINE_WORKER)
-                  .select_related("batch").order_by("batch__created_at", "position")[:REPAIR_LIMIT])
+    candidates = (
+        BatchMember.objects.filter(status=BatchMember.Status.PENDING, batch__status=Batch.Status.OPEN)
+        .filter(Q(enqueued_at__lt=cutoff) | Q(enqueued_at__isnull=True, batch__created_at__lt=cutoff))
+        .exclude(Exists(progressed))
+        # A batch opened by pgflow.testing runs its members inline; nothing enqueues them.
+        .exclude(batch__step__worker=INLINE_WORKER)
+        .select_related("batch")
+        .order_by("batch__created_at", "position")[:REPAIR_LIMIT]
+    )
     done = 0
     for member in candidates:
         since = member.enqueued_at or member.batch.created_at
@@ -498,13 +590,16 @@ def _count_stuck(at: datetime, grace: timedelta) -> int:
         if since >= at - window:
             continue  # its own timeout= is longer
         if member.enqueued_at is None:
-            error = ("was never handed to django-q2: the process that opened the batch stopped before "
-                     "enqueueing it")
+            error = "was never handed to django-q2: the process that opened the batch stopped before enqueueing it"
         else:
-            error = (f"no result from django-q2 {_seconds(at - since)} after it was enqueued (longer than its "
-                     f"timeout and retries allow): its worker was killed, or no qcluster consumes the queue")
-        done += _safely(f"member {member.position} of batch {member.batch_id}", functools.partial(
-            member_finished, member.batch_id, member.position, succeeded=False, error=error, at=at))
+            error = (
+                f"no result from django-q2 {_seconds(at - since)} after it was enqueued (longer than its "
+                f"timeout and retries allow): its worker was killed, or no qcluster consumes the queue"
+            )
+        done += _safely(
+            f"member {member.position} of batch {member.batch_id}",
+            functools.partial(member_finished, member.batch_id, member.position, succeeded=False, error=error, at=at),
+        )
     return done
 
 

@@ -38,8 +38,11 @@ class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
 
 class WorkflowRun(models.Model):
     workflow_class = models.CharField(max_length=255, help_text="dotted path of the Workflow subclass")
-    status = models.CharField(max_length=16, choices=[(s.value, s.name.replace("_", " ").title()) for s in RunStatus],
-                              default=RunStatus.RUNNING)
+    status = models.CharField(
+        max_length=16,
+        choices=[(s.value, s.name.replace("_", " ").title()) for s in RunStatus],
+        default=RunStatus.RUNNING,
+    )
     current_step = models.CharField(max_length=200, null=True, blank=True)
     subject_type = models.ForeignKey(ContentType, null=True, blank=True, on_delete=models.SET_NULL)
     subject_id = models.CharField(max_length=64, null=True, blank=True)
@@ -69,8 +72,7 @@ class WorkflowRun(models.Model):
             models.Index(fields=["created_at"], name="pgflow_run_created"),
             models.Index(fields=["status", "created_at"], name="pgflow_run_status_created"),
             models.Index(fields=["workflow_class", "created_at"], name="pgflow_run_class_created"),
-            models.Index(fields=["finished_at"], name="pgflow_run_finished",
-                         condition=Q(finished_at__isnull=False)),
+            models.Index(fields=["finished_at"], name="pgflow_run_finished", condition=Q(finished_at__isnull=False)),
             models.Index(fields=["subject_type", "subject_id"], name="pgflow_run_subject"),
         ]
 
@@ -95,8 +97,11 @@ class WorkflowRun(models.Model):
         A later successful attempt or a resume starts a fresh attempt, which clears this
         view; the failed attempt keeps its error in the history.
         """
-        latest = (self.step_set.order_by("-created_at", "-id")
-                  .values("step_name", "attempt", "error_class", "error_message", "error_causes").first())
+        latest = (
+            self.step_set.order_by("-created_at", "-id")
+            .values("step_name", "attempt", "error_class", "error_message", "error_causes")
+            .first()
+        )
         if latest is None or latest["error_class"] is None:
             return None
         return dict(latest)
@@ -136,8 +141,11 @@ class Step(models.Model):
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
     step_name = models.CharField(max_length=200)
     attempt = models.PositiveIntegerField(default=1)
-    status = models.CharField(max_length=16, choices=[(s.value, s.name.replace("_", " ").title()) for s in StepStatus],
-                              default=StepStatus.SCHEDULED)
+    status = models.CharField(
+        max_length=16,
+        choices=[(s.value, s.name.replace("_", " ").title()) for s in StepStatus],
+        default=StepStatus.SCHEDULED,
+    )
     outcome = models.CharField(max_length=32, blank=True, default="")
     queue = models.CharField(max_length=100)
     priority = models.IntegerField(default=0)
@@ -168,24 +176,37 @@ class Step(models.Model):
         ]
         indexes = [
             # Shaped like the claim query: due rows of a queue, by priority then due time.
-            models.Index(models.F("queue"), models.F("priority").desc(), models.F("scheduled_at"), models.F("id"),
-                         name="pgflow_step_claim", condition=Q(status=StepStatus.SCHEDULED)),
+            models.Index(
+                models.F("queue"),
+                models.F("priority").desc(),
+                models.F("scheduled_at"),
+                models.F("id"),
+                name="pgflow_step_claim",
+                condition=Q(status=StepStatus.SCHEDULED),
+            ),
             # Scheduled rows of a queue by due time, for the next-due lookup (one probe) and the
             # claim's count of what is due (so its ordered scan stops there instead of walking
             # every delayed row of the priority). On timezone('UTC', scheduled_at), not the
             # column: the claim's own scan, which must stay on the claim index, cannot use it,
             # so a planner with stale statistics cannot pick it and sort a whole backlog.
-            models.Index(models.F("queue"), models.Func(models.Value("UTC"), models.F("scheduled_at"),
-                                                        function="timezone", output_field=models.DateTimeField()),
-                         name="pgflow_step_due", condition=Q(status=StepStatus.SCHEDULED)),
-            models.Index(fields=["lease_expires_at"], name="pgflow_step_lease",
-                         condition=Q(status=StepStatus.IN_PROGRESS)),
-            models.Index(fields=["deadline_at"], name="pgflow_step_deadline",
-                         condition=Q(status=StepStatus.WAITING)),
+            models.Index(
+                models.F("queue"),
+                models.Func(
+                    models.Value("UTC"),
+                    models.F("scheduled_at"),
+                    function="timezone",
+                    output_field=models.DateTimeField(),
+                ),
+                name="pgflow_step_due",
+                condition=Q(status=StepStatus.SCHEDULED),
+            ),
+            models.Index(
+                fields=["lease_expires_at"], name="pgflow_step_lease", condition=Q(status=StepStatus.IN_PROGRESS)
+            ),
+            models.Index(fields=["deadline_at"], name="pgflow_step_deadline", condition=Q(status=StepStatus.WAITING)),
             models.Index(fields=["run", "created_at"], name="pgflow_step_run"),
             models.Index(fields=["created_at"], name="pgflow_step_created"),
-            models.Index(fields=["finished_at"], name="pgflow_step_finished",
-                         condition=Q(finished_at__isnull=False)),
+            models.Index(fields=["finished_at"], name="pgflow_step_finished", condition=Q(finished_at__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -230,8 +251,11 @@ class Signal(models.Model):
     class Meta:
         db_table = "pgflow_signal"
         indexes = [
-            models.Index(fields=["run", "name", "received_at"], name="pgflow_signal_pending",
-                         condition=Q(consumed_at__isnull=True)),
+            models.Index(
+                fields=["run", "name", "received_at"],
+                name="pgflow_signal_pending",
+                condition=Q(consumed_at__isnull=True),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -287,8 +311,9 @@ class BatchMember(models.Model):
     class Meta:
         db_table = "pgflow_batch_member"
         constraints = [models.UniqueConstraint(fields=["batch", "position"], name="pgflow_member_position")]
-        indexes = [models.Index(fields=["status", "enqueued_at"], name="pgflow_member_pending",
-                                condition=Q(status="pending"))]
+        indexes = [
+            models.Index(fields=["status", "enqueued_at"], name="pgflow_member_pending", condition=Q(status="pending"))
+        ]
 
     def __str__(self) -> str:
         return f"{self.func} ({self.status})"
@@ -328,8 +353,9 @@ class RunRollup(models.Model):
 
     class Meta:
         db_table = "pgflow_rollup_run"
-        constraints = [models.UniqueConstraint(fields=["hours", "start", "workflow_class"],
-                                               name="pgflow_rollup_run_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["hours", "start", "workflow_class"], name="pgflow_rollup_run_unique")
+        ]
 
     def __str__(self) -> str:
         return f"{self.workflow_class} {self.start:%Y-%m-%d %H:%M} +{self.hours}h"
@@ -351,8 +377,11 @@ class StepRollup(models.Model):
 
     class Meta:
         db_table = "pgflow_rollup_step"
-        constraints = [models.UniqueConstraint(fields=["hours", "start", "workflow_class", "step_name"],
-                                               name="pgflow_rollup_step_unique")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hours", "start", "workflow_class", "step_name"], name="pgflow_rollup_step_unique"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.workflow_class}.{self.step_name} {self.start:%Y-%m-%d %H:%M} +{self.hours}h"
@@ -368,8 +397,9 @@ class FailureRollup(models.Model):
 
     class Meta:
         db_table = "pgflow_rollup_failure"
-        constraints = [models.UniqueConstraint(fields=["start", "outcome", "error_class"],
-                                               name="pgflow_rollup_failure_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["start", "outcome", "error_class"], name="pgflow_rollup_failure_unique")
+        ]
 
     def __str__(self) -> str:
         return f"{self.outcome} {self.error_class} {self.start:%Y-%m-%d %H:%M}"
@@ -393,17 +423,28 @@ class Schedule(models.Model):
     workflow_class = models.CharField(max_length=255, help_text="dotted path of the Workflow subclass")
     name = models.CharField(max_length=200)
     origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.ADMIN)
-    cron = models.CharField(max_length=200, blank=True, default="",
-                            help_text="five fields: minute hour day-of-month month day-of-week, e.g. '0 3 * * *'")
+    cron = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="five fields: minute hour day-of-month month day-of-week, e.g. '0 3 * * *'",
+    )
     every = models.DurationField(null=True, blank=True, help_text="an interval instead of cron, e.g. 00:15:00")
     timezone = models.CharField(max_length=64, default="UTC", help_text="IANA name, e.g. Europe/Amsterdam")
     input = models.JSONField(default=dict, blank=True)
-    overlap = models.CharField(max_length=16, default="skip", choices=[
-        ("allow", "allow: start anyway"), ("skip", "skip: no new run while the last is open"),
-        ("buffer_one", "buffer_one: start when the open run ends"),
-        ("cancel_previous", "cancel_previous: cancel the open run, then start")])
-    catch_up = models.DurationField(null=True, blank=True,
-                                    help_text="missed ticks this recent start after downtime; empty: none")
+    overlap = models.CharField(
+        max_length=16,
+        default="skip",
+        choices=[
+            ("allow", "allow: start anyway"),
+            ("skip", "skip: no new run while the last is open"),
+            ("buffer_one", "buffer_one: start when the open run ends"),
+            ("cancel_previous", "cancel_previous: cancel the open run, then start"),
+        ],
+    )
+    catch_up = models.DurationField(
+        null=True, blank=True, help_text="missed ticks this recent start after downtime; empty: none"
+    )
     enabled = models.BooleanField(default=True, help_text="off when the declaration left the code")
     paused = models.BooleanField(default=False)
     disabled_reason = models.CharField(max_length=300, blank=True, default="")
@@ -422,8 +463,7 @@ class Schedule(models.Model):
         ]
         indexes = [
             # Shaped like the tick claim: the enabled, unpaused schedules by due time.
-            models.Index(fields=["next_tick_at"], name="pgflow_schedule_due",
-                         condition=Q(enabled=True, paused=False)),
+            models.Index(fields=["next_tick_at"], name="pgflow_schedule_due", condition=Q(enabled=True, paused=False)),
         ]
 
     def __str__(self) -> str:
@@ -441,11 +481,11 @@ class ScheduleTick(models.Model):
     the insights read. ``started_at - tick_at`` is the tick's lag."""
 
     class Outcome(models.TextChoices):
-        STARTED = "started"                # the tick's run started
-        MANUAL = "manual"                  # "start now" in the admin or the API
-        SKIPPED = "skipped"                # overlap: the previous run was open
-        BUFFERED = "buffered"              # overlap buffer_one: held until the open run ends
-        MISSED = "missed"                  # older than catch_up when a worker came back
+        STARTED = "started"  # the tick's run started
+        MANUAL = "manual"  # "start now" in the admin or the API
+        SKIPPED = "skipped"  # overlap: the previous run was open
+        BUFFERED = "buffered"  # overlap buffer_one: held until the open run ends
+        MISSED = "missed"  # older than catch_up when a worker came back
         CANCELLED_PREVIOUS = "cancelled_previous"  # overlap cancel_previous cancelled this run
 
     schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="ticks")
@@ -538,16 +578,24 @@ class AlertRule(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.ADMIN)
-    kind = models.CharField(max_length=32, help_text="phase_p95, runs_paused, steps_overdue, waits_past_deadline, "
-                                                     "queue_without_worker or failure_rate")
-    params = models.JSONField(default=dict, blank=True,
-                              help_text='e.g. {"phase": "queued", "workflow_class": "shop.flows.Onboarding", '
-                                        '"step": null, "window": 3600, "threshold": 30}')
-    targets = models.JSONField(default=list, blank=True,
-                               help_text='e.g. ["mail_admins", {"webhook": "https://…", "secret": "…"}, '
-                                         '{"callable": "myapp.alerts.page"}]')
-    cooldown = models.DurationField(default=timedelta(minutes=30),
-                                    help_text="after a firing, the rule does not fire again before this")
+    kind = models.CharField(
+        max_length=32,
+        help_text="phase_p95, runs_paused, steps_overdue, waits_past_deadline, queue_without_worker or failure_rate",
+    )
+    params = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='e.g. {"phase": "queued", "workflow_class": "shop.flows.Onboarding", '
+        '"step": null, "window": 3600, "threshold": 30}',
+    )
+    targets = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='e.g. ["mail_admins", {"webhook": "https://…", "secret": "…"}, {"callable": "myapp.alerts.page"}]',
+    )
+    cooldown = models.DurationField(
+        default=timedelta(minutes=30), help_text="after a firing, the rule does not fire again before this"
+    )
     enabled = models.BooleanField(default=True)
     muted_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
@@ -573,8 +621,11 @@ class Alert(models.Model):
     class Meta:
         db_table = "pgflow_alert"
         indexes = [models.Index(fields=["rule", "fired_at"], name="pgflow_alert_rule_fired")]
-        constraints = [models.UniqueConstraint(fields=["rule"], condition=Q(resolved_at__isnull=True),
-                                               name="pgflow_alert_one_open")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rule"], condition=Q(resolved_at__isnull=True), name="pgflow_alert_one_open"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.rule} at {self.fired_at:%Y-%m-%d %H:%M}"

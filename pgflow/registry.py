@@ -74,9 +74,14 @@ def _report(path: str, exc: BaseException) -> None:
         if now - _reported.get(path, -REPORT_EVERY) < REPORT_EVERY:
             return
         _reported[path] = now
-    logger.error("workflow class %s does not import (%s: %s); its runs pause until it does. Define it in an "
-                 "installed app's workflows.py, or import its module in that app's AppConfig.ready()",
-                 path, type(exc).__name__, exc, extra={"action": "workflow_not_found", "workflow": path})
+    logger.error(
+        "workflow class %s does not import (%s: %s); its runs pause until it does. Define it in an "
+        "installed app's workflows.py, or import its module in that app's AppConfig.ready()",
+        path,
+        type(exc).__name__,
+        exc,
+        extra={"action": "workflow_not_found", "workflow": path},
+    )
 
 
 def import_path(path: str) -> object:

@@ -155,8 +155,9 @@ _RAN = """CASE WHEN started_at IS NULL THEN NULL
           END"""
 
 # What the live attempt count reads of a step row (not its output or error text).
-_STEP_COLUMNS = "run_id, step_name, outcome, error_class, status, created_at, scheduled_at, started_at, finished_at, " \
-                "waiting_since"
+_STEP_COLUMNS = (
+    "run_id, step_name, outcome, error_class, status, created_at, scheduled_at, started_at, finished_at, waiting_since"
+)
 
 _STARTED_SQL = """
     SELECT floor(extract(epoch FROM created_at) / %(bucket)s)::bigint, workflow_class, count(*)
@@ -220,9 +221,14 @@ def aggregate(ranges: Sequence[tuple[datetime, datetime]], bucket_seconds: int) 
         # The rows of each span, one range scan each. Not "a OR b": an index scan cannot
         # bound itself by an OR, so with the statistics behind a burst of writes (a planner
         # expecting one row) it read the whole finished_at index and filtered it.
-        return "(" + " UNION ALL ".join(
-            f"SELECT {columns} FROM {table} WHERE {column} >= %(low{i})s AND {column} < %(high{i})s"
-            for i in range(len(spans))) + ")"
+        return (
+            "("
+            + " UNION ALL ".join(
+                f"SELECT {columns} FROM {table} WHERE {column} >= %(low{i})s AND {column} < %(high{i})s"
+                for i in range(len(spans))
+            )
+            + ")"
+        )
 
     started = within("pgflow_run", "created_at", "created_at, workflow_class")
     for slot, path, count in _rows(_STARTED_SQL.format(created=started), params):
@@ -234,7 +240,8 @@ def aggregate(ranges: Sequence[tuple[datetime, datetime]], bucket_seconds: int) 
         elif duration is not None:  # a cancelled run has no duration
             counted.durations.setdefault(path, {})[duration] = count
     for grouping, path, name, slot, outcome, error_class, *keys, count, failed in _rows(
-            _ATTEMPTS_SQL.format(finished=within("pgflow_step", "finished_at", _STEP_COLUMNS)), params):
+        _ATTEMPTS_SQL.format(finished=within("pgflow_step", "finished_at", _STEP_COLUMNS)), params
+    ):
         if grouping == _FAILURES:
             if failed:
                 counted.failures[(slot, outcome, error_class)] = failed
@@ -265,33 +272,42 @@ def read(first: datetime, last: datetime, bucket_seconds: int, *, days: bool = T
     counted = Tally()
     params: dict[str, Any] = {"first": first, "last": last, "bucket": bucket_seconds}
     for slot, path, started, finished, cancelled in _rows(
-            "SELECT floor(extract(epoch FROM start) / %(bucket)s)::bigint, workflow_class, sum(started), "
-            "sum(finished), sum(cancelled) FROM pgflow_rollup_run "
-            "WHERE hours = 1 AND start >= %(first)s AND start < %(last)s GROUP BY 1, 2", params):
+        "SELECT floor(extract(epoch FROM start) / %(bucket)s)::bigint, workflow_class, sum(started), "
+        "sum(finished), sum(cancelled) FROM pgflow_rollup_run "
+        "WHERE hours = 1 AND start >= %(first)s AND start < %(last)s GROUP BY 1, 2",
+        params,
+    ):
         counted.runs[(slot, path)] = [int(started), int(finished), int(cancelled)]
     for slot, outcome, error_class, attempts in _rows(
-            "SELECT floor(extract(epoch FROM start) / %(bucket)s)::bigint, outcome, error_class, sum(attempts) "
-            "FROM pgflow_rollup_failure WHERE start >= %(first)s AND start < %(last)s GROUP BY 1, 2, 3", params):
+        "SELECT floor(extract(epoch FROM start) / %(bucket)s)::bigint, outcome, error_class, sum(attempts) "
+        "FROM pgflow_rollup_failure WHERE start >= %(first)s AND start < %(last)s GROUP BY 1, 2, 3",
+        params,
+    ):
         counted.failures[(slot, outcome, error_class)] = int(attempts)
 
     spans = [(1, first, last)]
     day_first, day_last = ceil_to(first, DAY), floor_to(last, DAY)
     if days and day_first < day_last:
         spans = [(24, day_first, day_last), (1, first, day_first), (1, day_last, last)]
-    where = " OR ".join(f"(hours = {hours} AND start >= %(f{i})s AND start < %(l{i})s)"
-                        for i, (hours, _, _) in enumerate(spans))
+    where = " OR ".join(
+        f"(hours = {hours} AND start >= %(f{i})s AND start < %(l{i})s)" for i, (hours, _, _) in enumerate(spans)
+    )
     for i, (_, low, high) in enumerate(spans):
         params[f"f{i}"], params[f"l{i}"] = low, high
     # Summed with string keys as stored, converted once per group: a month is ~100,000 buckets.
     durations: dict[str, dict[str, int]] = {}
-    for path, document in _rows(f"SELECT workflow_class, durations FROM pgflow_rollup_run "
-                                f"WHERE ({where}) AND durations <> '{{}}'::jsonb", params):
+    for path, document in _rows(
+        f"SELECT workflow_class, durations FROM pgflow_rollup_run WHERE ({where}) AND durations <> '{{}}'::jsonb",
+        params,
+    ):
         histogram.merge(durations.setdefault(path, {}), _json(document))
     counted.durations = {path: histogram.from_json(merged) for path, merged in durations.items()}
     steps: dict[tuple[str, str], tuple[list[int], list[dict[str, int]]]] = {}
     for path, name, attempts, failures, *phases in _rows(
-            f"SELECT workflow_class, step_name, attempts, failures, waited, queued, ran FROM pgflow_rollup_step "
-            f"WHERE {where}", params):
+        f"SELECT workflow_class, step_name, attempts, failures, waited, queued, ran FROM pgflow_rollup_step "
+        f"WHERE {where}",
+        params,
+    ):
         totals, merged = steps.setdefault((path, name), ([0, 0], [{}, {}, {}]))
         totals[0] += attempts
         totals[1] += failures
@@ -366,8 +382,10 @@ def purge(cutoff: datetime) -> int:
     deleted = 0
     with transaction.atomic(), connection.cursor() as cursor:
         for table in ("pgflow_rollup_run", "pgflow_rollup_step"):
-            cursor.execute(f"DELETE FROM {table} WHERE (hours = 1 AND start <= %(hour)s) "
-                           f"OR (hours = 24 AND start <= %(day)s)", {"hour": cutoff - HOUR, "day": cutoff - DAY})
+            cursor.execute(
+                f"DELETE FROM {table} WHERE (hours = 1 AND start <= %(hour)s) OR (hours = 24 AND start <= %(day)s)",
+                {"hour": cutoff - HOUR, "day": cutoff - DAY},
+            )
             deleted += cursor.rowcount
         cursor.execute("DELETE FROM pgflow_rollup_failure WHERE start <= %s", [cutoff - HOUR])
         deleted += cursor.rowcount
@@ -379,9 +397,12 @@ def _write_hour(hour: datetime) -> None:
     counted = aggregate([(hour, hour + HOUR)], 3600)
     _replace(hour, 1, counted)
     FailureRollup.objects.filter(start=hour).delete()
-    FailureRollup.objects.bulk_create([
-        FailureRollup(start=hour, outcome=outcome, error_class=error_class, attempts=count)
-        for (_, outcome, error_class), count in sorted(counted.failures.items())])
+    FailureRollup.objects.bulk_create(
+        [
+            FailureRollup(start=hour, outcome=outcome, error_class=error_class, attempts=count)
+            for (_, outcome, error_class), count in sorted(counted.failures.items())
+        ]
+    )
 
 
 def _compact_day(day: datetime) -> None:
@@ -397,15 +418,36 @@ def _replace(start: datetime, hours: int, counted: Tally) -> None:
         mine = per_class.setdefault(path, [0, 0, 0])
         for index, count in enumerate(counts):
             mine[index] += count
-    RunRollup.objects.bulk_create([
-        RunRollup(start=start, hours=hours, workflow_class=path, started=counts[0], finished=counts[1],
-                  cancelled=counts[2], durations=histogram.to_json(counted.durations.get(path, {})))
-        for path, counts in sorted(per_class.items())])
-    StepRollup.objects.bulk_create([
-        StepRollup(start=start, hours=hours, workflow_class=path, step_name=name, attempts=step.attempts,
-                   failures=step.failures, waited=histogram.to_json(step.waited),
-                   queued=histogram.to_json(step.queued), ran=histogram.to_json(step.ran))
-        for (path, name), step in sorted(counted.steps.items())])
+    RunRollup.objects.bulk_create(
+        [
+            RunRollup(
+                start=start,
+                hours=hours,
+                workflow_class=path,
+                started=counts[0],
+                finished=counts[1],
+                cancelled=counts[2],
+                durations=histogram.to_json(counted.durations.get(path, {})),
+            )
+            for path, counts in sorted(per_class.items())
+        ]
+    )
+    StepRollup.objects.bulk_create(
+        [
+            StepRollup(
+                start=start,
+                hours=hours,
+                workflow_class=path,
+                step_name=name,
+                attempts=step.attempts,
+                failures=step.failures,
+                waited=histogram.to_json(step.waited),
+                queued=histogram.to_json(step.queued),
+                ran=histogram.to_json(step.ran),
+            )
+            for (path, name), step in sorted(counted.steps.items())
+        ]
+    )
 
 
 def _lock_watermark() -> datetime | None:
@@ -428,10 +470,18 @@ def _next_activity(after: datetime | None) -> datetime | None:
     """The earliest moment at or after ``after`` (ever, for None) at which a figure became
     final: three probes of the indexes on the timestamps."""
     bound = "" if after is None else "WHERE {column} >= %(after)s"
-    sql = "SELECT least(" + ", ".join(
-        f"(SELECT min({column}) FROM {table} {bound.format(column=column)})"
-        for table, column in (("pgflow_run", "created_at"), ("pgflow_run", "finished_at"),
-                              ("pgflow_step", "finished_at"))) + ")"
+    sql = (
+        "SELECT least("
+        + ", ".join(
+            f"(SELECT min({column}) FROM {table} {bound.format(column=column)})"
+            for table, column in (
+                ("pgflow_run", "created_at"),
+                ("pgflow_run", "finished_at"),
+                ("pgflow_step", "finished_at"),
+            )
+        )
+        + ")"
+    )
     return _rows(sql, {"after": after})[0][0]
 
 

@@ -87,8 +87,10 @@ def sync(*, now: datetime | None = None, **_: Any) -> dict[str, int]:
     with transaction.atomic():
         with transaction.get_connection().cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_SYNC_LOCK])
-        rows = {(row.workflow_class, row.name): row
-                for row in Schedule.objects.select_for_update().filter(origin=Schedule.Origin.CODE)}
+        rows = {
+            (row.workflow_class, row.name): row
+            for row in Schedule.objects.select_for_update().filter(origin=Schedule.Origin.CODE)
+        }
         for key, declaration in wanted.items():
             row = rows.pop(key, None)
             if row is None:
@@ -115,11 +117,18 @@ def sync(*, now: datetime | None = None, **_: Any) -> dict[str, int]:
                 stale.updated_at = at
                 stale.save(update_fields=["enabled", "disabled_reason", "updated_at"])
                 counts["disabled"] += 1
-                logger.warning("schedule %s of %s is no longer declared: disabled, not deleted", stale.name,
-                               stale.workflow_class, extra={"action": "schedule_disabled", "schedule": stale.pk})
+                logger.warning(
+                    "schedule %s of %s is no longer declared: disabled, not deleted",
+                    stale.name,
+                    stale.workflow_class,
+                    extra={"action": "schedule_disabled", "schedule": stale.pk},
+                )
     if any(counts.values()):
-        logger.info("schedules synced: %s", ", ".join(f"{k}={v}" for k, v in counts.items() if v),
-                    extra={"action": "schedule_sync", **{f"schedules_{k}": v for k, v in counts.items()}})
+        logger.info(
+            "schedules synced: %s",
+            ", ".join(f"{k}={v}" for k, v in counts.items() if v),
+            extra={"action": "schedule_sync", **{f"schedules_{k}": v for k, v in counts.items()}},
+        )
     return counts
 
 
@@ -136,11 +145,21 @@ def _declaration_of(row: Schedule) -> ticks.Schedule | None:
 def _apply(row: Schedule, declaration: ticks.Schedule, at: datetime) -> bool:
     """Copy ``declaration`` onto ``row``; True when anything changed. A changed rule
     recomputes the next tick; paused stays the operator's choice."""
-    rule_changed = (row.cron, row.every, row.timezone) != (declaration.cron or "", declaration.every,
-                                                           declaration.timezone)
-    values = {"cron": declaration.cron or "", "every": declaration.every, "timezone": declaration.timezone,
-              "input": dict(declaration.input), "overlap": declaration.overlap, "catch_up": declaration.catch_up,
-              "enabled": True, "disabled_reason": ""}
+    rule_changed = (row.cron, row.every, row.timezone) != (
+        declaration.cron or "",
+        declaration.every,
+        declaration.timezone,
+    )
+    values = {
+        "cron": declaration.cron or "",
+        "every": declaration.every,
+        "timezone": declaration.timezone,
+        "input": dict(declaration.input),
+        "overlap": declaration.overlap,
+        "catch_up": declaration.catch_up,
+        "enabled": True,
+        "disabled_reason": "",
+    }
     changed = row.pk is None or any(getattr(row, name) != value for name, value in values.items())
     for name, value in values.items():
         setattr(row, name, value)
@@ -194,8 +213,14 @@ def start_now(schedule_id: int, *, actor: Any = None, now: datetime | None = Non
         workflow = registry.resolve(row.workflow_class)
         key = f"schedule:{row.pk}:now:{at.astimezone(UTC).isoformat()}:{uuid.uuid4().hex[:8]}"
         run = workflow.start(input=dict(row.input), key=key)
-        ScheduleTick.objects.create(schedule=row, tick_at=at, outcome=ScheduleTick.Outcome.MANUAL, run=run,
-                                    started_at=store.now(), details={"actor": store.actor_name(actor)})
+        ScheduleTick.objects.create(
+            schedule=row,
+            tick_at=at,
+            outcome=ScheduleTick.Outcome.MANUAL,
+            run=run,
+            started_at=store.now(),
+            details={"actor": store.actor_name(actor)},
+        )
         row.last_run = run
         row.save(update_fields=["last_run"])
     return run
@@ -219,8 +244,11 @@ def fire_due(*, now: datetime | None = None, limit: int = BATCH) -> int:
     Returns how many schedules were claimed (call again while it returns ``limit``)."""
     with transaction.atomic():
         at = now or store.now()
-        rows = list(Schedule.objects.select_for_update(skip_locked=True, of=("self",))
-                    .filter(_due(at)).order_by("next_tick_at")[:limit])
+        rows = list(
+            Schedule.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(_due(at))
+            .order_by("next_tick_at")[:limit]
+        )
         for row in rows:
             _fire(row, at)
     return len(rows)
@@ -242,8 +270,7 @@ def _fire(row: Schedule, at: datetime) -> list[WorkflowRun]:
     except PgflowError as exc:
         workflow = None
         problem = str(exc)
-    open_run = row.last_run_id is not None and WorkflowRun.objects.filter(
-        pk=row.last_run_id, status__in=_OPEN).exists()
+    open_run = row.last_run_id is not None and WorkflowRun.objects.filter(pk=row.last_run_id, status__in=_OPEN).exists()
     if row.buffered_tick_at is not None and not open_run and workflow is not None:
         started.append(_start(row, workflow, row.buffered_tick_at, buffered=True))
         row.buffered_tick_at = None
@@ -253,17 +280,22 @@ def _fire(row: Schedule, at: datetime) -> list[WorkflowRun]:
         return started
     plan = ticks.plan(row.rule(), next_tick=row.next_tick_at, now=at, catch_up=row.catch_up)
     if plan.missed:
-        _record(row, plan.first_missed, ScheduleTick.Outcome.MISSED, count=plan.missed,
-                last=plan.last_missed.isoformat() if plan.last_missed else None)
+        _record(
+            row,
+            plan.first_missed,
+            ScheduleTick.Outcome.MISSED,
+            count=plan.missed,
+            last=plan.last_missed.isoformat() if plan.last_missed else None,
+        )
     for tick in plan.start:
         if workflow is None:
             _record(row, tick, ScheduleTick.Outcome.SKIPPED, reason=problem)
             continue
-        action = ticks.overlap_action(row.overlap, previous_open=open_run,
-                                      buffered=row.buffered_tick_at is not None)
+        action = ticks.overlap_action(row.overlap, previous_open=open_run, buffered=row.buffered_tick_at is not None)
         if action == ticks.SKIP:
-            _record(row, tick, ScheduleTick.Outcome.SKIPPED, reason="the previous run is open",
-                    previous=row.last_run_id)
+            _record(
+                row, tick, ScheduleTick.Outcome.SKIPPED, reason="the previous run is open", previous=row.last_run_id
+            )
         elif action == ticks.BUFFER:
             row.buffered_tick_at = tick
             _record(row, tick, ScheduleTick.Outcome.BUFFERED, previous=row.last_run_id)
@@ -281,8 +313,14 @@ def _fire(row: Schedule, at: datetime) -> list[WorkflowRun]:
 def _start(row: Schedule, workflow: type[Workflow], tick: datetime, *, buffered: bool = False) -> WorkflowRun:
     run = workflow.start(input=dict(row.input), key=run_key(row.pk, tick))
     details = {"buffered": True} if buffered else {}
-    ScheduleTick.objects.create(schedule=row, tick_at=tick, outcome=ScheduleTick.Outcome.STARTED, run=run,
-                                started_at=run.created_at, details=details)
+    ScheduleTick.objects.create(
+        schedule=row,
+        tick_at=tick,
+        outcome=ScheduleTick.Outcome.STARTED,
+        run=run,
+        started_at=run.created_at,
+        details=details,
+    )
     row.last_run = run
     return run
 
@@ -295,10 +333,15 @@ def _cancel_previous(row: Schedule, tick: datetime) -> None:
     _record(row, tick, ScheduleTick.Outcome.CANCELLED_PREVIOUS, run_id=row.last_run_id)
 
 
-def _record(row: Schedule, tick: datetime | None, outcome: str, *, run_id: int | None = None,
-            **details: Any) -> None:
-    ScheduleTick.objects.create(schedule=row, tick_at=tick or store.now(), outcome=outcome, run_id=run_id,
-                                started_at=store.now(), details=details)
+def _record(row: Schedule, tick: datetime | None, outcome: str, *, run_id: int | None = None, **details: Any) -> None:
+    ScheduleTick.objects.create(
+        schedule=row,
+        tick_at=tick or store.now(),
+        outcome=outcome,
+        run_id=run_id,
+        started_at=store.now(),
+        details=details,
+    )
 
 
 # --- the worker's schedule thread -------------------------------------------------------------
@@ -335,6 +378,18 @@ def upcoming(row: Schedule, count: int = 5, *, now: datetime | None = None) -> l
     return [start, *row.rule().upcoming(start, count - 1)]
 
 
-__all__ = ["declared", "workflow_classes", "fire", "fire_due", "next_due", "parse_key", "run_key", "save", "set_paused",
-           "start_now", "sync", "tick_loop",
-           "upcoming"]
+__all__ = [
+    "declared",
+    "workflow_classes",
+    "fire",
+    "fire_due",
+    "next_due",
+    "parse_key",
+    "run_key",
+    "save",
+    "set_paused",
+    "start_now",
+    "sync",
+    "tick_loop",
+    "upcoming",
+]

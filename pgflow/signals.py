@@ -34,13 +34,17 @@ def signal(run_or_id: WorkflowRun | int, name: str, payload: Any = None, *, acto
     ``MAX_INPUT_BYTES`` (nothing is stored then). A paused run keeps the signal for when it resumes.
     """
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT or jsonvalue.text_problem(name):
-        raise ValueError(f"a signal name must be a non-empty string of at most {NAME_LIMIT} characters "
-                         f"(no NUL, no lone surrogate), got {name!r}")
+        raise ValueError(
+            f"a signal name must be a non-empty string of at most {NAME_LIMIT} characters "
+            f"(no NUL, no lone surrogate), got {name!r}"
+        )
     size = len(jsonvalue.encode(payload, "signal payload").encode())
     limit = pgflow_settings.MAX_INPUT_BYTES
     if size > limit:
-        raise InputTooLarge(f"signal payload is {size} bytes as JSON; the limit is {limit} "
-                            f"(PGFLOW['MAX_INPUT_BYTES'], which bounds inputs and signal payloads alike)")
+        raise InputTooLarge(
+            f"signal payload is {size} bytes as JSON; the limit is {limit} "
+            f"(PGFLOW['MAX_INPUT_BYTES'], which bounds inputs and signal payloads alike)"
+        )
     run_id = run_or_id.pk if isinstance(run_or_id, WorkflowRun) else run_or_id
     return store.deliver(run_id, name, payload, size=size, actor=actor)
 
@@ -51,8 +55,11 @@ def repair_waits(*, at: datetime, limit: int = 500) -> int:
     Reads each (class, step) pair of the waiting attempts once, so the cost follows the
     number of distinct waiting steps, not of waiting runs.
     """
-    pairs = (Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True)
-             .values_list("run__workflow_class", "step_name").distinct())
+    pairs = (
+        Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True)
+        .values_list("run__workflow_class", "step_name")
+        .distinct()
+    )
     stale = []
     for workflow_class, step_name in pairs:
         try:
@@ -63,8 +70,9 @@ def repair_waits(*, at: datetime, limit: int = 500) -> int:
             stale.append((workflow_class, step_name))
     woken = 0
     for workflow_class, step_name in stale:
-        ids = (Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True, step_name=step_name,
-                                   run__workflow_class=workflow_class).values_list("pk", "run_id")[:limit])
+        ids = Step.objects.filter(
+            status=StepStatus.WAITING, batch__isnull=True, step_name=step_name, run__workflow_class=workflow_class
+        ).values_list("pk", "run_id")[:limit]
         for step_id, run_id in list(ids):
             woken += store.wake_stale(run_id, step_id, at=at)
     return woken

@@ -20,8 +20,12 @@ from .runtime.runner import Runner
 MAX_ATTEMPTS = 1000  # a run that needs more in one call is looping: stop and return it
 
 
-def run_workflow(run: WorkflowRun | int, *, skip_waits: bool = True, signals: dict[str, Any] | None = None,
-                 ) -> WorkflowRun:
+def run_workflow(
+    run: WorkflowRun | int,
+    *,
+    skip_waits: bool = True,
+    signals: dict[str, Any] | None = None,
+) -> WorkflowRun:
     """Run ``run``'s steps here until it is finished, cancelled, paused, or waiting on a signal
     not given in ``signals`` (``{name: payload}``; a list of payloads delivers one per wait).
     With ``skip_waits`` a delayed step runs at once. Fan-out members run inline. Returns the

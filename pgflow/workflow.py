@@ -375,12 +375,30 @@ class Workflow(metaclass=WorkflowType):
 # class attribute of that name would hide it from step bodies or from the engine, so it
 # is refused when the class is created. The class-wide options (queue, priority, wait,
 # wait_until, on_exception, removed_steps) are meant to be set and are not listed.
-RESERVED_NAMES = frozenset({
-    "run", "subject", "input", "outputs", "step_name", "attempt",
-    "pause", "cancel", "skip", "finish", "reattempt",
-    "start", "runs", "definition_digest", "steps", "workflow_path", "policies", "cancel_conditions",
-    "queue_for", "priority_for",
-})
+RESERVED_NAMES = frozenset(
+    {
+        "run",
+        "subject",
+        "input",
+        "outputs",
+        "step_name",
+        "attempt",
+        "pause",
+        "cancel",
+        "skip",
+        "finish",
+        "reattempt",
+        "start",
+        "runs",
+        "definition_digest",
+        "steps",
+        "workflow_path",
+        "policies",
+        "cancel_conditions",
+        "queue_for",
+        "priority_for",
+    }
+)
 # Step and cancel_if names must not shadow anything of the base class (a step called
 # "queue" would replace the class option).
 _RESERVED = frozenset(dir(Workflow)) | RESERVED_NAMES
@@ -490,8 +508,9 @@ def _class_schedules(value: Any) -> tuple[Schedule, ...]:
     names = [item.name for item in items]
     doubled = sorted({name for name in names if names.count(name) > 1})
     if doubled:
-        raise DefinitionError(f"schedules: each needs a name of its own; {', '.join(map(repr, doubled))} "
-                              f"is used more than once")
+        raise DefinitionError(
+            f"schedules: each needs a name of its own; {', '.join(map(repr, doubled))} is used more than once"
+        )
     return tuple(items)
 
 

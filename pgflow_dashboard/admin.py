@@ -61,8 +61,10 @@ class WorkflowClassFilter(admin.SimpleListFilter):
 
     def get_facet_counts(self, pk_attname: str, filtered_qs: QuerySet[Any]) -> dict[str, Count]:
         # One pass counting each class, not the default "id IN (subquery)" per class.
-        return {f"{index}__c": Count(pk_attname, filter=Q(workflow_class=value))
-                for index, (value, _label) in enumerate(self.lookup_choices)}
+        return {
+            f"{index}__c": Count(pk_attname, filter=Q(workflow_class=value))
+            for index, (value, _label) in enumerate(self.lookup_choices)
+        }
 
 
 class ErrorClassFilter(admin.SimpleListFilter):
@@ -92,8 +94,15 @@ class ErrorClassFilter(admin.SimpleListFilter):
 
 @admin.register(WorkflowRun)
 class WorkflowRunAdmin(admin.ModelAdmin):
-    list_display = ("id", "workflow", "subject_label", "status_label", "current_step_label", "started",
-                    "duration_label")
+    list_display = (
+        "id",
+        "workflow",
+        "subject_label",
+        "status_label",
+        "current_step_label",
+        "started",
+        "duration_label",
+    )
     list_display_links = ("id",)
     list_filter = ("status", WorkflowClassFilter, "created_at", ErrorClassFilter)
     search_fields = ("id", "key", "subject_id")  # searched by get_search_results below
@@ -122,16 +131,25 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
         # What the list shows, computed by the database in the same query (no N+1), with
         # the database's now(): one instant for every row of the page.
-        entered = (Step.objects.filter(run=OuterRef("pk"), step_name=OuterRef("current_step"))
-                   .order_by("created_at").values("created_at")[:1])
+        entered = (
+            Step.objects.filter(run=OuterRef("pk"), step_name=OuterRef("current_step"))
+            .order_by("created_at")
+            .values("created_at")[:1]
+        )
         end = Coalesce(F("finished_at"), Now())
-        return super().get_queryset(request).annotate(
-            current_since=Subquery(entered),
-            run_duration=ExpressionWrapper(end - F("created_at"), output_field=DurationField()),
-        ).annotate(current_for=ExpressionWrapper(end - F("current_since"), output_field=DurationField()))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                current_since=Subquery(entered),
+                run_duration=ExpressionWrapper(end - F("created_at"), output_field=DurationField()),
+            )
+            .annotate(current_for=ExpressionWrapper(end - F("current_since"), output_field=DurationField()))
+        )
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet[WorkflowRun],
-                           search_term: str) -> tuple[QuerySet[WorkflowRun], bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str
+    ) -> tuple[QuerySet[WorkflowRun], bool]:
         term = search_term.strip()
         if not term:
             return queryset, False
@@ -195,9 +213,12 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         verb = control.done
         selected = queryset.count()
         if selected > MAX_BULK_RUNS:
-            self.message_user(request, f"Nothing {verb}: {selected:,} runs are selected and one action takes at most "
-                                       f"{MAX_BULK_RUNS:,}; narrow the list with the filters or the search first.",
-                              messages.ERROR)
+            self.message_user(
+                request,
+                f"Nothing {verb}: {selected:,} runs are selected and one action takes at most "
+                f"{MAX_BULK_RUNS:,}; narrow the list with the filters or the search first.",
+                messages.ERROR,
+            )
             return
         applied: list[int] = []
         refused: list[str] = []
@@ -225,24 +246,28 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         own = [
-            path("<path:object_id>/timeline.json", self.admin_site.admin_view(self.timeline_view),
-                 name=f"{prefix}_timeline"),
-            path("<path:object_id>/control/", self.admin_site.admin_view(self.control_view),
-                 name=f"{prefix}_control"),
+            path(
+                "<path:object_id>/timeline.json",
+                self.admin_site.admin_view(self.timeline_view),
+                name=f"{prefix}_timeline",
+            ),
+            path("<path:object_id>/control/", self.admin_site.admin_view(self.control_view), name=f"{prefix}_control"),
         ]
         # Before the stock ones: their "<path:object_id>/" redirect would match these too.
         return own + super().get_urls()
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         """The run page, read-only: changes are POSTed to control/, never to this form."""
         if request.method not in ("GET", "HEAD"):
             return HttpResponseNotAllowed(["GET", "HEAD"])
         run = self.get_object(request, unquote(object_id))
         if run is None:
             # What every admin change page does for a missing object.
-            self.message_user(request, f"workflow run with ID “{object_id}” doesn’t exist. Perhaps it was deleted?",
-                              messages.WARNING)
+            self.message_user(
+                request, f"workflow run with ID “{object_id}” doesn’t exist. Perhaps it was deleted?", messages.WARNING
+            )
             return redirect(reverse("admin:index", current_app=self.admin_site.name))
         if not self.has_view_or_change_permission(request, run):
             raise PermissionDenied
@@ -291,8 +316,19 @@ class WorkerAdmin(admin.ModelAdmin):
     """The ``pgflow_worker`` processes, as each records itself (``pgflow.runtime.presence``).
     Read-only: a worker writes its own row. Operators who may view runs may view this."""
 
-    list_display = ("name", "host", "pid", "queue_list", "concurrency", "version", "started_at", "heartbeat_at",
-                    "live", "steps_run", "steps_in_progress")
+    list_display = (
+        "name",
+        "host",
+        "pid",
+        "queue_list",
+        "concurrency",
+        "version",
+        "started_at",
+        "heartbeat_at",
+        "live",
+        "steps_run",
+        "steps_in_progress",
+    )
     ordering = ("-heartbeat_at", "name")
     search_fields = ("name", "host")
 
@@ -306,8 +342,11 @@ class WorkerAdmin(admin.ModelAdmin):
         return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return super().has_view_permission(request, obj) or request.user.has_perm("pgflow.view_workflowrun") \
+        return (
+            super().has_view_permission(request, obj)
+            or request.user.has_perm("pgflow.view_workflowrun")
             or request.user.has_perm("pgflow.change_workflowrun")
+        )
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return self.has_view_permission(request)
@@ -354,9 +393,14 @@ class AccessTokenAdmin(admin.ModelAdmin):
     def response_add(self, request: HttpRequest, obj: Any, post_url_continue: str | None = None) -> HttpResponse:
         # Rendered straight into this response: the secret never goes through the message
         # storage (a cookie or the session) and cannot be shown again.
-        context = {**self.admin_site.each_context(request), "title": "Token created", "opts": self.opts,
-                   "token": obj, "secret": getattr(request, "_pgflow_token_secret", ""),
-                   "list_url": reverse(f"{self.admin_site.name}:pgflow_accesstoken_changelist")}
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Token created",
+            "opts": self.opts,
+            "token": obj,
+            "secret": getattr(request, "_pgflow_token_secret", ""),
+            "list_url": reverse(f"{self.admin_site.name}:pgflow_accesstoken_changelist"),
+        }
         return TemplateResponse(request, "admin/pgflow_dashboard/token_created.html", context)
 
     @admin.action(description="Revoke selected tokens")
@@ -380,8 +424,12 @@ class ScheduleForm(forms.ModelForm):
     the input checked here, each error on the field it concerns."""
 
     workflow_class = forms.ChoiceField(choices=())
-    input = forms.JSONField(required=False, initial=dict, help_text='a JSON object, e.g. {"plan": "pro"}',
-                            widget=forms.Textarea(attrs={"rows": 4, "cols": 60, "spellcheck": "false"}))
+    input = forms.JSONField(
+        required=False,
+        initial=dict,
+        help_text='a JSON object, e.g. {"plan": "pro"}',
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 60, "spellcheck": "false"}),
+    )
 
     class Meta:
         model = Schedule
@@ -492,8 +540,9 @@ class ScheduleAdmin(admin.ModelAdmin):
     def resume_schedules(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         for row in queryset:
             pgflow_schedules.set_paused(row.pk, False)
-        self.message_user(request, f"Resumed {len(queryset)} schedule(s); ticks due while paused are skipped.",
-                          messages.SUCCESS)
+        self.message_user(
+            request, f"Resumed {len(queryset)} schedule(s); ticks due while paused are skipped.", messages.SUCCESS
+        )
 
     @admin.action(description="Start a run of the selected schedules now", permissions=["change"])
     def start_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
@@ -508,8 +557,9 @@ class ScheduleAdmin(admin.ModelAdmin):
         for problem in failed:
             self.message_user(request, f"Not started: {problem}", messages.ERROR)
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         row = self.get_object(request, unquote(object_id))
         context = dict(extra_context or {})
         if row is not None:
@@ -520,5 +570,6 @@ class ScheduleAdmin(admin.ModelAdmin):
                 context["upcoming_error"] = str(exc)
             context["recent_ticks"] = list(row.ticks.select_related("run").order_by("-id")[:20])
         return super().change_view(request, object_id, form_url, extra_context=context)
+
 
 from . import alerts_admin  # noqa: E402, F401 - registers the alert rules and alerts

@@ -99,12 +99,14 @@ class AlertAdmin(admin.ModelAdmin):
 
     @admin.action(description="Acknowledge", permissions=["view"])
     def acknowledge(self, request: HttpRequest, queryset: QuerySet[Alert]) -> None:
-        count = alerts.acknowledge(list(queryset.values_list("pk", flat=True)),
-                                   actor=f"user:{request.user.get_username()}", at=timezone.now())
+        count = alerts.acknowledge(
+            list(queryset.values_list("pk", flat=True)), actor=f"user:{request.user.get_username()}", at=timezone.now()
+        )
         self.message_user(request, f"{count} alert(s) acknowledged", messages.SUCCESS)
 
     @admin.action(description="Mute their rules for a day", permissions=["view"])
     def mute_rule(self, request: HttpRequest, queryset: QuerySet[Alert]) -> None:
-        count = alerts.mute(sorted(set(queryset.values_list("rule_id", flat=True))),
-                            until=timezone.now() + timedelta(days=1))
+        count = alerts.mute(
+            sorted(set(queryset.values_list("rule_id", flat=True))), until=timezone.now() + timedelta(days=1)
+        )
         self.message_user(request, f"{count} rule(s) muted for a day", messages.SUCCESS)

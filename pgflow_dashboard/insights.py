@@ -173,8 +173,9 @@ def step_failures_per_bucket(window: WorkflowWindow, counted: rollup.Tally | Non
     return list(buckets.values())
 
 
-def top_errors(window: WorkflowWindow, counted: rollup.Tally | None = None, *,
-               limit: int = TOP_ERRORS) -> list[dict[str, Any]]:
+def top_errors(
+    window: WorkflowWindow, counted: rollup.Tally | None = None, *, limit: int = TOP_ERRORS
+) -> list[dict[str, Any]]:
     """``[{"error_class", "count"}]``: the error classes of the window's failed attempts, most first."""
     counted = tally(window) if counted is None else counted
     totals: dict[str, int] = defaultdict(int)
@@ -196,28 +197,36 @@ def workflows(window: WorkflowWindow, counted: rollup.Tally | None = None) -> li
         for index, count in enumerate(counts):
             mine[index] += count
     # Live: how many of the runs started in the window are open now (index (status, created_at)).
-    open_now = {path: (running, paused) for path, running, paused in _rows("""
+    open_now = {
+        path: (running, paused)
+        for path, running, paused in _rows(
+            """
         SELECT workflow_class, count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'paused')
         FROM pgflow_run WHERE status IN ('running', 'paused') AND created_at >= %(since)s AND created_at <= %(now)s
         GROUP BY 1
-    """, {"since": window.since(), "now": window.now})}
+    """,
+            {"since": window.since(), "now": window.now},
+        )
+    }
     result = []
     for path in sorted(set(totals) | set(open_now) | set(counted.durations)):
         started, finished, cancelled = totals.get(path, (0, 0, 0))
         running, paused = open_now.get(path, (0, 0))
         ended = finished + cancelled
         p50, p95 = histogram.quantiles(counted.durations.get(path, {}), PERCENTILES)
-        result.append({
-            "workflow_class": path,
-            "started": started,
-            "running": running,
-            "paused": paused,
-            "finished": finished,
-            "cancelled": cancelled,
-            "success_rate": finished / ended if ended else None,
-            "p50_seconds": p50,
-            "p95_seconds": p95,
-        })
+        result.append(
+            {
+                "workflow_class": path,
+                "started": started,
+                "running": running,
+                "paused": paused,
+                "finished": finished,
+                "cancelled": cancelled,
+                "success_rate": finished / ended if ended else None,
+                "p50_seconds": p50,
+                "p95_seconds": p95,
+            }
+        )
     return result
 
 
@@ -226,11 +235,16 @@ def steps(window: WorkflowWindow, counted: rollup.Tally | None = None) -> list[d
     counted = tally(window) if counted is None else counted
     result = []
     for (path, name), step in sorted(counted.steps.items()):
-        row: dict[str, Any] = {"workflow_class": path, "step_name": name, "attempts": step.attempts,
-                               "failures": step.failures}
+        row: dict[str, Any] = {
+            "workflow_class": path,
+            "step_name": name,
+            "attempts": step.attempts,
+            "failures": step.failures,
+        }
         for phase in rollup.PHASES:
             row[f"{phase}_p50_seconds"], row[f"{phase}_p95_seconds"] = histogram.quantiles(
-                getattr(step, phase), PERCENTILES)
+                getattr(step, phase), PERCENTILES
+            )
         result.append(row)
     return result
 
@@ -265,8 +279,9 @@ _STEP_COLUMNS = "s.id, s.run_id, r.workflow_class, s.step_name, s.attempt, s.que
 _STEP_KEYS = ("step_id", "run_id", "workflow_class", "step_name", "attempt", "queue")
 
 
-def _stuck_steps(where: str, order: str, extra: str, extra_key: str, params: dict[str, Any],
-                 limit: int) -> dict[str, Any]:
+def _stuck_steps(
+    where: str, order: str, extra: str, extra_key: str, params: dict[str, Any], limit: int
+) -> dict[str, Any]:
     count = _scalar(f"SELECT count(*) FROM pgflow_step s WHERE {where}", params)
     sql = f"""
         SELECT {_STEP_COLUMNS}, {extra} FROM pgflow_step s JOIN pgflow_run r ON r.id = s.run_id
@@ -278,8 +293,14 @@ def _stuck_steps(where: str, order: str, extra: str, extra_key: str, params: dic
 def overdue_steps(now: datetime, *, limit: int) -> dict[str, Any]:
     """Attempts due for longer than OVERDUE_AFTER that no worker claimed (no worker on their queue?)."""
     # The claim index is partial on status = 'scheduled', so this reads only scheduled rows.
-    return _stuck_steps("s.status = 'scheduled' AND s.scheduled_at < %(due_before)s", "s.scheduled_at",
-                        "s.scheduled_at", "due_at", {"due_before": now - OVERDUE_AFTER}, limit)
+    return _stuck_steps(
+        "s.status = 'scheduled' AND s.scheduled_at < %(due_before)s",
+        "s.scheduled_at",
+        "s.scheduled_at",
+        "due_at",
+        {"due_before": now - OVERDUE_AFTER},
+        limit,
+    )
 
 
 def queues_without_worker(now: datetime, *, limit: int) -> dict[str, Any]:
@@ -287,22 +308,37 @@ def queues_without_worker(now: datetime, *, limit: int) -> dict[str, Any]:
     "due", "oldest_due_at"}]}``, oldest first. Live means a heartbeat younger than the lease
     (the ``Worker`` rows); one group per queue over the claim index's scheduled rows."""
     served = {queue for queues in Worker.objects.live(now).values_list("queues", flat=True) for queue in queues or ()}
-    due = _rows("SELECT queue, count(*), min(scheduled_at) FROM pgflow_step "
-                "WHERE status = 'scheduled' AND scheduled_at <= %(now)s GROUP BY queue ORDER BY 3, 1", {"now": now})
+    due = _rows(
+        "SELECT queue, count(*), min(scheduled_at) FROM pgflow_step "
+        "WHERE status = 'scheduled' AND scheduled_at <= %(now)s GROUP BY queue ORDER BY 3, 1",
+        {"now": now},
+    )
     rows = _dicts(("queue", "due", "oldest_due_at"), [row for row in due if row[0] not in served])
     return {"count": len(rows), "rows": rows[:limit]}
 
 
 def lease_expired(now: datetime, *, limit: int) -> dict[str, Any]:
     """Attempts in progress whose worker stopped heartbeating (the sweep re-runs them)."""
-    return _stuck_steps("s.status = 'in_progress' AND s.lease_expires_at < %(now)s", "s.lease_expires_at",
-                        "s.lease_expires_at", "lease_expired_at", {"now": now}, limit)
+    return _stuck_steps(
+        "s.status = 'in_progress' AND s.lease_expires_at < %(now)s",
+        "s.lease_expires_at",
+        "s.lease_expires_at",
+        "lease_expired_at",
+        {"now": now},
+        limit,
+    )
 
 
 def deadline_passed(now: datetime, *, limit: int) -> dict[str, Any]:
     """Signal waits past their ``wait_timeout`` deadline (the sweep applies ``on_timeout``)."""
-    return _stuck_steps("s.status = 'waiting' AND s.deadline_at < %(now)s", "s.deadline_at",
-                        "s.deadline_at", "deadline_at", {"now": now}, limit)
+    return _stuck_steps(
+        "s.status = 'waiting' AND s.deadline_at < %(now)s",
+        "s.deadline_at",
+        "s.deadline_at",
+        "deadline_at",
+        {"now": now},
+        limit,
+    )
 
 
 def definition_changed(*, limit: int) -> dict[str, Any]:
@@ -313,7 +349,9 @@ def definition_changed(*, limit: int) -> dict[str, Any]:
     """
     groups = _rows(
         "SELECT workflow_class, definition_digest, count(*) FROM pgflow_run "
-        "WHERE status IN ('running', 'paused') GROUP BY 1, 2 ORDER BY 1, 2", {})
+        "WHERE status IN ('running', 'paused') GROUP BY 1, 2 ORDER BY 1, 2",
+        {},
+    )
     current: dict[str, str | None] = {}
     problems: dict[str, str] = {}
     changed: list[tuple[str, str]] = []
@@ -328,13 +366,22 @@ def definition_changed(*, limit: int) -> dict[str, Any]:
         if current[path] == digest:
             continue
         changed.append((path, digest))
-        classes.append({"workflow_class": path, "run_digest": digest, "current_digest": current[path],
-                        "problem": problems.get(path), "count": count})
+        classes.append(
+            {
+                "workflow_class": path,
+                "run_digest": digest,
+                "current_digest": current[path],
+                "problem": problems.get(path),
+                "count": count,
+            }
+        )
     rows: list[dict[str, Any]] = []
     if changed:
         pairs = " OR ".join(["(workflow_class = %s AND definition_digest = %s)"] * len(changed))
-        sql = (f"SELECT id, workflow_class, status, current_step, definition_digest, created_at FROM pgflow_run "
-               f"WHERE status IN ('running', 'paused') AND ({pairs}) ORDER BY created_at, id LIMIT %s")
+        sql = (
+            f"SELECT id, workflow_class, status, current_step, definition_digest, created_at FROM pgflow_run "
+            f"WHERE status IN ('running', 'paused') AND ({pairs}) ORDER BY created_at, id LIMIT %s"
+        )
         params = [value for pair in changed for value in pair] + [limit]
         keys = ("run_id", "workflow_class", "status", "current_step", "run_digest", "created_at")
         rows = _dicts(keys, _rows(sql, params))

@@ -35,12 +35,41 @@ PAUSE_EVENTS = (EventKind.PAUSED, *sorted(PAUSE_ENDS))
 
 # The columns the step table and the timeline read.
 STEP_FIELDS = (
-    "id", "step_name", "attempt", "status", "outcome", "queue", "priority", "created_at", "scheduled_at",
-    "started_at", "finished_at", "waiting_since", "deadline_at", "worker", "lease_expires_at", "output",
-    "error_class", "error_message", "error_backtrace", "error_causes", "batch_id", "signal_id",
+    "id",
+    "step_name",
+    "attempt",
+    "status",
+    "outcome",
+    "queue",
+    "priority",
+    "created_at",
+    "scheduled_at",
+    "started_at",
+    "finished_at",
+    "waiting_since",
+    "deadline_at",
+    "worker",
+    "lease_expires_at",
+    "output",
+    "error_class",
+    "error_message",
+    "error_backtrace",
+    "error_causes",
+    "batch_id",
+    "signal_id",
 )
-TIMELINE_FIELDS = ("step_name", "attempt", "status", "outcome", "error_class", "created_at", "scheduled_at",
-                   "started_at", "finished_at", "waiting_since")
+TIMELINE_FIELDS = (
+    "step_name",
+    "attempt",
+    "status",
+    "outcome",
+    "error_class",
+    "created_at",
+    "scheduled_at",
+    "started_at",
+    "finished_at",
+    "waiting_since",
+)
 
 # The buttons, in the order they are shown: form action -> the control (core.states.CONTROLS).
 BUTTONS: dict[str, Control] = {control.action: control for control in CONTROLS.values()}
@@ -61,8 +90,11 @@ def chart(run: WorkflowRun, *, now: datetime, steps: tuple[list[dict], int] | No
     ``steps`` is ``latest_steps()``'s answer when the caller has it already.
     """
     rows, total = steps if steps is not None else latest_steps(run, TIMELINE_FIELDS)
-    events = (Event.objects.filter(run=run, event__in=PAUSE_EVENTS)
-              .order_by("-created_at", "-id").values("event", "created_at")[:MAX_EVENTS])
+    events = (
+        Event.objects.filter(run=run, event__in=PAUSE_EVENTS)
+        .order_by("-created_at", "-id")
+        .values("event", "created_at")[:MAX_EVENTS]
+    )
     payload = timeline.chart(rows, list(events), status=run.status, now=now)
     return {**payload, "status": run.status, "now": timeline.millis(now), "attempts": total}
 
@@ -100,12 +132,18 @@ def subject(run: WorkflowRun, site: AdminSite) -> dict[str, Any] | None:
     url = None
     if found is not None and model is not None and site.is_registered(model):
         try:
-            url = reverse(f"{site.name}:{content_type.app_label}_{content_type.model}_change",
-                          args=[quote(run.subject_id)])
+            url = reverse(
+                f"{site.name}:{content_type.app_label}_{content_type.model}_change", args=[quote(run.subject_id)]
+            )
         except NoReverseMatch:
             url = None
-    return {"label": label, "url": url, "type": f"{content_type.app_label}.{content_type.model}",
-            "id": run.subject_id, "missing": found is None}
+    return {
+        "label": label,
+        "url": url,
+        "type": f"{content_type.app_label}.{content_type.model}",
+        "id": run.subject_id,
+        "missing": found is None,
+    }
 
 
 def step_rows(steps: list[dict[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
@@ -113,15 +151,23 @@ def step_rows(steps: list[dict[str, Any]], *, now: datetime) -> list[dict[str, A
     rows = []
     for step in steps:
         spans = timeline.durations(step, now=now)
-        rows.append({**step, "durations": {kind: duration(spans[kind]) for kind in timeline.KINDS},
-                     "is_open": step["status"] in timeline.OPEN})
+        rows.append(
+            {
+                **step,
+                "durations": {kind: duration(spans[kind]) for kind in timeline.KINDS},
+                "is_open": step["status"] in timeline.OPEN,
+            }
+        )
     return rows
 
 
 def controls(run: WorkflowRun) -> list[dict[str, str]]:
     """The buttons that apply to the run's status now."""
-    return [{"action": action, "label": control.label} for action, control in BUTTONS.items()
-            if control_error(control.name, run.status) is None]
+    return [
+        {"action": action, "label": control.label}
+        for action, control in BUTTONS.items()
+        if control_error(control.name, run.status) is None
+    ]
 
 
 def resume_hint(run: WorkflowRun, steps: list[dict[str, Any]]) -> str | None:
@@ -130,8 +176,10 @@ def resume_hint(run: WorkflowRun, steps: list[dict[str, Any]]) -> str | None:
     attempts = [step for step in steps if step["step_name"] == run.current_step]
     if run.status != "paused" or not attempts or not (attempts[-1]["signal_id"] and attempts[-1]["error_class"]):
         return None
-    return (f"Resume runs step {run.current_step} again with the signal it already consumed. If that signal's "
-            f"payload caused the failure, deploy a step that handles it before resuming, or Skip the step.")
+    return (
+        f"Resume runs step {run.current_step} again with the signal it already consumed. If that signal's "
+        f"payload caused the failure, deploy a step that handles it before resuming, or Skip the step."
+    )
 
 
 def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, Any]:
@@ -140,14 +188,25 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
     failed = [step for step in steps if step["error_class"]]
     for step in failed[-MAX_ERRORS:]:
         step["detailed"] = True  # the step table links to its backtrace below
-    events = list(Event.objects.filter(run=run).order_by("-created_at", "-id")
-                  .values("id", "event", "actor", "details", "created_at", "step_id")[:MAX_EVENTS])
+    events = list(
+        Event.objects.filter(run=run)
+        .order_by("-created_at", "-id")
+        .values("id", "event", "actor", "details", "created_at", "step_id")[:MAX_EVENTS]
+    )
     events.reverse()
     signals = list(Signal.objects.filter(run=run).order_by("-received_at", "-id")[:MAX_SIGNALS])
     batches = list(Batch.objects.filter(run=run).order_by("-created_at")[:MAX_BATCHES])
     ended = run.finished_at or now
-    open_since = (Step.objects.filter(run=run, step_name=run.current_step).order_by("created_at")
-                  .values_list("created_at", flat=True).first()) if run.current_step else None
+    open_since = (
+        (
+            Step.objects.filter(run=run, step_name=run.current_step)
+            .order_by("created_at")
+            .values_list("created_at", flat=True)
+            .first()
+        )
+        if run.current_step
+        else None
+    )
     return {
         "run": run,
         "definition": definition(run),
@@ -162,8 +221,9 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
         "event_count": len(events),
         "pending_signals": [signal for signal in signals if signal.consumed_at is None],
         "consumed_signals": [signal for signal in signals if signal.consumed_at is not None],
-        "batches": [{"batch": batch, "pending": max(batch.total - batch.succeeded - batch.failed, 0)}
-                    for batch in batches],
+        "batches": [
+            {"batch": batch, "pending": max(batch.total - batch.succeeded - batch.failed, 0)} for batch in batches
+        ],
         "controls": controls(run),
         "resume_hint": resume_hint(run, steps),
         "takes_signals": run.status in OPEN_RUN,

@@ -74,25 +74,27 @@ def insights_urls(site: admin.AdminSite) -> list[URLPattern]:
     label = WorkflowRun._meta.app_label
     return [
         path(f"{label}/insights/", site.admin_view(model_admin.insights_view), name=INSIGHTS_URL_NAME),
-        path(f"{label}/insights.json", site.admin_view(model_admin.insights_json_view),
-             name=INSIGHTS_JSON_URL_NAME),
+        path(f"{label}/insights.json", site.admin_view(model_admin.insights_json_view), name=INSIGHTS_JSON_URL_NAME),
     ]
 
 
-def with_insights_row(site: admin.AdminSite, request: HttpRequest,
-                      app_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_insights_row(
+    site: admin.AdminSite, request: HttpRequest, app_list: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """``app_list`` with an "Insights" row after the pgflow app's models, for users who may view runs."""
     model_admin = run_admin(site)
     if model_admin is None or not model_admin.has_view_permission(request):
         return app_list
     for app in app_list:
         if app.get("app_label") == WorkflowRun._meta.app_label:
-            app["models"].append({
-                "name": "Insights",
-                "object_name": "Insights",
-                "perms": {"add": False, "change": False, "delete": False, "view": True},
-                "admin_url": reverse(f"{site.name}:{INSIGHTS_URL_NAME}", current_app=site.name),
-                "add_url": None,
-                "view_only": True,
-            })
+            app["models"].append(
+                {
+                    "name": "Insights",
+                    "object_name": "Insights",
+                    "perms": {"add": False, "change": False, "delete": False, "view": True},
+                    "admin_url": reverse(f"{site.name}:{INSIGHTS_URL_NAME}", current_app=site.name),
+                    "add_url": None,
+                    "view_only": True,
+                }
+            )
     return app_list

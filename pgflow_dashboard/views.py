@@ -44,8 +44,14 @@ def _url(model_admin: WorkflowRunAdmin, name: str, run: WorkflowRun) -> str:
     return reverse(f"{model_admin.admin_site.name}:{opts.app_label}_{opts.model_name}_{name}", args=[run.pk])
 
 
-def run_page(model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRun, *,
-             signal_form: SignalForm | None = None, status: int = 200) -> TemplateResponse:
+def run_page(
+    model_admin: WorkflowRunAdmin,
+    request: HttpRequest,
+    run: WorkflowRun,
+    *,
+    signal_form: SignalForm | None = None,
+    status: int = 200,
+) -> TemplateResponse:
     site = model_admin.admin_site
     opts = model_admin.opts
     now = timezone.now()
@@ -89,8 +95,9 @@ def control(model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRu
     """One operator control on one run, POSTed from the run page; the user is the actor."""
     action = request.POST.get("action", "")
     if action not in ACTIONS:
-        return HttpResponseBadRequest(f"unknown action {action!r} (one of {', '.join(ACTIONS)})",
-                                      content_type="text/plain; charset=utf-8")
+        return HttpResponseBadRequest(
+            f"unknown action {action!r} (one of {', '.join(ACTIONS)})", content_type="text/plain; charset=utf-8"
+        )
     if action == "signal":
         form = SignalForm(request.POST)
         if form.is_valid():
@@ -132,8 +139,9 @@ def insights_page(model_admin: WorkflowRunAdmin, request: HttpRequest) -> Templa
         "opts": opts,
         "has_view_permission": True,
         "media": model_admin.media,
-        "choices": [{"name": name, "url": f"{insights_url}?{urlencode({'window': name})}"}
-                    for name in WorkflowWindow.CHOICES],
+        "choices": [
+            {"name": name, "url": f"{insights_url}?{urlencode({'window': name})}"} for name in WorkflowWindow.CHOICES
+        ],
         "overdue_after": insights.OVERDUE_AFTER.total_seconds(),
         "stuck_limit": insights.STUCK_LIMIT,
     }

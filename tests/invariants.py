@@ -24,8 +24,7 @@ OPEN = {"scheduled", "waiting", "in_progress"}
 ENDED = {"finished", "cancelled"}
 
 # The event that records an attempt's end, by the outcome written on the attempt.
-CLOSED_BY = {"completed": "step_completed", "lost": "lease_lost", "handed_back": "handed_back",
-             "skipped": "skipped"}
+CLOSED_BY = {"completed": "step_completed", "lost": "lease_lost", "handed_back": "handed_back", "skipped": "skipped"}
 CLOSERS = {"step_completed", "step_failed", "lease_lost", "handed_back", "skipped"}
 
 Row = dict[str, Any]
@@ -65,8 +64,10 @@ def _run_violations(run: Row, steps: list[Row], events: list[Row]) -> list[str]:
         expected = None if step["status"] in OPEN else closing_event(step)
         wanted = {expected: 1} if expected else {}
         if mine != wanted:
-            found.append(f"{attempt} ({step['status']}, outcome {step['outcome'] or '-'}): closing events {mine}, "
-                         f"expected {wanted}")
+            found.append(
+                f"{attempt} ({step['status']}, outcome {step['outcome'] or '-'}): closing events {mine}, "
+                f"expected {wanted}"
+            )
     by_name: dict[str, list[int]] = defaultdict(list)
     for step in steps:
         by_name[step["step_name"]].append(step["attempt"])
@@ -79,8 +80,10 @@ def _run_violations(run: Row, steps: list[Row], events: list[Row]) -> list[str]:
         found.append(f"{name}: {len(open_now)} attempts open at once")
     for before, after in zip(ordered, ordered[1:], strict=False):
         if before["finished_at"] is None or after["created_at"] < before["finished_at"]:
-            found.append(f"{name}: {after['step_name']}#{after['attempt']} opened before "
-                         f"{before['step_name']}#{before['attempt']} closed")
+            found.append(
+                f"{name}: {after['step_name']}#{after['attempt']} opened before "
+                f"{before['step_name']}#{before['attempt']} closed"
+            )
     if run["status"] in ENDED:
         endings = [e for e in events if e["event"] == run["status"]]
         if len(endings) != 1:
@@ -102,8 +105,11 @@ def assert_exactly_once(run_ids: Iterable[Any] | None = None) -> int:
         runs = runs.filter(pk__in=list(run_ids))
     run_rows = list(runs.values("id", "status", "finished_at"))
     ids = [row["id"] for row in run_rows]
-    step_rows = list(Step.objects.filter(run_id__in=ids).values(
-        "id", "run_id", "step_name", "attempt", "status", "outcome", "created_at", "finished_at"))
+    step_rows = list(
+        Step.objects.filter(run_id__in=ids).values(
+            "id", "run_id", "step_name", "attempt", "status", "outcome", "created_at", "finished_at"
+        )
+    )
     event_rows = list(Event.objects.filter(run_id__in=ids).values("id", "run_id", "step_id", "event", "created_at"))
     found = violations(run_rows, step_rows, event_rows)
     assert not found, f"{len(found)} exactly-once violations:\n" + "\n".join(found[:20])

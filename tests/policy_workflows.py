@@ -32,8 +32,17 @@ class Policies(pgflow.Workflow):
         OnException(action="pause"),
     ]
 
-    @step(on_exception=[{"matching": (ConnectionError,), "action": "reattempt", "wait": timedelta(0),
-                          "max_reattempts": 2, "report": "terminal_only"}])
+    @step(
+        on_exception=[
+            {
+                "matching": (ConnectionError,),
+                "action": "reattempt",
+                "wait": timedelta(0),
+                "max_reattempts": 2,
+                "report": "terminal_only",
+            }
+        ]
+    )
     def act(self):
         kind = self.input.get("raise")
         if kind == "declined":

@@ -111,9 +111,27 @@ def command(pgbench: Path, url: str, script: Path, clients: int, seconds: float)
     from benchmarks.peers.common import conninfo
 
     info = conninfo(url)
-    return [str(pgbench), "--no-vacuum", "--protocol", "prepared", "--file", str(script), "--client", str(clients),
-            "--jobs", str(clients), "--time", str(max(1, round(seconds))), "--host", str(info["host"]),
-            "--port", str(info["port"]), "--username", str(info["user"]), str(info["dbname"])]
+    return [
+        str(pgbench),
+        "--no-vacuum",
+        "--protocol",
+        "prepared",
+        "--file",
+        str(script),
+        "--client",
+        str(clients),
+        "--jobs",
+        str(clients),
+        "--time",
+        str(max(1, round(seconds))),
+        "--host",
+        str(info["host"]),
+        "--port",
+        str(info["port"]),
+        "--username",
+        str(info["user"]),
+        str(info["dbname"]),
+    ]
 
 
 def parse(output: str) -> dict[str, Any]:
@@ -123,9 +141,11 @@ def parse(output: str) -> dict[str, Any]:
     if tps is None:
         lines = [line for line in output.splitlines() if line.strip()]
         raise RuntimeError(f"pgbench printed no tps: {lines[-1] if lines else '(nothing)'}")
-    return {"steps_per_s": float(tps.group(1)),
-            "latency_avg_ms": float(latency.group(1)) if latency else None,
-            "failed": int(failed.group(1)) if failed else 0}
+    return {
+        "steps_per_s": float(tps.group(1)),
+        "latency_avg_ms": float(latency.group(1)) if latency else None,
+        "failed": int(failed.group(1)) if failed else 0,
+    }
 
 
 def write_script(folder: Path, variant: str) -> Path:

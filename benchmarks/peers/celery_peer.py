@@ -42,9 +42,22 @@ class Celery(System):
             step.delay(1)
 
     def worker_argv(self) -> list[str]:
-        return [sys.executable, "-m", "celery", "-A", "benchmarks.peers.celery_tasks", "worker", "--loglevel",
-                "WARNING", "--pool", POOL, "--concurrency", str(CONCURRENCY), "--hostname",
-                f"bench-{os.getpid()}@%h"]
+        return [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "benchmarks.peers.celery_tasks",
+            "worker",
+            "--loglevel",
+            "WARNING",
+            "--pool",
+            POOL,
+            "--concurrency",
+            str(CONCURRENCY),
+            "--hostname",
+            f"bench-{os.getpid()}@%h",
+        ]
 
     def enqueue_latency_job(self) -> None:
         from benchmarks.peers.celery_tasks import latency

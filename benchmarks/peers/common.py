@@ -94,8 +94,15 @@ class Workers:
     def start(self, argv: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
-            proc = subprocess.Popen(list(argv), cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=ROOT,
+                env={**os.environ, **(env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         pgids = self.work / "pgids"
         pgids.mkdir(parents=True, exist_ok=True)
         (pgids / str(proc.pid)).touch()
@@ -248,8 +255,11 @@ class MemorySampler(threading.Thread):
         self.sample()
         self._stop_event.set()
         self.join()
-        return {"peak_rss_mb": self.peak_rss_kib / 1024, "peak_pss_mb": self.peak_pss_kib / 1024,
-                "sum_hwm_mb": self.peak_hwm_kib / 1024}
+        return {
+            "peak_rss_mb": self.peak_rss_kib / 1024,
+            "peak_pss_mb": self.peak_pss_kib / 1024,
+            "sum_hwm_mb": self.peak_hwm_kib / 1024,
+        }
 
 
 # ---------------------------------------------------------------------------------------
@@ -261,8 +271,9 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def wait_until(done: Callable[[], bool], timeout: float, what: str, check: Callable[[], None] | None = None,
-               interval: float = 0.05) -> None:
+def wait_until(
+    done: Callable[[], bool], timeout: float, what: str, check: Callable[[], None] | None = None, interval: float = 0.05
+) -> None:
     deadline = time.monotonic() + timeout
     while not done():
         if check is not None:
@@ -285,12 +296,17 @@ def file_throughput(work: Path, runs: int, workers: Workers, timeout: float) -> 
     if len(stamps) < 2:
         raise RuntimeError(f"only {len(stamps)} of {expected} steps ran within {timeout:.0f} s")
     seconds = max(stamps) - min(stamps)
-    return {"steps": len(stamps), "seconds": seconds, "steps_per_s": len(stamps) / seconds,
-            "partial": partial or len(stamps) < expected}
+    return {
+        "steps": len(stamps),
+        "seconds": seconds,
+        "steps_per_s": len(stamps) / seconds,
+        "partial": partial or len(stamps) < expected,
+    }
 
 
-def file_latency(work: Path, samples: int, enqueue: Callable[[], None], workers: Workers,
-                 timeout: float = 15.0) -> list[float]:
+def file_latency(
+    work: Path, samples: int, enqueue: Callable[[], None], workers: Workers, timeout: float = 15.0
+) -> list[float]:
     """From a committed enqueue to the body's stamp, in ms, SAMPLES times.
 
     The commit happens somewhere inside the enqueue call, and a body may start before the
@@ -304,8 +320,13 @@ def file_latency(work: Path, samples: int, enqueue: Callable[[], None], workers:
         before = time.time()
         enqueue()
         committed = (before + time.time()) / 2
-        wait_until(lambda index=index: count_lines(path) > index, timeout, f"latency sample {index}",
-                   workers.check_alive, 0.001)
+        wait_until(
+            lambda index=index: count_lines(path) > index,
+            timeout,
+            f"latency sample {index}",
+            workers.check_alive,
+            0.001,
+        )
         found.append((read_stamps(path)[index] - committed) * 1000)
         # A random pause, so that samples do not lock into the phase of a polling loop.
         time.sleep(rng.uniform(0.05, 0.25))
@@ -313,8 +334,11 @@ def file_latency(work: Path, samples: int, enqueue: Callable[[], None], workers:
 
 
 def summarise_latency(values: list[float]) -> dict[str, Any]:
-    return {"latency_ms": values, "latency_median_ms": statistics.median(values),
-            "latency_p99_ms": percentile(values, 0.99)}
+    return {
+        "latency_ms": values,
+        "latency_median_ms": statistics.median(values),
+        "latency_p99_ms": percentile(values, 0.99),
+    }
 
 
 def parser(description: str | None) -> argparse.ArgumentParser:
@@ -346,8 +370,13 @@ def database_url(server_url: str, name: str) -> str:
 
 def conninfo(url: str) -> dict[str, Any]:
     parts = urlsplit(url)
-    return {"host": parts.hostname, "port": parts.port or 5432, "user": parts.username,
-            "password": parts.password, "dbname": parts.path.lstrip("/")}
+    return {
+        "host": parts.hostname,
+        "port": parts.port or 5432,
+        "user": parts.username,
+        "password": parts.password,
+        "dbname": parts.path.lstrip("/"),
+    }
 
 
 def recreate_database(server_url: str, name: str) -> str:
@@ -378,8 +407,12 @@ def analyze_server(server_url: str) -> int:
     params = {key: value for key, value in conninfo(server_url).items() if value is not None}
     params["dbname"] = "postgres"
     with psycopg.connect(**params, autocommit=True) as conn:
-        names = [row[0] for row in conn.execute(
-            "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate").fetchall()]
+        names = [
+            row[0]
+            for row in conn.execute(
+                "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate"
+            ).fetchall()
+        ]
     for name in names:
         with psycopg.connect(**{**params, "dbname": name}, autocommit=True) as conn:
             conn.execute("ANALYZE")
@@ -484,8 +517,7 @@ def main(system_class: type[System], description: str | None = None) -> None:
         idle = not result["partial"] or system.discard_backlog()
         if args.workers == 1 and args.samples and idle:
             time.sleep(2.0 if result["partial"] else 1.0)  # the worker has drained the chains and is idle now
-            result.update(summarise_latency(file_latency(args.work, args.samples, system.enqueue_latency_job,
-                                                         workers)))
+            result.update(summarise_latency(file_latency(args.work, args.samples, system.enqueue_latency_job, workers)))
         elif args.workers == 1 and args.samples:
             log(f"{system.name}: latency not measured, chains are still queued")
         result.update(sampler.finish())

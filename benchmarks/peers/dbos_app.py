@@ -46,8 +46,12 @@ def one_step() -> None:
 
 
 def config() -> DBOSConfig:
-    return {"name": "bench", "system_database_url": os.environ["BENCH_DB_URL"], "log_level": "WARNING",
-            "application_version": "bench"}
+    return {
+        "name": "bench",
+        "system_database_url": os.environ["BENCH_DB_URL"],
+        "log_level": "WARNING",
+        "application_version": "bench",
+    }
 
 
 def serve() -> None:
@@ -56,8 +60,9 @@ def serve() -> None:
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     DBOS(config=config())
     DBOS.launch()
-    DBOS.register_queue(QUEUE, worker_concurrency=WORKER_CONCURRENCY, polling_interval_sec=POLLING_INTERVAL,
-                        on_conflict="always_update")
+    DBOS.register_queue(
+        QUEUE, worker_concurrency=WORKER_CONCURRENCY, polling_interval_sec=POLLING_INTERVAL, on_conflict="always_update"
+    )
     stop.wait()
     DBOS.destroy()
 

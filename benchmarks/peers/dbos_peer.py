@@ -24,8 +24,10 @@ class Dbos(System):
     client: Any = None
 
     def config(self) -> str:
-        return (f"1 process, queue worker_concurrency {dbos_app.WORKER_CONCURRENCY}, polled every "
-                f"{dbos_app.POLLING_INTERVAL} s, workflow of 3 @DBOS.step")
+        return (
+            f"1 process, queue worker_concurrency {dbos_app.WORKER_CONCURRENCY}, polled every "
+            f"{dbos_app.POLLING_INTERVAL} s, workflow of 3 @DBOS.step"
+        )
 
     def versions(self) -> dict[str, str]:
         return versions("dbos", "SQLAlchemy", "psycopg")
@@ -35,8 +37,9 @@ class Dbos(System):
 
         self.url = recreate_database(self.args.db, DATABASE).replace("postgres://", "postgresql://", 1)
         # The client never migrates: the CLI creates the system tables.
-        subprocess.run([str(Path(sys.executable).parent / "dbos"), "migrate", "-s", self.url], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [str(Path(sys.executable).parent / "dbos"), "migrate", "-s", self.url], check=True, capture_output=True
+        )
         self.client = DBOSClient(system_database_url=self.url)
 
     def worker_env(self) -> dict[str, str]:

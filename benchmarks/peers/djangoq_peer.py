@@ -21,9 +21,11 @@ class DjangoQ(System):
     name = "django-q2"
 
     def config(self) -> str:
-        return ("1 qcluster, 2 worker processes (default), ORM broker polling every 0.2 s (default), "
-                "async_chain of 3 tasks, every result kept (save_limit 0: the default 250 prunes on every save, "
-                "~33 steps/s here)")
+        return (
+            "1 qcluster, 2 worker processes (default), ORM broker polling every 0.2 s (default), "
+            "async_chain of 3 tasks, every result kept (save_limit 0: the default 250 prunes on every save, "
+            "~33 steps/s here)"
+        )
 
     def versions(self) -> dict[str, str]:
         return versions("django-q2", "Django", "psycopg")

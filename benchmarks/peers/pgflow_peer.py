@@ -59,16 +59,21 @@ class Pgflow(System):
 
         runs = self.args.runs
         try:
-            wait_until(lambda: engine.finished_runs() >= runs, self.args.timeout, f"{runs} runs",
-                       workers.check_alive, 0.2)
+            wait_until(
+                lambda: engine.finished_runs() >= runs, self.args.timeout, f"{runs} runs", workers.check_alive, 0.2
+            )
             partial = False
         except TimeoutError:
             partial = True
         steps, seconds = engine.step_window()
         if steps < 2 or seconds <= 0:
             raise RuntimeError(f"only {steps} of {3 * runs} steps finished within {self.args.timeout:.0f} s")
-        return {"steps": steps, "seconds": seconds, "steps_per_s": steps / seconds,
-                "partial": partial or steps < 3 * runs}
+        return {
+            "steps": steps,
+            "seconds": seconds,
+            "steps_per_s": steps / seconds,
+            "partial": partial or steps < 3 * runs,
+        }
 
     def enqueue_latency_job(self) -> None:
         from benchmarks.peers.pgflow_workflows import StampToFile

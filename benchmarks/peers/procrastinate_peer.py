@@ -45,8 +45,16 @@ class Procrastinate(System):
             step.defer(n=1)
 
     def worker_argv(self) -> list[str]:
-        return [sys.executable, "-m", "procrastinate", "--app", "benchmarks.peers.procrastinate_tasks.app",
-                "worker", "--concurrency", str(CONCURRENCY)]
+        return [
+            sys.executable,
+            "-m",
+            "procrastinate",
+            "--app",
+            "benchmarks.peers.procrastinate_tasks.app",
+            "worker",
+            "--concurrency",
+            str(CONCURRENCY),
+        ]
 
     def enqueue_latency_job(self) -> None:
         from benchmarks.peers.procrastinate_tasks import latency

@@ -54,9 +54,11 @@ def table(rows: list[Row], pgflow_key: str = "pgflow") -> str:
     base = next((row.median("steps_per_s") for row in rows if row.key == pgflow_key), None)
     ceilings = [(row.median("steps_per_s") or 0.0, row.label) for row in rows if row.key.startswith("ceiling")]
     ceiling = max(ceilings)[0] if ceilings else None
-    lines = ["| system | steps/s (min–max) | ÷ pgflow 1 worker | ÷ best ceiling | latency median | latency p99 "
-             "| worker peak RSS (PSS) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| system | steps/s (min–max) | ÷ pgflow 1 worker | ÷ best ceiling | latency median | latency p99 "
+        "| worker peak RSS (PSS) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for row in rows:
         if row.failed:
             lines.append(f"| {row.label} | failed: {row.failed.replace('|', '/')} | | | | | |")
@@ -69,8 +71,10 @@ def table(rows: list[Row], pgflow_key: str = "pgflow") -> str:
         memory = "—" if rss is None else f"{rss:.0f} MB ({pss:.0f} MB)" if pss is not None else f"{rss:.0f} MB"
         latency = row.median("latency_median_ms")
         p99 = row.median("latency_p99_ms")
-        lines.append(f"| {row.label} | {_number(steps)}{spread}{mark} | {_ratio(steps, base)} | "
-                     f"{_ratio(steps, ceiling)} | {_latency(latency)} | {_latency(p99)} | {memory} |")
+        lines.append(
+            f"| {row.label} | {_number(steps)}{spread}{mark} | {_ratio(steps, base)} | "
+            f"{_ratio(steps, ceiling)} | {_latency(latency)} | {_latency(p99)} | {memory} |"
+        )
     return "\n".join(lines)
 
 
@@ -96,8 +100,13 @@ def machine() -> dict[str, str]:
             memory = f"{int(found.group(1)) / 1024 / 1024:.1f} GiB"
     except OSError:
         pass
-    return {"nproc": str(os.cpu_count()), "memory": memory, "cpu": model,
-            "kernel": platform.release(), "python": platform.python_version()}
+    return {
+        "nproc": str(os.cpu_count()),
+        "memory": memory,
+        "cpu": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
 
 
 def load_average() -> str:

@@ -39,8 +39,19 @@ def ensure(root: Path, peer: str, log: Path) -> Path:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as out:
         _run([sys.executable, "-m", "venv", "--clear", str(folder)], out, "venv")
-        _run([str(python(root, peer)), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
-              *REQUIREMENTS[peer]], out, "pip install")
+        _run(
+            [
+                str(python(root, peer)),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--quiet",
+                *REQUIREMENTS[peer],
+            ],
+            out,
+            "pip install",
+        )
     marker.write_text(wanted)
     return python(root, peer)
 
@@ -49,6 +60,9 @@ def _run(argv: list[str], out: TextIO, what: str) -> None:
     result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
     print(result.stdout, result.stderr, sep="\n", file=out)
     if result.returncode != 0:
-        lines = [line.strip() for line in result.stderr.splitlines()
-                 if line.strip() and not line.startswith("WARNING: Location")]
+        lines = [
+            line.strip()
+            for line in result.stderr.splitlines()
+            if line.strip() and not line.startswith("WARNING: Location")
+        ]
         raise InstallError(f"{what} failed: {lines[-1] if lines else 'exit ' + str(result.returncode)}"[:200])

@@ -21,10 +21,12 @@ def start_example_runs(count: int) -> int:
     for number in range(count):
         with transaction.atomic():
             order = Order.objects.create(
-                customer=rng.choice(CUSTOMERS), email=f"customer{number}@example.com",
-                total_cents=rng.randint(500, 50_000), vendors=pick_vendors(rng))
-            run = OrderFulfilment.start(subject=order, input={"gateway_flakiness": 0.3,
-                                                              "declined": rng.random() < 0.1})
+                customer=rng.choice(CUSTOMERS),
+                email=f"customer{number}@example.com",
+                total_cents=rng.randint(500, 50_000),
+                vendors=pick_vendors(rng),
+            )
+            run = OrderFulfilment.start(subject=order, input={"gateway_flakiness": 0.3, "declined": rng.random() < 0.1})
         started += 1
         if rng.random() < 0.75:
             pgflow.signal(run, "payment_received", {"amount_cents": order.total_cents}, actor="demo")

@@ -54,11 +54,18 @@ def generate(count: int, *, days: int = 7, seed: int | None = None, now: datetim
 
 
 def _write_chunk(rng: random.Random, count: int, *, days: int, now: datetime) -> None:
-    orders = Order.objects.bulk_create([
-        Order(customer=rng.choice(["Ada", "Grace", "Linus", "Guido", "Barbara", "Ken"]),
-              email=f"history{rng.randrange(10**6)}@example.com", total_cents=rng.randint(500, 50_000),
-              vendors=pick_vendors(rng), status="shipped")
-        for _ in range(count)])
+    orders = Order.objects.bulk_create(
+        [
+            Order(
+                customer=rng.choice(["Ada", "Grace", "Linus", "Guido", "Barbara", "Ken"]),
+                email=f"history{rng.randrange(10**6)}@example.com",
+                total_cents=rng.randint(500, 50_000),
+                vendors=pick_vendors(rng),
+                status="shipped",
+            )
+            for _ in range(count)
+        ]
+    )
     rows = _Rows()
     from django.contrib.contenttypes.models import ContentType
 
@@ -79,8 +86,9 @@ def _write_chunk(rng: random.Random, count: int, *, days: int, now: datetime) ->
         Event.objects.bulk_create([e for events in rows.events for e in events])
         for signals, steps in zip(rows.signals, rows.steps, strict=True):
             for signal in signals:
-                signal.consumed_by = next((s for s in steps if s.step_name == "record_payment"
-                                           and s.status == "completed"), None)
+                signal.consumed_by = next(
+                    (s for s in steps if s.step_name == "record_payment" and s.status == "completed"), None
+                )
         Signal.objects.bulk_create([s for signals in rows.signals for s in signals])
         for run, batches, steps in zip(rows.runs, rows.batches, rows.steps, strict=True):
             for batch, _members in batches:
@@ -96,15 +104,22 @@ def _write_chunk(rng: random.Random, count: int, *, days: int, now: datetime) ->
             for batch, _ in batches:
                 fan = next(s for s in steps if s.step_name == "notify_vendors")
                 fan.batch = batch
-        Step.objects.bulk_update([s for steps in rows.steps for s in steps if s.step_name == "notify_vendors"],
-                                 ["batch"])
+        Step.objects.bulk_update(
+            [s for steps in rows.steps for s in steps if s.step_name == "notify_vendors"], ["batch"]
+        )
 
 
-def _one_run(rng: random.Random, rows: _Rows, order: Order, order_type: Any, start: datetime,
-             now: datetime) -> None:
-    run = WorkflowRun(workflow_class=PATH, status="running", subject_type=order_type, subject_id=str(order.pk),
-                      input={"gateway_flakiness": 0.3}, definition_digest=OrderFulfilment.definition_digest(),
-                      created_at=start, updated_at=start)
+def _one_run(rng: random.Random, rows: _Rows, order: Order, order_type: Any, start: datetime, now: datetime) -> None:
+    run = WorkflowRun(
+        workflow_class=PATH,
+        status="running",
+        subject_type=order_type,
+        subject_id=str(order.pk),
+        input={"gateway_flakiness": 0.3},
+        definition_digest=OrderFulfilment.definition_digest(),
+        created_at=start,
+        updated_at=start,
+    )
     steps: list[Step] = []
     events: list[Event] = [Event(event="started", actor="system", details={"workflow": PATH}, created_at=start)]
     signals: list[Signal] = []
@@ -112,17 +127,36 @@ def _one_run(rng: random.Random, rows: _Rows, order: Order, order_type: Any, sta
     clock = start
     fate = rng.random()
 
-    def attempt(name: str, number: int, *, queued: float, ran: float, status: str = "completed",
-                outcome: str = "completed", wait: float = 0.0, error: dict[str, Any] | None = None) -> Step:
+    def attempt(
+        name: str,
+        number: int,
+        *,
+        queued: float,
+        ran: float,
+        status: str = "completed",
+        outcome: str = "completed",
+        wait: float = 0.0,
+        error: dict[str, Any] | None = None,
+    ) -> Step:
         nonlocal clock
         created = clock
         scheduled = created + timedelta(seconds=wait)
         started = scheduled + timedelta(seconds=queued)
         finished = started + timedelta(seconds=ran)
         clock = finished
-        step = Step(step_name=name, attempt=number, status=status, outcome=outcome, queue="workflows",
-                    created_at=created, scheduled_at=scheduled, started_at=started, finished_at=finished,
-                    worker=f"web-{rng.randint(1, 3)}:{rng.randint(1000, 9999)}", **(error or {}))
+        step = Step(
+            step_name=name,
+            attempt=number,
+            status=status,
+            outcome=outcome,
+            queue="workflows",
+            created_at=created,
+            scheduled_at=scheduled,
+            started_at=started,
+            finished_at=finished,
+            worker=f"web-{rng.randint(1, 3)}:{rng.randint(1000, 9999)}",
+            **(error or {}),
+        )
         steps.append(step)
         return step
 
@@ -149,23 +183,38 @@ def _one_run(rng: random.Random, rows: _Rows, order: Order, order_type: Any, sta
         wait_step.deadline_at = wait_step.started_at + timedelta(minutes=10)
         clock = wait_step.finished_at = wait_step.deadline_at + timedelta(seconds=rng.uniform(1, 9))
         event("timed_out", "record_payment", signal="payment_received", action="cancel")
-        event("cancelled", "record_payment", reason="step record_payment waited for signal 'payment_received' "
-                                                    "past its deadline")
+        event(
+            "cancelled",
+            "record_payment",
+            reason="step record_payment waited for signal 'payment_received' past its deadline",
+        )
         stop("cancelled")
         _keep(rows, run, steps, events, signals, batches, now)
         return
     parked = clock + timedelta(seconds=fast())
     arrival = parked + timedelta(seconds=rng.expovariate(1 / 180))
-    signals.append(Signal(name="payment_received", payload={"amount_cents": order.total_cents},
-                          received_at=arrival, consumed_at=arrival))
+    signals.append(
+        Signal(
+            name="payment_received",
+            payload={"amount_cents": order.total_cents},
+            received_at=arrival,
+            consumed_at=arrival,
+        )
+    )
     pay = attempt("record_payment", 1, queued=fast(), ran=0.0)
     pay.waiting_since = pay.started_at
     pay.scheduled_at = arrival
     pay.started_at = arrival + timedelta(seconds=fast())
     clock = pay.finished_at = pay.started_at + timedelta(seconds=rng.uniform(0.01, 0.1))
     pay.output = {"amount_cents": order.total_cents}
-    events.append(Event(event="signal_received", actor="webhook",
-                        details={"name": "payment_received", "payload_bytes": 24, "_step": None}, created_at=arrival))
+    events.append(
+        Event(
+            event="signal_received",
+            actor="webhook",
+            details={"name": "payment_received", "payload_bytes": 24, "_step": None},
+            created_at=arrival,
+        )
+    )
     event("step_completed", "record_payment")
     # The flaky gateway: reattempted up to 4 times, 2 s apart.
     flakes = 0
@@ -173,17 +222,30 @@ def _one_run(rng: random.Random, rows: _Rows, order: Order, order_type: Any, sta
         flakes += 1
         if flakes == 5:
             break
-        attempt("capture_funds", flakes, queued=fast(), ran=rng.uniform(1, 5), status="failed",
-                outcome="reattempted", wait=2.0 if flakes > 1 else 0.0,
-                error={"error_class": "example_project.shop.workflows.PaymentGatewayDown",
-                       "error_message": "the payment gateway timed out",
-                       "error_backtrace": "Traceback (most recent call last):\n  File \"example_project/shop/"
-                                          "workflows.py\", line 48, in capture_funds\n"
-                                          "example_project.shop.workflows.PaymentGatewayDown: "
-                                          "the payment gateway timed out",
-                       "error_causes": []})
-        event("step_failed", "capture_funds", error_class="example_project.shop.workflows.PaymentGatewayDown",
-              action="reattempted")
+        attempt(
+            "capture_funds",
+            flakes,
+            queued=fast(),
+            ran=rng.uniform(1, 5),
+            status="failed",
+            outcome="reattempted",
+            wait=2.0 if flakes > 1 else 0.0,
+            error={
+                "error_class": "example_project.shop.workflows.PaymentGatewayDown",
+                "error_message": "the payment gateway timed out",
+                "error_backtrace": 'Traceback (most recent call last):\n  File "example_project/shop/'
+                'workflows.py", line 48, in capture_funds\n'
+                "example_project.shop.workflows.PaymentGatewayDown: "
+                "the payment gateway timed out",
+                "error_causes": [],
+            },
+        )
+        event(
+            "step_failed",
+            "capture_funds",
+            error_class="example_project.shop.workflows.PaymentGatewayDown",
+            action="reattempted",
+        )
         event("reattempted", "capture_funds", wait=2.0)
     attempt("capture_funds", flakes + 1, queued=fast(), ran=rng.uniform(0.2, 1.5), wait=2.0 if flakes else 0.0)
     event("step_completed", "capture_funds")
@@ -192,22 +254,38 @@ def _one_run(rng: random.Random, rows: _Rows, order: Order, order_type: Any, sta
     fan.waiting_since = fan.finished_at
     took = rng.uniform(0.3, 4)
     failed = [v for v in order.vendors if v == 13]
-    batch = Batch(id=uuid.uuid4(), description=f"{PATH}#notify_vendors run", status="finished",
-                  total=len(order.vendors), succeeded=len(order.vendors) - len(failed), failed=len(failed),
-                  created_at=fan.waiting_since, finished_at=fan.waiting_since + timedelta(seconds=took))
-    members = [BatchMember(position=i, func="example_project.shop.tasks.notify_vendor", args=[order.pk, v],
-                           status="failed" if v == 13 else "succeeded", enqueued_at=batch.created_at,
-                           finished_at=batch.finished_at,
-                           error="ConnectionError: vendor 13's inbox refuses mail" if v == 13 else None)
-               for i, v in enumerate(order.vendors)]
+    batch = Batch(
+        id=uuid.uuid4(),
+        description=f"{PATH}#notify_vendors run",
+        status="finished",
+        total=len(order.vendors),
+        succeeded=len(order.vendors) - len(failed),
+        failed=len(failed),
+        created_at=fan.waiting_since,
+        finished_at=fan.waiting_since + timedelta(seconds=took),
+    )
+    members = [
+        BatchMember(
+            position=i,
+            func="example_project.shop.tasks.notify_vendor",
+            args=[order.pk, v],
+            status="failed" if v == 13 else "succeeded",
+            enqueued_at=batch.created_at,
+            finished_at=batch.finished_at,
+            error="ConnectionError: vendor 13's inbox refuses mail" if v == 13 else None,
+        )
+        for i, v in enumerate(order.vendors)
+    ]
     batches.append((batch, members))
     clock = fan.finished_at = batch.finished_at
     event("fan_out_opened", "notify_vendors", batch_id=str(batch.id), size=len(members))
     event("fan_out_finished", "notify_vendors", batch_id=str(batch.id), total=len(members), failed=len(failed))
     if failed:
         fan.status, fan.outcome = "failed", "paused"
-        fan.error_class, fan.error_message = "pgflow.exceptions.FanOutFailed", \
-            f"{len(failed)} of {len(members)} jobs failed (batch {batch.id})"
+        fan.error_class, fan.error_message = (
+            "pgflow.exceptions.FanOutFailed",
+            f"{len(failed)} of {len(members)} jobs failed (batch {batch.id})",
+        )
         fan.error_causes = []
         event("step_failed", "notify_vendors", error_class="pgflow.exceptions.FanOutFailed", action="paused")
         event("paused", "notify_vendors", reason=fan.error_message)
@@ -232,8 +310,15 @@ def _one_run(rng: random.Random, rows: _Rows, order: Order, order_type: Any, sta
     _keep(rows, run, steps, events, signals, batches, now)
 
 
-def _keep(rows: _Rows, run: WorkflowRun, steps: list[Step], events: list[Event], signals: list[Signal],
-          batches: list[tuple[Batch, list[BatchMember]]], now: datetime) -> None:
+def _keep(
+    rows: _Rows,
+    run: WorkflowRun,
+    steps: list[Step],
+    events: list[Event],
+    signals: list[Signal],
+    batches: list[tuple[Batch, list[BatchMember]]],
+    now: datetime,
+) -> None:
     if run.finished_at and run.finished_at > now:  # too recent to have ended: leave it out
         return
     rows.runs.append(run)
@@ -241,4 +326,3 @@ def _keep(rows: _Rows, run: WorkflowRun, steps: list[Step], events: list[Event],
     rows.events.append(events)
     rows.signals.append(signals)
     rows.batches.append(batches)
-

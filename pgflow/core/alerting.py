@@ -66,8 +66,10 @@ def target_problem(target: Any) -> str | None:
         return None
     if isinstance(target, dict) and set(target) == {"callable"} and isinstance(target["callable"], str):
         return None
-    return (f"a target must be 'mail_admins', {{'webhook': url, 'secret': str}} or "
-            f"{{'callable': 'dotted.path'}}, got {target!r}")
+    return (
+        f"a target must be 'mail_admins', {{'webhook': url, 'secret': str}} or "
+        f"{{'callable': 'dotted.path'}}, got {target!r}"
+    )
 
 
 def rule_problems(raw: Any) -> list[str]:
@@ -123,13 +125,19 @@ def parse(raw: dict[str, Any]) -> Rule:
         if params.get(key) is not None:
             params[key] = _seconds(params[key])
     cooldown = raw.get("cooldown")
-    return Rule(name=raw["name"], kind=raw["kind"], params=params, targets=tuple(raw.get("targets", ())),
-                cooldown=DEFAULT_COOLDOWN if cooldown is None else float(_seconds(cooldown) or 0),
-                enabled=bool(raw.get("enabled", True)))
+    return Rule(
+        name=raw["name"],
+        kind=raw["kind"],
+        params=params,
+        targets=tuple(raw.get("targets", ())),
+        cooldown=DEFAULT_COOLDOWN if cooldown is None else float(_seconds(cooldown) or 0),
+        enabled=bool(raw.get("enabled", True)),
+    )
 
 
-def decide(*, holds: bool, open_since: datetime | None, last_fired: datetime | None, cooldown: float,
-           now: datetime) -> str | None:
+def decide(
+    *, holds: bool, open_since: datetime | None, last_fired: datetime | None, cooldown: float, now: datetime
+) -> str | None:
     """``"fire"``, ``"resolve"`` or None. A rule fires when its condition holds and no alert
     of it is open, unless it fired less than ``cooldown`` seconds ago; an open alert
     resolves when the condition stops holding."""

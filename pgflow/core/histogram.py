@@ -58,8 +58,10 @@ def bounds(key: int) -> tuple[float, float]:
 
 def sql_bucket(seconds: str) -> str:
     """The SQL expression of :func:`bucket` for the float8 expression ``seconds`` (NULL stays NULL)."""
-    return (f"CASE WHEN ({seconds}) <= 0 THEN {ZERO} WHEN ({seconds}) < {FLOOR!r} THEN 0 "
-            f"ELSE floor({SUBDIVISIONS} * ln(({seconds}) / {FLOOR!r}) / ln(2))::int + 1 END")
+    return (
+        f"CASE WHEN ({seconds}) <= 0 THEN {ZERO} WHEN ({seconds}) < {FLOOR!r} THEN 0 "
+        f"ELSE floor({SUBDIVISIONS} * ln(({seconds}) / {FLOOR!r}) / ln(2))::int + 1 END"
+    )
 
 
 def of(values: Iterable[float]) -> Histogram:

@@ -14,8 +14,10 @@ NUL = "\\u0000"  # jsonb refuses this escape, so a string holding a NUL characte
 _SURROGATE_ESCAPE = re.compile(r"\\ud[89a-f]")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 HOLDS_NUL = "holds a NUL character (\\x00), which PostgreSQL cannot store"
-HOLDS_SURROGATE = ("holds a lone surrogate (such as os.fsdecode makes of a non-UTF-8 name), which PostgreSQL "
-                   "cannot store; encode it (e.g. os.fsencode(name).hex()) or use a valid UTF-8 string")
+HOLDS_SURROGATE = (
+    "holds a lone surrogate (such as os.fsdecode makes of a non-UTF-8 name), which PostgreSQL "
+    "cannot store; encode it (e.g. os.fsencode(name).hex()) or use a valid UTF-8 string"
+)
 
 
 def encode(value: Any, what: str) -> str:

@@ -20,8 +20,14 @@ from datetime import datetime
 PHASES = ("waited", "queued", "ran", "waiting")
 
 
-def of_attempt(*, created: datetime | None, scheduled: datetime | None, started: datetime | None,
-               waiting_since: datetime | None, finished: datetime | None) -> dict[str, float | None]:
+def of_attempt(
+    *,
+    created: datetime | None,
+    scheduled: datetime | None,
+    started: datetime | None,
+    waiting_since: datetime | None,
+    finished: datetime | None,
+) -> dict[str, float | None]:
     """``{"waited", "queued", "ran", "waiting"}`` in seconds for an attempt that ended at ``finished``."""
     woken = waiting_since is not None and scheduled is not None and waiting_since < scheduled
     return {

@@ -31,6 +31,7 @@ TERMINAL_RUN = frozenset({RunStatus.FINISHED, RunStatus.CANCELLED})
 OPEN_STEP = frozenset({StepStatus.SCHEDULED, StepStatus.WAITING, StepStatus.IN_PROGRESS})
 CLOSED_STEP = frozenset(set(StepStatus) - OPEN_STEP)
 
+
 @dataclass(frozen=True, kw_only=True)
 class Control:
     """An operator control: the store function and ``WorkflowRun`` method ``name``, the run
@@ -47,18 +48,47 @@ class Control:
 
 
 # The controls, in the order the run page shows their buttons.
-CONTROLS: dict[str, Control] = {control.name: control for control in (
-    Control(name="resume", applies_to=frozenset({RunStatus.PAUSED}), action="resume", label="Resume",
-            done="resumed", tool="resume_run", effect="resume the run with a fresh attempt of the step that paused"),
-    Control(name="skip_step", applies_to=frozenset({RunStatus.RUNNING, RunStatus.PAUSED}), action="skip",
-            label="Skip the current step", done="moved past its current step", tool="skip_step",
-            effect="skip the current step and schedule the next one"),
-    Control(name="pause", applies_to=frozenset({RunStatus.RUNNING}), action="pause", label="Pause", done="paused",
-            tool="pause_run", effect="pause the run (its current step finishes, no next step starts)"),
-    Control(name="cancel", applies_to=frozenset({RunStatus.RUNNING, RunStatus.PAUSED}), action="cancel",
-            label="Cancel the run", done="cancelled", tool="cancel_run",
-            effect="cancel the run (its open attempt is closed, no further step runs)"),
-)}
+CONTROLS: dict[str, Control] = {
+    control.name: control
+    for control in (
+        Control(
+            name="resume",
+            applies_to=frozenset({RunStatus.PAUSED}),
+            action="resume",
+            label="Resume",
+            done="resumed",
+            tool="resume_run",
+            effect="resume the run with a fresh attempt of the step that paused",
+        ),
+        Control(
+            name="skip_step",
+            applies_to=frozenset({RunStatus.RUNNING, RunStatus.PAUSED}),
+            action="skip",
+            label="Skip the current step",
+            done="moved past its current step",
+            tool="skip_step",
+            effect="skip the current step and schedule the next one",
+        ),
+        Control(
+            name="pause",
+            applies_to=frozenset({RunStatus.RUNNING}),
+            action="pause",
+            label="Pause",
+            done="paused",
+            tool="pause_run",
+            effect="pause the run (its current step finishes, no next step starts)",
+        ),
+        Control(
+            name="cancel",
+            applies_to=frozenset({RunStatus.RUNNING, RunStatus.PAUSED}),
+            action="cancel",
+            label="Cancel the run",
+            done="cancelled",
+            tool="cancel_run",
+            effect="cancel the run (its open attempt is closed, no further step runs)",
+        ),
+    )
+}
 
 
 def control_error(control: str, status: str) -> str | None:

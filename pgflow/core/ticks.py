@@ -100,8 +100,9 @@ class Schedule:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
-            raise DefinitionError(f"Schedule name must be a non-empty string of at most 200 characters, "
-                                  f"got {self.name!r}")
+            raise DefinitionError(
+                f"Schedule name must be a non-empty string of at most 200 characters, got {self.name!r}"
+            )
         try:
             Rule(cron=self.cron, every=self.every, timezone=self.timezone)
             check_overlap(self.overlap)
@@ -127,8 +128,9 @@ def zone(name: str) -> ZoneInfo:
             raise ValueError
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise DefinitionError(f"timezone must be an IANA time zone name such as 'UTC' or 'Europe/Amsterdam', "
-                              f"got {name!r}") from None
+        raise DefinitionError(
+            f"timezone must be an IANA time zone name such as 'UTC' or 'Europe/Amsterdam', got {name!r}"
+        ) from None
 
 
 def check_cron(expression: str) -> str:
@@ -138,8 +140,10 @@ def check_cron(expression: str) -> str:
     try:
         CronSim(expression, datetime(2000, 1, 1, tzinfo=UTC))
     except CronSimError as exc:
-        raise DefinitionError(f"cron {expression!r} is not a valid cron expression ({exc}); expected five "
-                              f"fields, minute hour day-of-month month day-of-week, such as '0 3 * * *'") from None
+        raise DefinitionError(
+            f"cron {expression!r} is not a valid cron expression ({exc}); expected five "
+            f"fields, minute hour day-of-month month day-of-week, such as '0 3 * * *'"
+        ) from None
     return expression
 
 
@@ -167,8 +171,7 @@ class Plan:
     next_tick: datetime
 
 
-def plan(rule: Rule, *, next_tick: datetime, now: datetime, catch_up: timedelta | None,
-         limit: int = 100) -> Plan:
+def plan(rule: Rule, *, next_tick: datetime, now: datetime, catch_up: timedelta | None, limit: int = 100) -> Plan:
     """Sort the ticks due by ``now``, from ``next_tick`` on, into started and missed.
 
     A tick starts when it is within ``catch_up`` of ``now``, or when it is the latest due
@@ -200,8 +203,7 @@ def plan(rule: Rule, *, next_tick: datetime, now: datetime, catch_up: timedelta 
         else:
             count += 1
             first_missed, last_missed = first_missed or moment, moment
-    return Plan(start=tuple(start), missed=count, first_missed=first_missed, last_missed=last_missed,
-                next_tick=tick)
+    return Plan(start=tuple(start), missed=count, first_missed=first_missed, last_missed=last_missed, next_tick=tick)
 
 
 # What a tick does when the schedule's previous run may still be open.

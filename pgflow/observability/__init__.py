@@ -65,9 +65,11 @@ def _is_last(held: Claim) -> bool:
 def signal_sent(run: WorkflowRun, name: str) -> None:
     """Inside ``pgflow.signal()``'s transaction: counted on commit, and a span linked to the run's trace."""
     metrics.signal_received(run.workflow_class, name)
-    tracing.linked(f"pgflow signal {name}", traceparent=run.traceparent,
-                   attributes={"pgflow.run_id": run.pk, "pgflow.workflow_class": run.workflow_class,
-                               "pgflow.signal": name})
+    tracing.linked(
+        f"pgflow signal {name}",
+        traceparent=run.traceparent,
+        attributes={"pgflow.run_id": run.pk, "pgflow.workflow_class": run.workflow_class, "pgflow.signal": name},
+    )
 
 
 def member_finished(batch_id: Any, position: int, *, succeeded: bool, at: Any) -> None:
@@ -76,13 +78,22 @@ def member_finished(batch_id: Any, position: int, *, succeeded: bool, at: Any) -
         return
     from ..models import BatchMember
 
-    member = (BatchMember.objects.filter(batch_id=batch_id, position=position)
-              .values("func", "enqueued_at", "batch__run_id", "batch__run__workflow_class",
-                      "batch__run__traceparent").first())
+    member = (
+        BatchMember.objects.filter(batch_id=batch_id, position=position)
+        .values("func", "enqueued_at", "batch__run_id", "batch__run__workflow_class", "batch__run__traceparent")
+        .first()
+    )
     if member is None:
         return
-    tracing.linked(f"pgflow member {member['func']}", traceparent=member["batch__run__traceparent"],
-                   attributes={"pgflow.run_id": member["batch__run_id"],
-                               "pgflow.workflow_class": member["batch__run__workflow_class"],
-                               "pgflow.member": position, "pgflow.outcome": "succeeded" if succeeded else "failed"},
-                   start=member["enqueued_at"], end=at)
+    tracing.linked(
+        f"pgflow member {member['func']}",
+        traceparent=member["batch__run__traceparent"],
+        attributes={
+            "pgflow.run_id": member["batch__run_id"],
+            "pgflow.workflow_class": member["batch__run__workflow_class"],
+            "pgflow.member": position,
+            "pgflow.outcome": "succeeded" if succeeded else "failed",
+        },
+        start=member["enqueued_at"],
+        end=at,
+    )

@@ -41,14 +41,31 @@ def sync_declared(at: datetime) -> None:
     for raw in pgflow_settings.ALERTS:
         rule = alerting.parse(raw)
         declared[rule.name] = rule
-        AlertRule.objects.update_or_create(name=rule.name, defaults={
-            "origin": AlertRule.Origin.SETTINGS, "kind": rule.kind, "params": rule.params,
-            "targets": list(rule.targets), "cooldown": timedelta(seconds=rule.cooldown), "enabled": rule.enabled},
-            create_defaults={"origin": AlertRule.Origin.SETTINGS, "kind": rule.kind, "params": rule.params,
-                             "targets": list(rule.targets), "cooldown": timedelta(seconds=rule.cooldown),
-                             "enabled": rule.enabled, "created_at": at})
-    (AlertRule.objects.filter(origin=AlertRule.Origin.SETTINGS, enabled=True).exclude(name__in=declared)
-     .update(enabled=False))
+        AlertRule.objects.update_or_create(
+            name=rule.name,
+            defaults={
+                "origin": AlertRule.Origin.SETTINGS,
+                "kind": rule.kind,
+                "params": rule.params,
+                "targets": list(rule.targets),
+                "cooldown": timedelta(seconds=rule.cooldown),
+                "enabled": rule.enabled,
+            },
+            create_defaults={
+                "origin": AlertRule.Origin.SETTINGS,
+                "kind": rule.kind,
+                "params": rule.params,
+                "targets": list(rule.targets),
+                "cooldown": timedelta(seconds=rule.cooldown),
+                "enabled": rule.enabled,
+                "created_at": at,
+            },
+        )
+    (
+        AlertRule.objects.filter(origin=AlertRule.Origin.SETTINGS, enabled=True)
+        .exclude(name__in=declared)
+        .update(enabled=False)
+    )
 
 
 def run(at: datetime) -> int:
@@ -70,8 +87,9 @@ def evaluate(at: datetime) -> int:
         try:
             changed += _evaluate_one(rule, at)
         except Exception:  # one broken rule never stops the others
-            logger.exception("alerts: rule %r could not be evaluated", rule.name,
-                             extra={"action": "alert_error", "rule": rule.name})
+            logger.exception(
+                "alerts: rule %r could not be evaluated", rule.name, extra={"action": "alert_error", "rule": rule.name}
+            )
     return changed
 
 
@@ -81,8 +99,13 @@ def _evaluate_one(rule: AlertRule, at: datetime) -> int:
         locked = AlertRule.objects.select_for_update().get(pk=rule.pk)
         open_alert = Alert.objects.filter(rule=locked, resolved_at__isnull=True).first()
         last = Alert.objects.filter(rule=locked).order_by("-fired_at").values_list("fired_at", flat=True).first()
-        decision = alerting.decide(holds=holds, open_since=open_alert.fired_at if open_alert else None,
-                                   last_fired=last, cooldown=locked.cooldown.total_seconds(), now=at)
+        decision = alerting.decide(
+            holds=holds,
+            open_since=open_alert.fired_at if open_alert else None,
+            last_fired=last,
+            cooldown=locked.cooldown.total_seconds(),
+            now=at,
+        )
         if decision == "fire":
             alert = Alert.objects.create(rule=locked, fired_at=at, value=value, message=message)
             _queue(locked, alert, "fired", at)
@@ -91,16 +114,18 @@ def _evaluate_one(rule: AlertRule, at: datetime) -> int:
             open_alert.save(update_fields=["resolved_at"])
             _queue(locked, open_alert, "resolved", at)
     if decision:
-        logger.warning("alert %s: %s (%s)", decision, rule.name, message,
-                       extra={"action": f"alert_{decision}", "rule": rule.name})
+        logger.warning(
+            "alert %s: %s (%s)", decision, rule.name, message, extra={"action": f"alert_{decision}", "rule": rule.name}
+        )
     return int(decision is not None)
 
 
 def _queue(rule: AlertRule, alert: Alert, event: str, at: datetime) -> None:
     if rule.muted_until is not None and rule.muted_until > at:
         return
-    AlertDelivery.objects.bulk_create([AlertDelivery(alert=alert, event=event, target=target, next_at=at,
-                                                     created_at=at) for target in rule.targets])
+    AlertDelivery.objects.bulk_create(
+        [AlertDelivery(alert=alert, event=event, target=target, next_at=at, created_at=at) for target in rule.targets]
+    )
 
 
 # --- what each kind measures -----------------------------------------------------------------
@@ -125,8 +150,11 @@ def _phase_p95(params: dict[str, Any], at: datetime) -> tuple[bool, float | None
     (p95,) = histogram.quantiles(merged, [0.95])
     holds = p95 is not None and p95 > params["threshold"]
     shown = "no attempts" if p95 is None else f"{p95:.1f}s"
-    return holds, p95, (f"p95 of {phase} for {where} over the last {window:g}s is {shown} "
-                        f"(threshold {params['threshold']:g}s)")
+    return (
+        holds,
+        p95,
+        (f"p95 of {phase} for {where} over the last {window:g}s is {shown} (threshold {params['threshold']:g}s)"),
+    )
 
 
 _WAITING_SQL = """
@@ -141,8 +169,15 @@ WHERE s.waiting_since IS NOT NULL AND COALESCE(s.finished_at, %(now)s) >= %(sinc
 def _waiting_histogram(params: dict[str, Any], at: datetime) -> dict[int, int]:
     """Waits that ended in the window or are still going (the rollup does not hold waiting)."""
     with connection.cursor() as cursor:
-        cursor.execute(_WAITING_SQL, {"now": at, "since": at - timedelta(seconds=params["window"]),
-                                      "path": params.get("workflow_class"), "step": params.get("step")})
+        cursor.execute(
+            _WAITING_SQL,
+            {
+                "now": at,
+                "since": at - timedelta(seconds=params["window"]),
+                "path": params.get("workflow_class"),
+                "step": params.get("step"),
+            },
+        )
         return histogram.of(row[0].total_seconds() for row in cursor.fetchall())
 
 
@@ -155,8 +190,14 @@ def _failure_rate(params: dict[str, Any], at: datetime) -> tuple[bool, float | N
             failures += tally.failures
     rate = 100.0 * failures / attempts if attempts else None
     holds = rate is not None and attempts >= params["min_attempts"] and rate > params["percent"]
-    return holds, rate, (f"{failures} of {attempts} attempts of {_scope(params)} failed over the last "
-                         f"{params['window']:g}s (threshold {params['percent']:g} %)")
+    return (
+        holds,
+        rate,
+        (
+            f"{failures} of {attempts} attempts of {_scope(params)} failed over the last "
+            f"{params['window']:g}s (threshold {params['percent']:g} %)"
+        ),
+    )
 
 
 def _count(sql: str, args: dict[str, Any]) -> int:
@@ -166,39 +207,59 @@ def _count(sql: str, args: dict[str, Any]) -> int:
 
 
 def _runs_paused(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
-    count = _count("SELECT count(*) FROM pgflow_run WHERE status = 'paused' "
-                   "AND (%(path)s::text IS NULL OR workflow_class = %(path)s)", {"path": params.get("workflow_class")})
+    count = _count(
+        "SELECT count(*) FROM pgflow_run WHERE status = 'paused' "
+        "AND (%(path)s::text IS NULL OR workflow_class = %(path)s)",
+        {"path": params.get("workflow_class")},
+    )
     return count > params["count"], count, f"{count} runs of {_scope(params)} paused (more than {params['count']})"
 
 
 def _steps_overdue(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
-    count = _count("SELECT count(*) FROM pgflow_step WHERE status = 'scheduled' AND scheduled_at < %(before)s "
-                   "AND (%(queue)s::text IS NULL OR queue = %(queue)s)",
-                   {"before": at - timedelta(seconds=params["after"]), "queue": params.get("queue")})
-    return count > params["count"], count, (f"{count} steps due for more than {params['after']:g}s and not "
-                                            f"claimed (more than {params['count']})")
+    count = _count(
+        "SELECT count(*) FROM pgflow_step WHERE status = 'scheduled' AND scheduled_at < %(before)s "
+        "AND (%(queue)s::text IS NULL OR queue = %(queue)s)",
+        {"before": at - timedelta(seconds=params["after"]), "queue": params.get("queue")},
+    )
+    return (
+        count > params["count"],
+        count,
+        (f"{count} steps due for more than {params['after']:g}s and not claimed (more than {params['count']})"),
+    )
 
 
 def _waits_past_deadline(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
-    count = _count("SELECT count(*) FROM pgflow_step WHERE status = 'waiting' AND deadline_at <= %(now)s",
-                   {"now": at})
+    count = _count("SELECT count(*) FROM pgflow_step WHERE status = 'waiting' AND deadline_at <= %(now)s", {"now": at})
     return count > params["count"], count, f"{count} signal waits past their deadline (more than {params['count']})"
 
 
 def _queue_without_worker(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
     served = {queue for queues in Worker.objects.live(at).values_list("queues", flat=True) for queue in queues or ()}
     with connection.cursor() as cursor:
-        cursor.execute("SELECT DISTINCT queue FROM pgflow_step WHERE status = 'scheduled' AND scheduled_at <= %(due)s "
-                       "AND (%(queue)s::text IS NULL OR queue = %(queue)s)",
-                       {"due": at - timedelta(seconds=params["after"]), "queue": params.get("queue")})
+        cursor.execute(
+            "SELECT DISTINCT queue FROM pgflow_step WHERE status = 'scheduled' AND scheduled_at <= %(due)s "
+            "AND (%(queue)s::text IS NULL OR queue = %(queue)s)",
+            {"due": at - timedelta(seconds=params["after"]), "queue": params.get("queue")},
+        )
         orphaned = sorted(row[0] for row in cursor.fetchall() if row[0] not in served)
-    return bool(orphaned), len(orphaned), (f"queues with steps due for more than {params['after']:g}s and no live "
-                                           f"worker: {', '.join(orphaned) or 'none'}")
+    return (
+        bool(orphaned),
+        len(orphaned),
+        (
+            f"queues with steps due for more than {params['after']:g}s and no live "
+            f"worker: {', '.join(orphaned) or 'none'}"
+        ),
+    )
 
 
-_MEASURES = {"phase_p95": _phase_p95, "runs_paused": _runs_paused, "steps_overdue": _steps_overdue,
-             "waits_past_deadline": _waits_past_deadline, "queue_without_worker": _queue_without_worker,
-             "failure_rate": _failure_rate}
+_MEASURES = {
+    "phase_p95": _phase_p95,
+    "runs_paused": _runs_paused,
+    "steps_overdue": _steps_overdue,
+    "waits_past_deadline": _waits_past_deadline,
+    "queue_without_worker": _queue_without_worker,
+    "failure_rate": _failure_rate,
+}
 
 
 def _matches(params: dict[str, Any], path: str, step: str) -> bool:
@@ -233,8 +294,12 @@ def deliver_due(at: datetime | None = None) -> int:
 
     at = at or timezone.now()
     with transaction.atomic():
-        due = list(AlertDelivery.objects.select_for_update(skip_locked=True).filter(next_at__lte=at)
-                   .select_related("alert__rule").order_by("next_at")[:100])
+        due = list(
+            AlertDelivery.objects.select_for_update(skip_locked=True)
+            .filter(next_at__lte=at)
+            .select_related("alert__rule")
+            .order_by("next_at")[:100]
+        )
         AlertDelivery.objects.filter(pk__in=[d.pk for d in due]).update(next_at=at + DELIVERY_LEASE)
     sent = 0
     for delivery in due:
@@ -244,12 +309,19 @@ def deliver_due(at: datetime | None = None) -> int:
             delivery.attempts += 1
             delivery.last_error = f"{type(exc).__name__}: {exc}"[:2000]
             give_up = delivery.attempts >= alerting.MAX_DELIVERY_ATTEMPTS
-            delivery.next_at = None if give_up else timezone.now() + timedelta(
-                seconds=alerting.retry_delay(delivery.attempts))
-            logger.error("alerts: delivering %s of %r to %s failed (try %d%s): %s", delivery.event,
-                         delivery.alert.rule.name, _describe(delivery.target), delivery.attempts,
-                         ", given up" if give_up else "", delivery.last_error,
-                         extra={"action": "alert_delivery_failed", "rule": delivery.alert.rule.name})
+            delivery.next_at = (
+                None if give_up else timezone.now() + timedelta(seconds=alerting.retry_delay(delivery.attempts))
+            )
+            logger.error(
+                "alerts: delivering %s of %r to %s failed (try %d%s): %s",
+                delivery.event,
+                delivery.alert.rule.name,
+                _describe(delivery.target),
+                delivery.attempts,
+                ", given up" if give_up else "",
+                delivery.last_error,
+                extra={"action": "alert_delivery_failed", "rule": delivery.alert.rule.name},
+            )
         else:
             delivery.attempts += 1
             delivery.next_at = None
@@ -261,25 +333,42 @@ def deliver_due(at: datetime | None = None) -> int:
 
 def payload(delivery: AlertDelivery) -> dict[str, Any]:
     alert, rule = delivery.alert, delivery.alert.rule
-    return {"event": delivery.event, "alert_id": alert.pk, "rule": rule.name, "kind": rule.kind,
-            "params": rule.params, "value": alert.value, "message": alert.message,
-            "fired_at": alert.fired_at.isoformat(),
-            "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None}
+    return {
+        "event": delivery.event,
+        "alert_id": alert.pk,
+        "rule": rule.name,
+        "kind": rule.kind,
+        "params": rule.params,
+        "value": alert.value,
+        "message": alert.message,
+        "fired_at": alert.fired_at.isoformat(),
+        "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
+    }
 
 
 def send(target: Any, body: dict[str, Any]) -> None:
     """Deliver one notice; raises when the target failed."""
     if target == "mail_admins":
         word = "FIRING" if body["event"] == "fired" else "RESOLVED"
-        mail_admins(f"[pgflow] {word}: {body['rule']}", f"{body['message']}\n\n{json.dumps(body, indent=2)}",
-                    fail_silently=False)
+        mail_admins(
+            f"[pgflow] {word}: {body['rule']}",
+            f"{body['message']}\n\n{json.dumps(body, indent=2)}",
+            fail_silently=False,
+        )
     elif "webhook" in target:
         data = json.dumps(body, sort_keys=True).encode()
         stamp = int(time.time())
-        request = urllib.request.Request(target["webhook"], data=data, method="POST", headers={  # noqa: S310
-            "Content-Type": "application/json", "User-Agent": "pgflow-alerts",
-            "X-Pgflow-Timestamp": str(stamp),
-            "X-Pgflow-Signature": alerting.signature(target["secret"], stamp, data)})
+        request = urllib.request.Request(  # noqa: S310 - an http(s) URL the admin configured
+            target["webhook"],
+            data=data,
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                "User-Agent": "pgflow-alerts",
+                "X-Pgflow-Timestamp": str(stamp),
+                "X-Pgflow-Signature": alerting.signature(target["secret"], stamp, data),
+            },
+        )
         with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT) as answer:  # noqa: S310 - the admin's URL
             if answer.status >= 300:
                 raise RuntimeError(f"the webhook answered {answer.status}")
@@ -299,7 +388,8 @@ def _describe(target: Any) -> str:
 def acknowledge(alert_ids: list[int], *, actor: str, at: datetime) -> int:
     """Mark alerts as seen by ``actor``; an acknowledged alert stays open until its condition stops."""
     return Alert.objects.filter(pk__in=alert_ids, acknowledged_at__isnull=True).update(
-        acknowledged_at=at, acknowledged_by=actor[:200])
+        acknowledged_at=at, acknowledged_by=actor[:200]
+    )
 
 
 def mute(rule_ids: list[int], *, until: datetime | None) -> int:

@@ -70,19 +70,26 @@ def _build(name: str) -> Any:
     client = prometheus_client
     step_labels = ["workflow_class", "step"]
     if name == "attempts":
-        return client.Counter("pgflow_attempts", "Attempts ended by this process, by outcome",
-                              [*step_labels, "outcome"])
+        return client.Counter(
+            "pgflow_attempts", "Attempts ended by this process, by outcome", [*step_labels, "outcome"]
+        )
     if name == "runs_started":
         return client.Counter("pgflow_runs_started", "Runs started (committed) by this process", ["workflow_class"])
     if name == "runs_ended":
-        return client.Counter("pgflow_runs_ended", "Runs this process's attempts finished or cancelled",
-                              ["workflow_class", "status"])
+        return client.Counter(
+            "pgflow_runs_ended", "Runs this process's attempts finished or cancelled", ["workflow_class", "status"]
+        )
     if name == "signals":
-        return client.Counter("pgflow_signals_received", "Signals delivered (committed) by this process",
-                              ["workflow_class", "signal"])
+        return client.Counter(
+            "pgflow_signals_received", "Signals delivered (committed) by this process", ["workflow_class", "signal"]
+        )
     if name in phases.PHASES:
-        return client.Histogram(f"pgflow_step_{name}_seconds", f"The {name} phase of attempts ended by this process",
-                                step_labels, buckets=BUCKETS)
+        return client.Histogram(
+            f"pgflow_step_{name}_seconds",
+            f"The {name} phase of attempts ended by this process",
+            step_labels,
+            buckets=BUCKETS,
+        )
     raise KeyError(name)
 
 
@@ -106,9 +113,13 @@ def attempt_ended(held: Claim, outcome: str, *, applied: bool, last_step: bool) 
     if status:
         _metric("runs_ended").labels(path, status).inc()
     fields = held.step_fields
-    durations = phases.of_attempt(created=fields.get("created_at"), scheduled=fields.get("scheduled_at"),
-                                  started=held.started_at, waiting_since=fields.get("waiting_since"),
-                                  finished=timezone.now())
+    durations = phases.of_attempt(
+        created=fields.get("created_at"),
+        scheduled=fields.get("scheduled_at"),
+        started=held.started_at,
+        waiting_since=fields.get("waiting_since"),
+        finished=timezone.now(),
+    )
     for phase, seconds in durations.items():
         if seconds is not None:
             _metric(phase).labels(path, held.step_name).observe(seconds)
@@ -168,10 +179,14 @@ class ClusterCollector:
     def collect(self) -> Iterator[Any]:
         figures = self.figures()
         due = GaugeMetricFamily("pgflow_steps_due", "Attempts due now that no worker has claimed yet", labels=["queue"])
-        age = GaugeMetricFamily("pgflow_steps_due_oldest_age_seconds", "How long the oldest due attempt has waited "
-                                "for a worker", labels=["queue"])
-        workers = GaugeMetricFamily("pgflow_workers_live", "Workers with a fresh heartbeat serving the queue",
-                                    labels=["queue"])
+        age = GaugeMetricFamily(
+            "pgflow_steps_due_oldest_age_seconds",
+            "How long the oldest due attempt has waited for a worker",
+            labels=["queue"],
+        )
+        workers = GaugeMetricFamily(
+            "pgflow_workers_live", "Workers with a fresh heartbeat serving the queue", labels=["queue"]
+        )
         for queue in sorted(set(figures["due"]) | set(figures["workers"])):
             count, oldest = figures["due"].get(queue, (0, 0.0))
             due.add_metric([queue], count)
@@ -180,6 +195,7 @@ class ClusterCollector:
         paused = GaugeMetricFamily("pgflow_runs_paused", "Runs paused now", labels=["workflow_class"])
         for path, count in sorted(figures["paused"].items()):
             paused.add_metric([path], count)
-        deadline = GaugeMetricFamily("pgflow_waits_past_deadline", "Signal waits past their wait_timeout now",
-                                     value=figures["past_deadline"])
+        deadline = GaugeMetricFamily(
+            "pgflow_waits_past_deadline", "Signal waits past their wait_timeout now", value=figures["past_deadline"]
+        )
         yield from (due, age, workers, paused, deadline)

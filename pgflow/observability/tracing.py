@@ -84,9 +84,13 @@ class AttemptSpan:
         span.set_attribute("pgflow.outcome", outcome)
         if outcome == "parked":
             span.add_event("parked", timestamp=_ns(at))
-        durations = phases.of_attempt(created=fields.get("created_at"), scheduled=fields.get("scheduled_at"),
-                                      started=self.held.started_at, waiting_since=fields.get("waiting_since"),
-                                      finished=at)
+        durations = phases.of_attempt(
+            created=fields.get("created_at"),
+            scheduled=fields.get("scheduled_at"),
+            started=self.held.started_at,
+            waiting_since=fields.get("waiting_since"),
+            finished=at,
+        )
         for phase, seconds in durations.items():
             if seconds is not None:
                 span.set_attribute(f"pgflow.{phase}_seconds", seconds)
@@ -104,10 +108,19 @@ def attempt(held: Claim, *, worker: str) -> Iterator[AttemptSpan | None]:
     fields = held.step_fields
     tracer = otel.get_tracer(TRACER)
     span = tracer.start_span(
-        f"pgflow {path.rsplit('.', 1)[-1]}.{held.step_name}", context=_parent(run.get("traceparent")),
-        kind=otel.SpanKind.CONSUMER, start_time=_ns(held.started_at),
-        attributes={"pgflow.run_id": held.run_id, "pgflow.workflow_class": path, "pgflow.step": held.step_name,
-                    "pgflow.attempt": held.attempt, "pgflow.queue": fields.get("queue", ""), "pgflow.worker": worker})
+        f"pgflow {path.rsplit('.', 1)[-1]}.{held.step_name}",
+        context=_parent(run.get("traceparent")),
+        kind=otel.SpanKind.CONSUMER,
+        start_time=_ns(held.started_at),
+        attributes={
+            "pgflow.run_id": held.run_id,
+            "pgflow.workflow_class": path,
+            "pgflow.step": held.step_name,
+            "pgflow.attempt": held.attempt,
+            "pgflow.queue": fields.get("queue", ""),
+            "pgflow.worker": worker,
+        },
+    )
     scheduled, since = fields.get("scheduled_at"), fields.get("waiting_since")
     if since is not None and scheduled is not None and since < scheduled:  # parked, then woken by its signal
         span.add_event("parked", timestamp=_ns(since))
@@ -134,12 +147,19 @@ def record_failure(error: BaseException) -> None:
         span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
 
 
-def linked(name: str, *, traceparent: str | None, attributes: dict[str, Any],
-           start: datetime | None = None, end: datetime | None = None) -> None:
+def linked(
+    name: str,
+    *,
+    traceparent: str | None,
+    attributes: dict[str, Any],
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> None:
     """A span in the current context (the sender's request, a task) linked to the run's trace:
     a signal sent to a run, a fan-out member that ran."""
     if not enabled():
         return
-    span = otel.get_tracer(TRACER).start_span(name, links=_link(traceparent), attributes=attributes,
-                                              start_time=_ns(start))
+    span = otel.get_tracer(TRACER).start_span(
+        name, links=_link(traceparent), attributes=attributes, start_time=_ns(start)
+    )
     span.end(end_time=_ns(end))

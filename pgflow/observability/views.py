@@ -48,12 +48,18 @@ def allowed(request: HttpRequest) -> bool:
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
     if not metrics.available():
-        return HttpResponse("pgflow metrics need prometheus_client: pip install 'django-pgflow[metrics]'\n",
-                            status=501, content_type="text/plain")
+        return HttpResponse(
+            "pgflow metrics need prometheus_client: pip install 'django-pgflow[metrics]'\n",
+            status=501,
+            content_type="text/plain",
+        )
     if not allowed(request):
-        return HttpResponseForbidden("this address may not read pgflow's metrics: add it to "
-                                     "PGFLOW['METRICS_ALLOWED_IPS'] or send 'Authorization: Bearer "
-                                     "<PGFLOW['METRICS_TOKEN']>'\n", content_type="text/plain")
+        return HttpResponseForbidden(
+            "this address may not read pgflow's metrics: add it to "
+            "PGFLOW['METRICS_ALLOWED_IPS'] or send 'Authorization: Bearer "
+            "<PGFLOW['METRICS_TOKEN']>'\n",
+            content_type="text/plain",
+        )
     import prometheus_client
     from prometheus_client import multiprocess
 

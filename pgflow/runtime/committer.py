@@ -93,8 +93,13 @@ class Committer:
             if len(batch) > 1:
                 # One bad item (a value PostgreSQL refused) must not fail the others: alone,
                 # each healthy one applies and only the bad one fails, with its own error.
-                logger.warning("applying %d outcomes failed (%s: %s); applying them one by one", len(batch),
-                               type(exc).__name__, exc, extra={"action": "commit_retry_each"})
+                logger.warning(
+                    "applying %d outcomes failed (%s: %s); applying them one by one",
+                    len(batch),
+                    type(exc).__name__,
+                    exc,
+                    extra={"action": "commit_retry_each"},
+                )
                 later = []
                 for one in batch:
                     later.extend(self._apply([one]))
@@ -112,8 +117,13 @@ class Committer:
     def _refused(self, entry: tuple[store.Finished, Future[bool]], exc: BaseException) -> None:
         """The database refused this outcome: record the refusal as the attempt's error and pause."""
         item, future = entry
-        logger.error("applying the outcome of step %s failed: %s: %s", item.claim.step_id, type(exc).__name__, exc,
-                     extra={"action": "commit_failed", "run_id": item.claim.run_id})
+        logger.error(
+            "applying the outcome of step %s failed: %s: %s",
+            item.claim.step_id,
+            type(exc).__name__,
+            exc,
+            extra={"action": "commit_failed", "run_id": item.claim.run_id},
+        )
         error = error_capture.capture(exc, **pgflow_settings.capture_options())
         failed = store.Finished(claim=item.claim, outcome=Outcome(kind=PAUSE), error=error)
         try:

@@ -28,17 +28,27 @@ def version() -> str:
 
 
 def register(*, name: str, queues: list[str], concurrency: int, at: datetime) -> None:
-    Worker.objects.update_or_create(name=name, defaults={
-        "host": socket.gethostname(), "pid": os.getpid(), "queues": list(queues), "concurrency": concurrency,
-        "version": version(), "started_at": at, "heartbeat_at": at, "steps_run": 0, "steps_in_progress": 0,
-    })
+    Worker.objects.update_or_create(
+        name=name,
+        defaults={
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": list(queues),
+            "concurrency": concurrency,
+            "version": version(),
+            "started_at": at,
+            "heartbeat_at": at,
+            "steps_run": 0,
+            "steps_in_progress": 0,
+        },
+    )
 
 
-def beat(*, name: str, queues: list[str], concurrency: int, steps_run: int, in_progress: int,
-         at: datetime) -> None:
+def beat(*, name: str, queues: list[str], concurrency: int, steps_run: int, in_progress: int, at: datetime) -> None:
     """The heartbeat's one UPDATE; a row the sweep forgot meanwhile (a long outage) comes back."""
     updated = Worker.objects.filter(name=name, host=socket.gethostname(), pid=os.getpid()).update(
-        heartbeat_at=at, steps_run=steps_run, steps_in_progress=in_progress)
+        heartbeat_at=at, steps_run=steps_run, steps_in_progress=in_progress
+    )
     if not updated:
         register(name=name, queues=queues, concurrency=concurrency, at=at)
         Worker.objects.filter(name=name).update(steps_run=steps_run, steps_in_progress=in_progress)

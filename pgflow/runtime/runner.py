@@ -57,8 +57,11 @@ class Runner:
     go through ``finish`` and wait, because their errors are reported after the commit.
     """
 
-    def __init__(self, finish: Callable[[store.Finished], bool] | None = None,
-                 finish_later: Callable[[store.Finished], Future[bool]] | None = None) -> None:
+    def __init__(
+        self,
+        finish: Callable[[store.Finished], bool] | None = None,
+        finish_later: Callable[[store.Finished], Future[bool]] | None = None,
+    ) -> None:
         self._active: dict[Any, Prepared] = {}
         self._timed_out: set[Any] = set()
         # Attempts whose outcome was handed over (the body's, or a timeout's): the first wins,
@@ -89,8 +92,13 @@ class Runner:
                 return self._fail(prepared, error, started)
             finished = store.Finished(claim=held, outcome=outcome, output=output)
             if self._finish_later is not None:
-                return Result(claim=held, outcome=outcome.word, applied=False, seconds=time.monotonic() - started,
-                              pending=self._finish_later(finished))
+                return Result(
+                    claim=held,
+                    outcome=outcome.word,
+                    applied=False,
+                    seconds=time.monotonic() - started,
+                    pending=self._finish_later(finished),
+                )
             applied = self._finish(finished)
             return self._result(held, outcome.word if applied else "ignored", started, applied=applied)
         finally:
@@ -102,8 +110,11 @@ class Runner:
     def overdue(self, at: datetime) -> list[Any]:
         """Tokens of running attempts past their step's ``timeout``."""
         with self._lock:
-            late = [token for token, prepared in self._active.items()
-                    if prepared.deadline is not None and prepared.deadline <= at and token not in self._timed_out]
+            late = [
+                token
+                for token, prepared in self._active.items()
+                if prepared.deadline is not None and prepared.deadline <= at and token not in self._timed_out
+            ]
             self._timed_out.update(late)  # each is reported once
             return late
 
@@ -136,9 +147,15 @@ class Runner:
 
 
 def _logged(held: Claim, outcome: str, seconds: float, *, applied: bool) -> Result:
-    logger.info("run=%s step=%s attempt=%s outcome=%s duration=%.3fs", held.run_id, held.step_name,
-                held.attempt, outcome, seconds,
-                extra={"action": "step", "run_id": held.run_id, "step": held.step_name, "outcome": outcome})
+    logger.info(
+        "run=%s step=%s attempt=%s outcome=%s duration=%.3fs",
+        held.run_id,
+        held.step_name,
+        held.attempt,
+        outcome,
+        seconds,
+        extra={"action": "step", "run_id": held.run_id, "step": held.step_name, "outcome": outcome},
+    )
     observability.attempt_ended(held, outcome, applied=applied)
     return Result(claim=held, outcome=outcome, applied=applied, seconds=seconds)
 

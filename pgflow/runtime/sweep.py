@@ -55,13 +55,15 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
         if not cursor.fetchone()[0]:
             return counts
     try:
-        counts.update({
-            "fan_out_repairs": _repair_fan_outs(at),
-            "rolled_hours": _roll(at),
-            "purged_runs": purge(at=at),
-            "forgotten_workers": presence.forget_gone(at=at),
-            "alerts": _alerts(at),
-        })
+        counts.update(
+            {
+                "fan_out_repairs": _repair_fan_outs(at),
+                "rolled_hours": _roll(at),
+                "purged_runs": purge(at=at),
+                "forgotten_workers": presence.forget_gone(at=at),
+                "alerts": _alerts(at),
+            }
+        )
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
@@ -99,13 +101,19 @@ def _alerts(at: datetime) -> int:
 
 
 def _expired_leases(at: datetime) -> list[int]:
-    return list(Step.objects.filter(status=StepStatus.IN_PROGRESS, lease_expires_at__lt=at)
-                .order_by("lease_expires_at").values_list("pk", flat=True)[:BATCH_SIZE])
+    return list(
+        Step.objects.filter(status=StepStatus.IN_PROGRESS, lease_expires_at__lt=at)
+        .order_by("lease_expires_at")
+        .values_list("pk", flat=True)[:BATCH_SIZE]
+    )
 
 
 def _past_deadline(at: datetime) -> list[int]:
-    return list(Step.objects.filter(status=StepStatus.WAITING, deadline_at__lte=at, batch__isnull=True)
-                .order_by("deadline_at").values_list("pk", flat=True)[:BATCH_SIZE])
+    return list(
+        Step.objects.filter(status=StepStatus.WAITING, deadline_at__lte=at, batch__isnull=True)
+        .order_by("deadline_at")
+        .values_list("pk", flat=True)[:BATCH_SIZE]
+    )
 
 
 def _time_out(step_id: int, at: datetime) -> bool:
@@ -141,4 +149,3 @@ def purge(*, at: datetime) -> int:
     cutoff = at - (retention if isinstance(retention, timedelta) else timedelta(seconds=retention))
     rollup.purge(cutoff)
     return store.purge_runs(cutoff, batch=RETENTION_BATCH, rounds=RETENTION_ROUNDS)
-

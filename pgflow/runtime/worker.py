@@ -50,8 +50,9 @@ def default_name() -> str:
 
 
 class Worker:
-    def __init__(self, *, queues: list[str] | None = None, concurrency: int = 4, burst: bool = False,
-                 name: str | None = None) -> None:
+    def __init__(
+        self, *, queues: list[str] | None = None, concurrency: int = 4, burst: bool = False, name: str | None = None
+    ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be a positive whole number, got {concurrency!r}")
         self.queues = queues or [pgflow_settings.QUEUE]
@@ -79,16 +80,24 @@ class Worker:
         """Run until stopped (or, with ``burst``, until nothing is due). Returns an exit code."""
         if install_signals:
             self._install_signals()
-        logger.info("worker %s starting: queues=%s concurrency=%d%s", self.name, ",".join(self.queues),
-                    self.concurrency, " burst" if self.burst else "", extra={"action": "worker_start"})
+        logger.info(
+            "worker %s starting: queues=%s concurrency=%d%s",
+            self.name,
+            ",".join(self.queues),
+            self.concurrency,
+            " burst" if self.burst else "",
+            extra={"action": "worker_start"},
+        )
         self._register()
         self.committer = Committer()
         self.runner = Runner(finish=self.committer.submit, finish_later=self.committer.submit_later)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pgflow-step")
-        threads = [threading.Thread(target=self._listen, name="pgflow-listen", daemon=True),
-                   threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True),
-                   threading.Thread(target=self._sweep, name="pgflow-sweep", daemon=True),
-                   threading.Thread(target=self._schedules, name="pgflow-schedules", daemon=True)]
+        threads = [
+            threading.Thread(target=self._listen, name="pgflow-listen", daemon=True),
+            threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True),
+            threading.Thread(target=self._sweep, name="pgflow-sweep", daemon=True),
+            threading.Thread(target=self._schedules, name="pgflow-schedules", daemon=True),
+        ]
         for thread in threads:
             thread.start()
         try:
@@ -98,8 +107,13 @@ class Worker:
             handed = self._drain(pool)
             self.committer.stop()
             self._unregister()
-            logger.info("worker %s stopped: %d steps run, %d handed back", self.name, self.completed, handed,
-                        extra={"action": "worker_stop"})
+            logger.info(
+                "worker %s stopped: %d steps run, %d handed back",
+                self.name,
+                self.completed,
+                handed,
+                extra={"action": "worker_stop"},
+            )
             close_old_connections()
         return self.exit_code
 
@@ -109,16 +123,24 @@ class Worker:
         try:
             presence.register(name=self.name, queues=self.queues, concurrency=self.concurrency, at=store.now())
         except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
-            logger.warning("could not record worker %s: %s", self.name, " ".join(str(exc).split()),
-                           extra={"action": "worker_register_failed"})
+            logger.warning(
+                "could not record worker %s: %s",
+                self.name,
+                " ".join(str(exc).split()),
+                extra={"action": "worker_register_failed"},
+            )
             connection.close()
 
     def _unregister(self) -> None:
         try:
             presence.unregister(name=self.name)
         except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
-            logger.warning("could not remove worker %s: %s", self.name, " ".join(str(exc).split()),
-                           extra={"action": "worker_unregister_failed"})
+            logger.warning(
+                "could not remove worker %s: %s",
+                self.name,
+                " ".join(str(exc).split()),
+                extra={"action": "worker_unregister_failed"},
+            )
 
     def stop(self) -> None:
         self._stopping.set()
@@ -130,8 +152,11 @@ class Worker:
             if self._signals > 1:
                 logger.warning("second signal: exiting now", extra={"action": "worker_kill"})
                 os._exit(1)
-            logger.info("signal %s: stop claiming, let running steps finish", signal.Signals(signum).name,
-                        extra={"action": "worker_stopping"})
+            logger.info(
+                "signal %s: stop claiming, let running steps finish",
+                signal.Signals(signum).name,
+                extra={"action": "worker_stopping"},
+            )
             self.stop()
 
         signal.signal(signal.SIGTERM, handle)
@@ -149,9 +174,12 @@ class Worker:
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
                 if schema_missing(exc):
                     # No retry fixes this: say what does, and exit non-zero.
-                    logger.error("pgflow's tables are missing or out of date (%s): run `python manage.py migrate`, "
-                                 "then start the worker again", " ".join(str(exc).split()),
-                                 extra={"action": "schema_missing"})
+                    logger.error(
+                        "pgflow's tables are missing or out of date (%s): run `python manage.py migrate`, "
+                        "then start the worker again",
+                        " ".join(str(exc).split()),
+                        extra={"action": "schema_missing"},
+                    )
                     self.exit_code = 1
                     return
                 self._database_away(exc)
@@ -167,8 +195,7 @@ class Worker:
         """Slots for new claims: bodies running take one each, and attempts whose outcome
         waits for the group commit are bounded by one more batch."""
         with self._running_lock:
-            return max(0, min(self.concurrency - len(self._bodies),
-                              self.concurrency + MAX_BATCH - len(self._running)))
+            return max(0, min(self.concurrency - len(self._bodies), self.concurrency + MAX_BATCH - len(self._running)))
 
     def _claim_and_submit(self, pool: ThreadPoolExecutor) -> int:
         free = self._free()
@@ -214,8 +241,12 @@ class Worker:
         exc = commit.exception()
         if exc is not None:
             # The attempt keeps its lease until it expires, then the sweep runs it again.
-            logger.error("applying the outcome of step %s failed: %s", result.claim.step_id, exc,
-                         extra={"action": "commit_failed"})
+            logger.error(
+                "applying the outcome of step %s failed: %s",
+                result.claim.step_id,
+                exc,
+                extra={"action": "commit_failed"},
+            )
         else:
             result.settled(bool(commit.result()))
             self.completed += 1
@@ -242,8 +273,12 @@ class Worker:
     def _database_away(self, exc: BaseException) -> None:
         if self._db_down_since is None:
             self._db_down_since = time.monotonic()
-            logger.error("database unavailable, retrying every %.0fs: %s", RECONNECT_DELAY,
-                         " ".join(str(exc).split()), extra={"action": "database_down"})
+            logger.error(
+                "database unavailable, retrying every %.0fs: %s",
+                RECONNECT_DELAY,
+                " ".join(str(exc).split()),
+                extra={"action": "database_down"},
+            )
         for conn in connections.all(initialized_only=True):
             conn.close_if_unusable_or_obsolete()
             try:
@@ -253,8 +288,9 @@ class Worker:
 
     def _database_back(self) -> None:
         if self._db_down_since is not None:
-            logger.info("database back after %.1fs", time.monotonic() - self._db_down_since,
-                        extra={"action": "database_up"})
+            logger.info(
+                "database back after %.1fs", time.monotonic() - self._db_down_since, extra={"action": "database_up"}
+            )
             self._db_down_since = None
 
     # --- background threads ---------------------------------------------------------------
@@ -287,8 +323,7 @@ class Worker:
             try:
                 for token in self.runner.overdue(store.now()):
                     # Its own thread: a slow reporter or handler must not hold up the leases.
-                    threading.Thread(target=self._time_out, args=(token,), name="pgflow-timeout",
-                                     daemon=True).start()
+                    threading.Thread(target=self._time_out, args=(token,), name="pgflow-timeout", daemon=True).start()
                 if time.monotonic() < next_beat:
                     continue
                 next_beat = time.monotonic() + interval
@@ -297,11 +332,16 @@ class Worker:
                 store.heartbeat(tokens)
                 with self._running_lock:
                     in_progress = len(self._bodies)
-                presence.beat(name=self.name, queues=self.queues, concurrency=self.concurrency,
-                              steps_run=self.completed, in_progress=in_progress, at=store.now())
+                presence.beat(
+                    name=self.name,
+                    queues=self.queues,
+                    concurrency=self.concurrency,
+                    steps_run=self.completed,
+                    in_progress=in_progress,
+                    at=store.now(),
+                )
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
-                logger.warning("heartbeat failed: %s", " ".join(str(exc).split()),
-                               extra={"action": "heartbeat_failed"})
+                logger.warning("heartbeat failed: %s", " ".join(str(exc).split()), extra={"action": "heartbeat_failed"})
                 connection.close()
 
     def _sweep(self) -> None:
@@ -313,8 +353,11 @@ class Worker:
             try:
                 counts = sweep.run(worker=self.name)
                 if any(counts.values()):
-                    logger.info("sweep: %s", ", ".join(f"{k}={v}" for k, v in counts.items() if v),
-                                extra={"action": "sweep", **counts})
+                    logger.info(
+                        "sweep: %s",
+                        ", ".join(f"{k}={v}" for k, v in counts.items() if v),
+                        extra={"action": "sweep", **counts},
+                    )
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
                 logger.warning("sweep failed: %s", " ".join(str(exc).split()), extra={"action": "sweep_failed"})
             except Exception:
@@ -358,8 +401,13 @@ class Worker:
             # Bodies still running in threads cannot be stopped; their attempts are handed
             # back, so the process exits without waiting for them.
             self._unregister()
-            logger.info("worker %s stopped: %d steps run, %d handed back", self.name, self.completed, handed,
-                        extra={"action": "worker_stop"})
+            logger.info(
+                "worker %s stopped: %d steps run, %d handed back",
+                self.name,
+                self.completed,
+                handed,
+                extra={"action": "worker_stop"},
+            )
             logging.shutdown()
             os._exit(0)
         return handed

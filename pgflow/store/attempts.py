@@ -80,18 +80,29 @@ def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
             else:
                 _fail_and_pause(run, step, StepNotFound(missing_step_message(run, step.step_name)), at=at)
             return None
-        workflow = workflow_class(run=run, step_name=step.step_name, attempt=step.attempt,
-                                  outputs=lambda: outputs_of(run))
+        workflow = workflow_class(
+            run=run, step_name=step.step_name, attempt=step.attempt, outputs=lambda: outputs_of(run)
+        )
         try:
             cancel = evaluation.should_cancel(workflow)
             skip = not cancel and evaluation.should_skip(workflow, definition)
         except FlowControl as control:  # a verb called in a condition ends the step, as in a body
-            apply(run, step, control.outcome, at=at, reason=f"a cancel_if / skip_if of step {step.step_name!r} "
-                                                            f"called {control.outcome.kind}()")
+            apply(
+                run,
+                step,
+                control.outcome,
+                at=at,
+                reason=f"a cancel_if / skip_if of step {step.step_name!r} called {control.outcome.kind}()",
+            )
             return None
         except Exception as exc:  # noqa: BLE001 - a failing predicate pauses the run, naming it
-            _fail_and_pause(run, step, exc, at=at, reason=f"a cancel_if / skip_if of step {step.step_name!r} "
-                                                            f"failed: {type(exc).__name__}: {exc}")
+            _fail_and_pause(
+                run,
+                step,
+                exc,
+                at=at,
+                reason=f"a cancel_if / skip_if of step {step.step_name!r} failed: {type(exc).__name__}: {exc}",
+            )
             return None
         if cancel:
             apply(run, step, Outcome(kind=CANCEL), at=at, reason="a cancel_if condition held")
@@ -125,11 +136,17 @@ def quick_prepare(held: Claim) -> Prepared | None:
     definition = workflow_class.steps().get(held.step_name)
     if definition is None or definition.locks_before_body or workflow_class.cancel_conditions():
         return None
-    step = Step(id=held.step_id, run_id=held.run_id, step_name=held.step_name, attempt=held.attempt,
-                status=StepStatus.IN_PROGRESS, started_at=held.started_at, claim_token=held.token)
+    step = Step(
+        id=held.step_id,
+        run_id=held.run_id,
+        step_name=held.step_name,
+        attempt=held.attempt,
+        status=StepStatus.IN_PROGRESS,
+        started_at=held.started_at,
+        claim_token=held.token,
+    )
     step._state.adding = False
-    workflow = workflow_class(run=run, step_name=held.step_name, attempt=held.attempt,
-                              outputs=lambda: outputs_of(run))
+    workflow = workflow_class(run=run, step_name=held.step_name, attempt=held.attempt, outputs=lambda: outputs_of(run))
     return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow)
 
 
@@ -138,9 +155,14 @@ def _fail_and_pause(run: WorkflowRun, step: Step, exc: BaseException, *, at: dat
     apply(run, step, Outcome(kind=PAUSE), at=at, error=captured, reason=reason or str(exc))
 
 
-
-def finish(held: Claim, outcome: Outcome, *, output: Any = None, error: dict[str, Any] | None = None,
-           at: datetime | None = None) -> bool:
+def finish(
+    held: Claim,
+    outcome: Outcome,
+    *,
+    output: Any = None,
+    error: dict[str, Any] | None = None,
+    at: datetime | None = None,
+) -> bool:
     """After the body, under the run lock: apply ``outcome`` if the attempt is still ours.
 
     Returns False (and logs) for a late completion of an attempt that timed out, was taken

@@ -34,8 +34,14 @@ ERROR_LIMIT = 10_000  # characters of a member's error kept
 SAMPLE_FAILURES = 5  # failed members named in the fan_out_finished event
 
 
-def open_batch(held: Claim, members: Sequence[Any], *, at: datetime | None = None, output: Any = None,
-               enqueue: Callable[[uuid.UUID], Any]) -> tuple[str, bool]:
+def open_batch(
+    held: Claim,
+    members: Sequence[Any],
+    *,
+    at: datetime | None = None,
+    output: Any = None,
+    enqueue: Callable[[uuid.UUID], Any],
+) -> tuple[str, bool]:
     """One transaction: the batch, its members (each with ``func``, ``args``, ``kwargs``), the step
     parked on it with the body's ``output``, ``fan_out_opened``; ``enqueue(batch_id)`` runs after
     the commit. Returns ``(outcome word, applied)``."""
@@ -43,15 +49,21 @@ def open_batch(held: Claim, members: Sequence[Any], *, at: datetime | None = Non
     with locked(held.run_id) as run:
         step = held_attempt(run, held)
         if step is None:
-            log_ignored(held, "it was ended elsewhere before its batch opened (timed out, lease taken "
-                                    "over, or an operator acted); no batch was opened")
+            log_ignored(
+                held,
+                "it was ended elsewhere before its batch opened (timed out, lease taken "
+                "over, or an operator acted); no batch was opened",
+            )
             return "ignored", False
         if run.status != RunStatus.RUNNING:
             # Paused while the body ran: hand no task out. resume() runs the body again.
             close_attempt(step, status=StepStatus.CANCELLED, outcome="paused", at=at)
             return "paused", True
         batch = Batch.objects.create(
-            run=run, step=step, total=len(members), created_at=at,
+            run=run,
+            step=step,
+            total=len(members),
+            created_at=at,
             description=f"{run.workflow_class}#{step.step_name} run {run.pk}"[:400],
             properties={"run_id": run.pk, "step_id": step.pk, "step_name": step.step_name, "attempt": step.attempt},
         )
@@ -86,11 +98,19 @@ def skip_member(batch_id: uuid.UUID, position: int) -> None:
     """A member whose step no longer waits on its batch never runs: counted as skipped. Its row
     leaves `pending` here, so the hook reporting the task's result counts nothing."""
     BatchMember.objects.filter(batch_id=batch_id, position=position, status=BatchMember.Status.PENDING).update(
-        status=BatchMember.Status.SKIPPED, finished_at=now(), error=None)
+        status=BatchMember.Status.SKIPPED, finished_at=now(), error=None
+    )
 
 
-def count_member(batch_id: uuid.UUID, position: int, *, succeeded: bool, error: str | None = None,
-                 task_id: str | None = None, at: datetime) -> tuple[bool, int | None]:
+def count_member(
+    batch_id: uuid.UUID,
+    position: int,
+    *,
+    succeeded: bool,
+    error: str | None = None,
+    task_id: str | None = None,
+    at: datetime,
+) -> tuple[bool, int | None]:
     """Count one member's final result. Returns ``(counted, step_id)``: ``counted`` is False for a
     member counted already or gone with its batch; ``step_id`` is the waiting step when this
     member finished the batch (the caller resolves it, in a transaction of its own)."""
@@ -104,16 +124,18 @@ def count_member(batch_id: uuid.UUID, position: int, *, succeeded: bool, error: 
             changes["task_id"] = task_id
         # The member's row leaves `pending` once: a second report of it (a redelivered task,
         # the sweep racing the hook) updates nothing.
-        counted = BatchMember.objects.filter(batch_id=batch_id, position=position,
-                                             status=BatchMember.Status.PENDING).update(**changes)
+        counted = BatchMember.objects.filter(
+            batch_id=batch_id, position=position, status=BatchMember.Status.PENDING
+        ).update(**changes)
         if not counted:
             return False, None
         column = "succeeded" if succeeded else "failed"
         Batch.objects.filter(pk=batch_id).update(**{column: F(column) + 1})
         # Single winner: the conditional UPDATE holds the batch row's lock until commit, so of two
         # members finishing together the second sees `finished` and updates nothing.
-        won = (Batch.objects.filter(pk=batch_id, status=Batch.Status.OPEN, succeeded__gte=F("total") - F("failed"))
-               .update(status=Batch.Status.FINISHED, finished_at=at))
+        won = Batch.objects.filter(
+            pk=batch_id, status=Batch.Status.OPEN, succeeded__gte=F("total") - F("failed")
+        ).update(status=Batch.Status.FINISHED, finished_at=at)
         step_id = Batch.objects.filter(pk=batch_id).values_list("step_id", flat=True).first() if won else None
     return True, step_id
 
@@ -149,37 +171,59 @@ def resolve_batch_step(step_id: int, *, at: datetime | None = None) -> bool:
 
 
 def _late(step_id: int, why: str) -> bool:
-    logger.info("fan_out: batch result for step %s not applied: %s", step_id, why,
-                extra={"action": "fan_out_result_ignored", "step_id": step_id})
+    logger.info(
+        "fan_out: batch result for step %s not applied: %s",
+        step_id,
+        why,
+        extra={"action": "fan_out_result_ignored", "step_id": step_id},
+    )
     return False
 
 
 def _resolve(run: WorkflowRun, step: Step, batch: Batch, *, at: datetime) -> None:
     failures = [
         {"position": m["position"], "func": m["func"], "error": _first_line(m["error"])}
-        for m in batch.members.filter(status=BatchMember.Status.FAILED).order_by("position")
+        for m in batch.members.filter(status=BatchMember.Status.FAILED)
+        .order_by("position")
         .values("position", "func", "error")[:SAMPLE_FAILURES]
     ]
-    event(run, EventKind.FAN_OUT_FINISHED, step=step, at=at, batch_id=str(batch.pk), total=batch.total,
-                succeeded=batch.succeeded, failed=batch.failed, **({"failures": failures} if failures else {}))
+    event(
+        run,
+        EventKind.FAN_OUT_FINISHED,
+        step=step,
+        at=at,
+        batch_id=str(batch.pk),
+        total=batch.total,
+        succeeded=batch.succeeded,
+        failed=batch.failed,
+        **({"failures": failures} if failures else {}),
+    )
     if not batch.failed:
         apply(run, step, Outcome(kind=COMPLETE), at=at)  # the output parked with the step stays
         return
     error = FanOutFailed(f"{batch.failed} of {batch.total} jobs failed (batch {batch.pk})")
     action = _on_batch_failure(run, step)
     reason = "" if action == PAUSE else f"{error}; on_batch_failure={action!r}"
-    apply(run, step, Outcome.for_action(action), at=at, reason=reason,
-                error=error_capture.capture(error, **pgflow_settings.capture_options()))
+    apply(
+        run,
+        step,
+        Outcome.for_action(action),
+        at=at,
+        reason=reason,
+        error=error_capture.capture(error, **pgflow_settings.capture_options()),
+    )
 
 
 def _resolve_vanished(run: WorkflowRun, step: Step, batch_id: str, *, at: datetime) -> None:
     # With its batch row gone nobody can tell how the tasks ended: pause whatever
     # on_batch_failure says, for a person to resume (a fresh batch) or skip.
     event(run, EventKind.FAN_OUT_FINISHED, step=step, at=at, batch_id=batch_id, vanished=True)
-    error = FanOutFailed(f"batch {batch_id} no longer exists (deleted before the step resolved); "
-                         f"its outcome is unknown")
-    apply(run, step, Outcome(kind=PAUSE), at=at,
-                error=error_capture.capture(error, **pgflow_settings.capture_options()))
+    error = FanOutFailed(
+        f"batch {batch_id} no longer exists (deleted before the step resolved); its outcome is unknown"
+    )
+    apply(
+        run, step, Outcome(kind=PAUSE), at=at, error=error_capture.capture(error, **pgflow_settings.capture_options())
+    )
 
 
 def _on_batch_failure(run: WorkflowRun, step: Step) -> str:
@@ -193,8 +237,12 @@ def _on_batch_failure(run: WorkflowRun, step: Step) -> str:
 def _opened_batch_id(step: Step) -> str | None:
     """The batch a fan_out attempt opened, from its audit trail (the step's FK is nulled when
     the batch row is deleted)."""
-    details = (Event.objects.filter(step=step, event=EventKind.FAN_OUT_OPENED).order_by("-id")
-               .values_list("details", flat=True).first())
+    details = (
+        Event.objects.filter(step=step, event=EventKind.FAN_OUT_OPENED)
+        .order_by("-id")
+        .values_list("details", flat=True)
+        .first()
+    )
     return str(details.get("batch_id")) if isinstance(details, dict) else None
 
 

@@ -30,14 +30,29 @@ logger = logging.getLogger("pgflow")
 
 # The run's columns come back with each claimed attempt, so a plain step needs no other
 # read before its body runs.
-_RUN_COLUMNS = ("workflow_class", "status", "current_step", "subject_type_id", "subject_id", "input", "key",
-                "definition_digest", "created_at", "updated_at", "finished_at", "paused_reason", "traceparent")
+_RUN_COLUMNS = (
+    "workflow_class",
+    "status",
+    "current_step",
+    "subject_type_id",
+    "subject_id",
+    "input",
+    "key",
+    "definition_digest",
+    "created_at",
+    "updated_at",
+    "finished_at",
+    "paused_reason",
+    "traceparent",
+)
 # The attempt's own timestamps, for its trace span and metrics (pgflow.observability).
 _STEP_COLUMNS = ("created_at", "scheduled_at", "waiting_since", "queue")
 # What a claim reads of the attempt (s) and its run (r): Claim's fields, then run_fields.
-_CLAIMED = ("s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, "
-            + ", ".join(f"r.{column}" for column in _RUN_COLUMNS)
-            + "".join(f", s.{column}" for column in _STEP_COLUMNS))
+_CLAIMED = (
+    "s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, "
+    + ", ".join(f"r.{column}" for column in _RUN_COLUMNS)
+    + "".join(f", s.{column}" for column in _STEP_COLUMNS)
+)
 _RETURNING = "RETURNING " + _CLAIMED
 
 # Each queue's due attempts in its own ordered scan of the claim index (LATERAL), merged
@@ -50,7 +65,8 @@ _RETURNING = "RETURNING " + _CLAIMED
 # the statement ends. The runs are joined to the claimed rows only: joined inside the
 # UPDATE, a planner working from stale statistics (a table just truncated or filled) drove
 # the claim from every run instead.
-CLAIM_SQL = """
+CLAIM_SQL = (
+    """
 WITH candidates AS (
     SELECT c.id, c.priority, c.scheduled_at
     FROM unnest(%(queues)s::text[]) AS q(name),
@@ -74,8 +90,11 @@ WITH candidates AS (
     RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
               s.waiting_since, s.queue
 )
-SELECT """ + _CLAIMED + """ FROM claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id
+SELECT """
+    + _CLAIMED
+    + """ FROM claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id
 """
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,9 +126,18 @@ def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
         fields = dict(zip(_RUN_COLUMNS, row[6 : 6 + len(_RUN_COLUMNS)], strict=True))
         if isinstance(fields["input"], str):  # a raw cursor may hand jsonb back as text
             fields["input"] = _json.loads(fields["input"])
-        claims.append(Claim(step_id=row[0], run_id=row[1], step_name=row[2], attempt=row[3], token=row[4],
-                            started_at=row[5], run_fields=fields,
-                            step_fields=dict(zip(_STEP_COLUMNS, row[6 + len(_RUN_COLUMNS) :], strict=True))))
+        claims.append(
+            Claim(
+                step_id=row[0],
+                run_id=row[1],
+                step_name=row[2],
+                attempt=row[3],
+                token=row[4],
+                started_at=row[5],
+                run_fields=fields,
+                step_fields=dict(zip(_STEP_COLUMNS, row[6 + len(_RUN_COLUMNS) :], strict=True)),
+            )
+        )
     return claims
 
 
@@ -121,8 +149,9 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
     lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
     # One statement is its own transaction: no BEGIN and COMMIT round trips around it.
     with connection.cursor() as cursor:
-        cursor.execute(CLAIM_SQL, {"queues": queues, "now": at, "limit": limit, "worker": worker,
-                                    "lease_until": lease_until})
+        cursor.execute(
+            CLAIM_SQL, {"queues": queues, "now": at, "limit": limit, "worker": worker, "lease_until": lease_until}
+        )
         rows = cursor.fetchall()
     return _claims(rows)
 
@@ -156,21 +185,29 @@ def heartbeat(tokens: list[uuid.UUID], *, at: datetime | None = None) -> int:
         cursor.execute(
             "UPDATE pgflow_step SET lease_expires_at = %s WHERE id IN (SELECT id FROM pgflow_step "
             "WHERE claim_token = ANY(%s) AND status = 'in_progress' ORDER BY id FOR UPDATE SKIP LOCKED)",
-            [until, list(tokens)])
+            [until, list(tokens)],
+        )
         return cursor.rowcount
 
 
 def held_attempt(run: WorkflowRun, held: Claim) -> Step | None:
     """The claimed attempt, locked, if it is still in progress under our token."""
-    return (Step.objects.select_for_update()
-            .filter(pk=held.step_id, run=run, status=StepStatus.IN_PROGRESS, claim_token=held.token).first())
-
+    return (
+        Step.objects.select_for_update()
+        .filter(pk=held.step_id, run=run, status=StepStatus.IN_PROGRESS, claim_token=held.token)
+        .first()
+    )
 
 
 def log_ignored(held: Claim, why: str) -> None:
-    logger.warning("late completion ignored: run=%s step=%s attempt=%s: %s",
-                   held.run_id, held.step_name, held.attempt, why,
-                   extra={"action": "late_completion_ignored", "run_id": held.run_id})
+    logger.warning(
+        "late completion ignored: run=%s step=%s attempt=%s: %s",
+        held.run_id,
+        held.step_name,
+        held.attempt,
+        why,
+        extra={"action": "late_completion_ignored", "run_id": held.run_id},
+    )
 
 
 def hand_back(held: list[Claim], *, at: datetime | None = None) -> int:
@@ -192,7 +229,6 @@ def hand_back(held: list[Claim], *, at: datetime | None = None) -> int:
     return count
 
 
-
 def claim_step(step_id: int, *, worker: str, at: datetime | None = None) -> Claim | None:
     """Claim one specific scheduled attempt, due or not (``pgflow.testing`` skips waits)."""
     at = at or now()
@@ -202,9 +238,9 @@ def claim_step(step_id: int, *, worker: str, at: datetime | None = None) -> Clai
             "UPDATE pgflow_step AS s SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, "
             "claim_token = gen_random_uuid(), lease_expires_at = %(lease_until)s, "
             "scheduled_at = LEAST(s.scheduled_at, %(now)s) "
-            "FROM pgflow_run AS r WHERE s.id = %(id)s AND s.status = 'scheduled' AND r.id = s.run_id "
-            + _RETURNING,
-            {"id": step_id, "now": at, "worker": worker, "lease_until": lease_until})
+            "FROM pgflow_run AS r WHERE s.id = %(id)s AND s.status = 'scheduled' AND r.id = s.run_id " + _RETURNING,
+            {"id": step_id, "now": at, "worker": worker, "lease_until": lease_until},
+        )
         rows = cursor.fetchall()
     claims = _claims(rows)
     return claims[0] if claims else None
@@ -217,14 +253,17 @@ def recover_lost(step_id: int, *, at: datetime) -> bool:
     if run_id is None:
         return False
     with locked(run_id) as run:
-        step = Step.objects.select_for_update().filter(
-            pk=step_id, status=StepStatus.IN_PROGRESS, lease_expires_at__lt=at).first()
+        step = (
+            Step.objects.select_for_update()
+            .filter(pk=step_id, status=StepStatus.IN_PROGRESS, lease_expires_at__lt=at)
+            .first()
+        )
         if step is None:
             return False  # it finished or heartbeated since we looked
         error = {
             "error_class": "pgflow.LeaseExpired",
             "error_message": f"worker {step.worker or '?'} stopped heartbeating; the lease ran out at "
-                             f"{step.lease_expires_at:%Y-%m-%d %H:%M:%S %Z}",
+            f"{step.lease_expires_at:%Y-%m-%d %H:%M:%S %Z}",
             "error_backtrace": "",
             "error_causes": [],
         }
@@ -235,20 +274,32 @@ def recover_lost(step_id: int, *, at: datetime) -> bool:
         if run.status != RunStatus.RUNNING:
             return True  # paused while it ran: resume() schedules the fresh attempt
         if lost >= limit:
-            reason = (f"step {step.step_name} lost its worker {lost} times in a row "
-                      f"(MAX_LOST_ATTEMPTS={limit}); its body may crash the worker process")
+            reason = (
+                f"step {step.step_name} lost its worker {lost} times in a row "
+                f"(MAX_LOST_ATTEMPTS={limit}); its body may crash the worker process"
+            )
             pause_run(run, at, step=step, reason=reason)
         else:
             reschedule_same(run, step, at=at)
             run.save(update_fields=["current_step", "updated_at"])
-    logger.warning("run=%s step=%s attempt=%s lost its worker %s (%d in a row)", run_id, step.step_name,
-                   step.attempt, step.worker, lost, extra={"action": "lease_lost", "run_id": run_id})
+    logger.warning(
+        "run=%s step=%s attempt=%s lost its worker %s (%d in a row)",
+        run_id,
+        step.step_name,
+        step.attempt,
+        step.worker,
+        lost,
+        extra={"action": "lease_lost", "run_id": run_id},
+    )
     return True
 
 
 def _lost_in_a_row(step: Step) -> int:
-    outcomes = (Step.objects.filter(run_id=step.run_id, step_name=step.step_name)
-                .order_by("-created_at", "-id").values_list("outcome", flat=True))
+    outcomes = (
+        Step.objects.filter(run_id=step.run_id, step_name=step.step_name)
+        .order_by("-created_at", "-id")
+        .values_list("outcome", flat=True)
+    )
     count = 0
     for outcome in outcomes:
         if outcome != LOST:

@@ -55,8 +55,11 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
     at = at or now()
     applied: list[bool | None] = [False] * len(items)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT id, status, workflow_class, definition_digest FROM pgflow_run WHERE id = ANY(%s) "
-                       "ORDER BY id FOR UPDATE SKIP LOCKED", [sorted({item.claim.run_id for item in items})])
+        cursor.execute(
+            "SELECT id, status, workflow_class, definition_digest FROM pgflow_run WHERE id = ANY(%s) "
+            "ORDER BY id FOR UPDATE SKIP LOCKED",
+            [sorted({item.claim.run_id for item in items})],
+        )
         runs = {row[0]: (row[1], row[2], row[3]) for row in cursor.fetchall()}
         missing = sorted({item.claim.run_id for item in items} - runs.keys())
         if missing:  # locked elsewhere, or deleted (retention): only the first come back later
@@ -64,9 +67,11 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
             busy = {row[0] for row in cursor.fetchall()}
         else:
             busy = set()
-        cursor.execute("SELECT id, claim_token FROM pgflow_step WHERE id = ANY(%s) AND status = 'in_progress' "
-                       "ORDER BY id FOR UPDATE",
-                       [sorted(item.claim.step_id for item in items if item.claim.run_id in runs)])
+        cursor.execute(
+            "SELECT id, claim_token FROM pgflow_step WHERE id = ANY(%s) AND status = 'in_progress' "
+            "ORDER BY id FOR UPDATE",
+            [sorted(item.claim.step_id for item in items if item.claim.run_id in runs)],
+        )
         tokens = dict(cursor.fetchall())
         plain, other = [], []
         for index, item in enumerate(items):
@@ -78,12 +83,19 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
                 log_ignored(item.claim, "its run no longer exists")
                 continue
             if tokens.pop(item.claim.step_id, None) != item.claim.token:
-                log_ignored(item.claim, "it was ended elsewhere (timed out, lease taken over, an operator acted, "
-                                        "or another outcome of it was applied)")
+                log_ignored(
+                    item.claim,
+                    "it was ended elsewhere (timed out, lease taken over, an operator acted, "
+                    "or another outcome of it was applied)",
+                )
                 continue
             applied[index] = True
-            if (item.outcome.kind == COMPLETE and item.error is None and run[0] == RunStatus.RUNNING
-                    and _digest(run[1]) == run[2]):
+            if (
+                item.outcome.kind == COMPLETE
+                and item.error is None
+                and run[0] == RunStatus.RUNNING
+                and _digest(run[1]) == run[2]
+            ):
                 plain.append((item, run[1]))
             else:
                 other.append(item)
@@ -162,10 +174,23 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
     ``apply`` instead, which pauses it with the reason.
     """
     # _ADVANCE's array parameters, one list each, filled together per attempt
-    advance: dict[str, list[Any]] = {name: [] for name in (
-        "step_runs", "step_names", "step_queues", "step_priorities", "step_due",
-        "event_runs", "event_steps", "events",
-        "run_ids", "run_statuses", "run_current", "run_finished")}
+    advance: dict[str, list[Any]] = {
+        name: []
+        for name in (
+            "step_runs",
+            "step_names",
+            "step_queues",
+            "step_priorities",
+            "step_due",
+            "event_runs",
+            "event_steps",
+            "events",
+            "run_ids",
+            "run_statuses",
+            "run_current",
+            "run_finished",
+        )
+    }
     due_queues: set[str] = set()
     closing, outputs, fallback = [], [], []
     for item, workflow_class in done:
@@ -186,21 +211,34 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
         outputs.append(None if item.output is None else json.dumps(item.output))
         _add(advance, event_runs=claim.run_id, event_steps=claim.step_id, events=EventKind.STEP_COMPLETED.value)
         if nxt is None:
-            _add(advance, run_ids=claim.run_id, run_statuses=RunStatus.FINISHED.value, run_current=None,
-                 run_finished=at)
+            _add(
+                advance, run_ids=claim.run_id, run_statuses=RunStatus.FINISHED.value, run_current=None, run_finished=at
+            )
             _add(advance, event_runs=claim.run_id, event_steps=None, events=EventKind.FINISHED.value)
             continue
         due = at + timedelta(seconds=delay) if delay else at
         queue = workflow.queue_for(nxt.name)
-        _add(advance, step_runs=claim.run_id, step_names=nxt.name, step_queues=queue,
-             step_priorities=workflow.priority_for(nxt.name), step_due=due)
-        _add(advance, run_ids=claim.run_id, run_statuses=RunStatus.RUNNING.value, run_current=nxt.name,
-             run_finished=None)
+        _add(
+            advance,
+            step_runs=claim.run_id,
+            step_names=nxt.name,
+            step_queues=queue,
+            step_priorities=workflow.priority_for(nxt.name),
+            step_due=due,
+        )
+        _add(
+            advance, run_ids=claim.run_id, run_statuses=RunStatus.RUNNING.value, run_current=nxt.name, run_finished=None
+        )
         if due <= at:
             due_queues.add(queue)
     if closing:
         cursor.execute(_CLOSE_COMPLETED, {"at": at, "ids": closing, "outputs": outputs})
         cursor.execute(_ADVANCE, {"at": at, "channel": CHANNEL, "due_queues": sorted(due_queues), **advance})
     for item in fallback:
-        apply(WorkflowRun.objects.get(pk=item.claim.run_id), Step.objects.get(pk=item.claim.step_id), item.outcome,
-              at=at, output=item.output)
+        apply(
+            WorkflowRun.objects.get(pk=item.claim.run_id),
+            Step.objects.get(pk=item.claim.step_id),
+            item.outcome,
+            at=at,
+            output=item.output,
+        )

@@ -84,8 +84,9 @@ def resume(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
                 # A step the run never reached (it was paused as the step before ended) still
                 # owes its wait, counted from now; a fresh attempt of a tried step is due now.
                 delay = None if last else delay_of(workflow, run, definition, at, lambda: outputs_of(run))
-                schedule_attempt(run, workflow, definition, at=at, delay=delay,
-                          signal_id=last.signal_id if last else None)
+                schedule_attempt(
+                    run, workflow, definition, at=at, delay=delay, signal_id=last.signal_id if last else None
+                )
                 run.save(update_fields=["current_step", "updated_at"])
     return _refresh(into, run)
 
@@ -93,8 +94,11 @@ def resume(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
 def _passed_over(run: WorkflowRun, workflow: type[Workflow], definition: StepDefinition) -> bool:
     """Whether a step before ``definition`` in the current list never completed or was skipped in this run."""
     before = [d.name for d in workflow.steps()][: workflow.steps().index(definition.name) or 0]
-    done = set(Step.objects.filter(run=run, status__in=[StepStatus.COMPLETED, StepStatus.SKIPPED],
-                                   step_name__in=before).values_list("step_name", flat=True))
+    done = set(
+        Step.objects.filter(
+            run=run, status__in=[StepStatus.COMPLETED, StepStatus.SKIPPED], step_name__in=before
+        ).values_list("step_name", flat=True)
+    )
     return len(done) < len(before)
 
 
@@ -144,8 +148,15 @@ def skip_step(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None
         name = run.current_step
         if step is not None:
             close_attempt(step, status=StepStatus.SKIPPED, outcome="skipped", at=at)
-        event(run, EventKind.SKIPPED, step=step, at=at, actor=actor, reason=f"skipped by {actor_name(actor)}",
-              step_name=name)
+        event(
+            run,
+            EventKind.SKIPPED,
+            step=step,
+            at=at,
+            actor=actor,
+            reason=f"skipped by {actor_name(actor)}",
+            step_name=name,
+        )
         if name is None:
             finish_run(run, at)
         else:

@@ -28,7 +28,6 @@ TESTING_WORKER = "pgflow.testing"  # the worker name of attempts pgflow.testing 
 OPEN_STEP_VALUES = sorted(s.value for s in OPEN_STEP)
 
 
-
 def now() -> datetime:
     return timezone.now()
 
@@ -57,11 +56,20 @@ def open_attempt(run: WorkflowRun) -> Step | None:
     return Step.objects.select_for_update().filter(run=run, status__in=OPEN_STEP_VALUES).first()
 
 
-def event(run: WorkflowRun, kind: EventKind, /, *, step: Step | None = None, actor: Any = None,
-          at: datetime | None = None, **details: Any) -> Event:
+def event(
+    run: WorkflowRun,
+    kind: EventKind,
+    /,
+    *,
+    step: Step | None = None,
+    actor: Any = None,
+    at: datetime | None = None,
+    **details: Any,
+) -> Event:
     """Write one audit-trail entry; ``details`` must be JSON-serialisable."""
-    return Event.objects.create(run=run, step=step, event=str(kind), actor=actor_name(actor),
-                                details=details, created_at=at or now())
+    return Event.objects.create(
+        run=run, step=step, event=str(kind), actor=actor_name(actor), details=details, created_at=at or now()
+    )
 
 
 def notify(queue: str) -> None:

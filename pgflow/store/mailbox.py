@@ -61,8 +61,14 @@ def _waits_for(run: WorkflowRun, step: Step) -> str | None:
 def _wake_stale(run: WorkflowRun, step: Step, *, at: datetime) -> None:
     """A signal wait whose definition no longer waits: due now, where ``prepare`` runs it as
     the step it is now (or skips / pauses on a removed or unknown step), said in the audit trail."""
-    event(run, EventKind.DEFINITION_CHANGED, step=step, at=at, step_name=step.step_name,
-          change="the step no longer waits for a signal: its waiting attempt runs now")
+    event(
+        run,
+        EventKind.DEFINITION_CHANGED,
+        step=step,
+        at=at,
+        step_name=step.step_name,
+        change="the step no longer waits for a signal: its waiting attempt runs now",
+    )
     wake(step, at=at)
 
 
@@ -81,9 +87,12 @@ def take_signal(run: WorkflowRun, step: Step, definition: StepDefinition, *, at:
     step, else the oldest pending one of its name, consumed now. Under the run lock."""
     if step.signal_id is not None:
         return Signal.objects.get(pk=step.signal_id)
-    pending = (Signal.objects.select_for_update()
-               .filter(run=run, name=definition.wait_for, consumed_at__isnull=True)
-               .order_by("received_at", "id").first())
+    pending = (
+        Signal.objects.select_for_update()
+        .filter(run=run, name=definition.wait_for, consumed_at__isnull=True)
+        .order_by("received_at", "id")
+        .first()
+    )
     if pending is None:
         return None
     pending.consumed_at = at
@@ -103,8 +112,11 @@ def time_out(step_id: int, *, at: datetime) -> bool:
     if run_id is None:
         return False
     with locked(run_id) as run:
-        step = Step.objects.select_for_update().filter(
-            pk=step_id, status=StepStatus.WAITING, deadline_at__lte=at, batch__isnull=True).first()
+        step = (
+            Step.objects.select_for_update()
+            .filter(pk=step_id, status=StepStatus.WAITING, deadline_at__lte=at, batch__isnull=True)
+            .first()
+        )
         if step is None:
             return False  # woken or ended since the sweep looked
         try:
@@ -113,8 +125,10 @@ def time_out(step_id: int, *, at: datetime) -> bool:
             definition = None
         action = definition.on_timeout if definition else "pause"
         name = definition.wait_for if definition else "?"
-        reason = (f"step {step.step_name} waited for signal {name!r} past its deadline "
-                  f"({step.deadline_at:%Y-%m-%d %H:%M:%S %Z})")
+        reason = (
+            f"step {step.step_name} waited for signal {name!r} past its deadline "
+            f"({step.deadline_at:%Y-%m-%d %H:%M:%S %Z})"
+        )
         event(run, EventKind.TIMED_OUT, step=step, at=at, signal=name, action=action)
         apply(run, step, Outcome(kind=_TIMEOUT_OUTCOMES[action]), at=at, reason=reason)
     return True

@@ -25,7 +25,9 @@ def purge_runs(cutoff: datetime, *, batch: int, rounds: int) -> int:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 "SELECT id FROM pgflow_run WHERE status IN ('finished', 'cancelled') AND finished_at < %s "
-                "ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED", [cutoff, batch])
+                "ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED",
+                [cutoff, batch],
+            )
             ids = [row[0] for row in cursor.fetchall()]
             if not ids:
                 break

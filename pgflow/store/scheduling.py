@@ -25,16 +25,30 @@ logger = logging.getLogger("pgflow")
 # --- scheduling ------------------------------------------------------------------------------
 
 
-def schedule_attempt(run: WorkflowRun, workflow: type[Workflow], definition: StepDefinition, *, at: datetime,
-              delay: float | None = None, attempt: int | None = None, signal_id: int | None = None) -> Step:
+def schedule_attempt(
+    run: WorkflowRun,
+    workflow: type[Workflow],
+    definition: StepDefinition,
+    *,
+    at: datetime,
+    delay: float | None = None,
+    attempt: int | None = None,
+    signal_id: int | None = None,
+) -> Step:
     """Insert the run's next open attempt of ``definition``; NOTIFY when it is due now."""
     if attempt is None:
         attempt = Step.objects.filter(run=run, step_name=definition.name).count() + 1
     queue = workflow.queue_for(definition.name)
     due = at + timedelta(seconds=delay) if delay else at
     step = Step.objects.create(
-        run=run, step_name=definition.name, attempt=attempt, queue=queue,
-        priority=workflow.priority_for(definition.name), created_at=at, scheduled_at=due, signal_id=signal_id,
+        run=run,
+        step_name=definition.name,
+        attempt=attempt,
+        queue=queue,
+        priority=workflow.priority_for(definition.name),
+        created_at=at,
+        scheduled_at=due,
+        signal_id=signal_id,
     )
     run.current_step = definition.name
     run.updated_at = at
@@ -86,8 +100,13 @@ class WaitFailed(PgflowError):
         self.step_name = step_name
 
 
-def delay_of(workflow: type[Workflow], run: WorkflowRun, definition: StepDefinition, at: datetime,
-             outputs: Callable[[], dict[str, Any]]) -> float | None:
+def delay_of(
+    workflow: type[Workflow],
+    run: WorkflowRun,
+    definition: StepDefinition,
+    at: datetime,
+    outputs: Callable[[], dict[str, Any]],
+) -> float | None:
     """Seconds until ``definition`` is due (its wait / wait_until), None for at once.
 
     A wait method that fails raises WaitFailed naming the step, so the run can pause with
@@ -99,8 +118,9 @@ def delay_of(workflow: type[Workflow], run: WorkflowRun, definition: StepDefinit
     try:
         return evaluation.delay_seconds(instance, definition, at)
     except Exception as exc:
-        raise WaitFailed(f"the wait of step {definition.name!r} failed: {type(exc).__name__}: {exc}",
-                         step_name=definition.name) from exc
+        raise WaitFailed(
+            f"the wait of step {definition.name!r} failed: {type(exc).__name__}: {exc}", step_name=definition.name
+        ) from exc
 
 
 def next_step(run: WorkflowRun, workflow: type[Workflow], step_name: str) -> StepDefinition | None:
@@ -120,15 +140,19 @@ def definition_changed(run: WorkflowRun, workflow: type[Workflow]) -> bool:
     return bool(run.definition_digest) and run.definition_digest != workflow.definition_digest()
 
 
-def next_by_history(run: WorkflowRun, workflow: type[Workflow], current: str | None, *,
-                     at: datetime) -> StepDefinition | None:
+def next_by_history(
+    run: WorkflowRun, workflow: type[Workflow], current: str | None, *, at: datetime
+) -> StepDefinition | None:
     """On a changed definition the run goes by its own history: the next step is the first
     of the current list it has not completed or skipped, so a reordered or inserted step is
     never passed over silently. Where that differs from the step the order alone gives,
     the audit trail says so."""
     steps = workflow.steps()
-    done = set(Step.objects.filter(run=run, status__in=[StepStatus.COMPLETED, StepStatus.SKIPPED])
-               .values_list("step_name", flat=True))
+    done = set(
+        Step.objects.filter(run=run, status__in=[StepStatus.COMPLETED, StepStatus.SKIPPED]).values_list(
+            "step_name", flat=True
+        )
+    )
     if current is not None:
         done.add(current)
     nxt = next((definition for definition in steps if definition.name not in done), None)
@@ -138,11 +162,18 @@ def next_by_history(run: WorkflowRun, workflow: type[Workflow], current: str | N
         by_order = None
     if current is None or (by_order.name if by_order else None) != (nxt.name if nxt else None):
         not_run = [definition.name for definition in steps if definition.name not in done]
-        event(run, EventKind.DEFINITION_CHANGED, at=at, step_name=current, next_step=nxt.name if nxt else None,
-              by_order=by_order.name if by_order else None, not_run=not_run,
-              change=f"the steps of {run.workflow_class} changed since this run began "
-                     f"(digest {run.definition_digest[:12]} -> {workflow.definition_digest()[:12]}); "
-                     f"it goes on by its own history with {nxt.name if nxt else 'nothing left: it finishes'}")
+        event(
+            run,
+            EventKind.DEFINITION_CHANGED,
+            at=at,
+            step_name=current,
+            next_step=nxt.name if nxt else None,
+            by_order=by_order.name if by_order else None,
+            not_run=not_run,
+            change=f"the steps of {run.workflow_class} changed since this run began "
+            f"(digest {run.definition_digest[:12]} -> {workflow.definition_digest()[:12]}); "
+            f"it goes on by its own history with {nxt.name if nxt else 'nothing left: it finishes'}",
+        )
     return nxt
 
 
@@ -157,8 +188,10 @@ def after_removed(run: WorkflowRun, steps: Any) -> StepDefinition | None:
 
 
 def missing_step_message(run: WorkflowRun, step_name: str) -> str:
-    return (f"step {step_name!r} of run {run.pk} is not defined by {run.workflow_class} any more; "
-            f"declare it in removed_steps to skip it, or restore it")
+    return (
+        f"step {step_name!r} of run {run.pk} is not defined by {run.workflow_class} any more; "
+        f"declare it in removed_steps to skip it, or restore it"
+    )
 
 
 def finish_run(run: WorkflowRun, at: datetime, *, reason: str | None = None, actor: Any = None) -> None:
@@ -181,6 +214,9 @@ def workflow_or_none(run: WorkflowRun) -> type[Workflow] | None:
 
 def outputs_of(run: WorkflowRun) -> dict[str, Any]:
     """``{step_name: output}`` of the run's completed attempts, oldest first."""
-    rows = (Step.objects.filter(run=run, status=StepStatus.COMPLETED)
-            .order_by("created_at", "id").values_list("step_name", "output"))
+    rows = (
+        Step.objects.filter(run=run, status=StepStatus.COMPLETED)
+        .order_by("created_at", "id")
+        .values_list("step_name", "output")
+    )
     return dict(rows)

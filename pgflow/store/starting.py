@@ -27,15 +27,16 @@ logger = logging.getLogger("pgflow")
 # --- starting --------------------------------------------------------------------------------
 
 
-def start_run(workflow: type[Workflow], *, subject: Any = None, input: Any = None,
-              key: str | None = None) -> WorkflowRun:
+def start_run(
+    workflow: type[Workflow], *, subject: Any = None, input: Any = None, key: str | None = None
+) -> WorkflowRun:
     """Create a run and its first attempt in the caller's transaction (see Workflow.start)."""
     payload = _checked_input(input)
     subject_type, subject_id = _checked_subject(subject)
-    if key is not None and (not isinstance(key, str) or not key or len(key) > 255
-                            or jsonvalue.text_problem(key)):
-        raise ValueError(f"key must be a non-empty string of at most 255 characters (no NUL, no lone "
-                         f"surrogate) or None, got {key!r}")
+    if key is not None and (not isinstance(key, str) or not key or len(key) > 255 or jsonvalue.text_problem(key)):
+        raise ValueError(
+            f"key must be a non-empty string of at most 255 characters (no NUL, no lone surrogate) or None, got {key!r}"
+        )
     path = workflow.workflow_path()
     at = now()
     with transaction.atomic():
@@ -46,8 +47,14 @@ def start_run(workflow: type[Workflow], *, subject: Any = None, input: Any = Non
         try:
             with transaction.atomic():  # a savepoint: a racing start with the same key loses cleanly
                 run = WorkflowRun.objects.create(
-                    workflow_class=path, input=payload, key=key, subject_type=subject_type, subject_id=subject_id,
-                    definition_digest=workflow.definition_digest(), created_at=at, updated_at=at,
+                    workflow_class=path,
+                    input=payload,
+                    key=key,
+                    subject_type=subject_type,
+                    subject_id=subject_id,
+                    definition_digest=workflow.definition_digest(),
+                    created_at=at,
+                    updated_at=at,
                     traceparent=observability.run_starting(path),
                 )
         except IntegrityError:

@@ -27,8 +27,9 @@ logger = logging.getLogger("pgflow")
 # --- closing an attempt ----------------------------------------------------------------------
 
 
-def close_attempt(step: Step, *, status: str, outcome: str, at: datetime, output: Any = None,
-           error: dict[str, Any] | None = None) -> None:
+def close_attempt(
+    step: Step, *, status: str, outcome: str, at: datetime, output: Any = None, error: dict[str, Any] | None = None
+) -> None:
     if step.started_at is not None and at < step.started_at:
         # A cancel that read the clock before a racing claim committed (or a clock behind the
         # claimer's): an attempt never ends before it began.
@@ -49,8 +50,17 @@ def close_attempt(step: Step, *, status: str, outcome: str, at: datetime, output
     step.save(update_fields=fields)
 
 
-def apply(run: WorkflowRun, step: Step, outcome: Outcome, *, at: datetime, actor: Any = None,
-          output: Any = None, error: dict[str, Any] | None = None, reason: str = "") -> None:
+def apply(
+    run: WorkflowRun,
+    step: Step,
+    outcome: Outcome,
+    *,
+    at: datetime,
+    actor: Any = None,
+    output: Any = None,
+    error: dict[str, Any] | None = None,
+    reason: str = "",
+) -> None:
     """Close the open attempt ``step`` with ``outcome`` and move the run on. Under ``locked``.
 
     The one place an attempt's end turns into the run's next state, whoever ended it: the
@@ -59,15 +69,23 @@ def apply(run: WorkflowRun, step: Step, outcome: Outcome, *, at: datetime, actor
     if step.status not in OPEN_STEP:
         # Every caller holds the attempt open under the run lock; a second outcome for one
         # attempt is a bug that must not move the run twice.
-        raise InvalidTransition(f"attempt {step.pk} of run {run.pk} is already {step.status}: "
-                                f"it takes no second outcome ({outcome.word})")
+        raise InvalidTransition(
+            f"attempt {step.pk} of run {run.pk} is already {step.status}: it takes no second outcome ({outcome.word})"
+        )
     if error is not None:
         error = jsonvalue.storable(error)  # a message with a NUL or a lone surrogate still records
     status = attempt_status(outcome, failed=error is not None)
     close_attempt(step, status=status, outcome=outcome.word, at=at, output=output, error=error)
     if error is not None:
-        event(run, EventKind.STEP_FAILED, step=step, at=at, actor=actor, error_class=error.get("error_class"),
-              action=outcome.word)
+        event(
+            run,
+            EventKind.STEP_FAILED,
+            step=step,
+            at=at,
+            actor=actor,
+            error_class=error.get("error_class"),
+            action=outcome.word,
+        )
     paused = run.status == RunStatus.PAUSED  # an operator paused it while the body ran
     if outcome.kind == COMPLETE:
         event(run, EventKind.STEP_COMPLETED, step=step, at=at, actor=actor)
@@ -102,13 +120,14 @@ def _advance_or_pause_on_missing(run: WorkflowRun, step: Step, *, at: datetime, 
 
 def _pause_reason(step: Step, error: dict[str, Any] | None) -> str:
     if error:
-        return f"step {step.step_name} #{step.attempt} failed: {error.get('error_class')}: " \
-               f"{(error.get('error_message') or '')[:300]}"
+        return (
+            f"step {step.step_name} #{step.attempt} failed: {error.get('error_class')}: "
+            f"{(error.get('error_message') or '')[:300]}"
+        )
     return f"step {step.step_name} #{step.attempt} paused the run"
 
 
-def pause_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step | None = None,
-               reason: str = "") -> None:
+def pause_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step | None = None, reason: str = "") -> None:
     reason = jsonvalue.storable(reason)
     run.status = RunStatus.PAUSED
     run.paused_reason = reason[:2000]
@@ -117,8 +136,9 @@ def pause_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step |
     event(run, EventKind.PAUSED, step=step, at=at, actor=actor, **({"reason": reason[:500]} if reason else {}))
 
 
-def cancel_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step | None = None,
-                reason: str = "") -> None:
+def cancel_run(
+    run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step | None = None, reason: str = ""
+) -> None:
     reason = jsonvalue.storable(reason)
     run.status = RunStatus.CANCELLED
     run.finished_at = at
@@ -128,9 +148,7 @@ def cancel_run(run: WorkflowRun, at: datetime, *, actor: Any = None, step: Step 
     event(run, EventKind.CANCELLED, step=step, at=at, actor=actor, **({"reason": reason} if reason else {}))
 
 
-
-def park(run: WorkflowRun, step: Step, *, at: datetime, deadline: float | None = None,
-         batch_id: Any = None) -> None:
+def park(run: WorkflowRun, step: Step, *, at: datetime, deadline: float | None = None, batch_id: Any = None) -> None:
     """Park the attempt as ``waiting`` on a signal or a batch. Under ``locked``."""
     step.status = StepStatus.WAITING
     step.claim_token = None

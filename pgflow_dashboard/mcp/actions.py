@@ -20,8 +20,10 @@ from pgflow.signals import NAME_LIMIT, signal
 from .reads import Refused, find_run
 
 # tool name -> (run method, what it does, in words), from core.states.CONTROLS
-CONTROLS: dict[str, tuple[str, str]] = {control.tool: (control.name, control.effect) for control in (
-    RUN_CONTROLS[name] for name in ("pause", "resume", "cancel", "skip_step"))}
+CONTROLS: dict[str, tuple[str, str]] = {
+    control.tool: (control.name, control.effect)
+    for control in (RUN_CONTROLS[name] for name in ("pause", "resume", "cancel", "skip_step"))
+}
 
 
 def control(tool: str, run_id: int, *, actor: str, dry_run: bool) -> dict[str, Any]:
@@ -32,16 +34,27 @@ def control(tool: str, run_id: int, *, actor: str, dry_run: bool) -> dict[str, A
         raise Refused(f"run {run.pk} is {run.status}: {problem}")
     where = f" at step {run.current_step}" if run.current_step else ""
     if dry_run:
-        return {"dry_run": True, "run_id": run.pk, "status": run.status,
-                "would": f"{effect}: run {run.pk} ({run.workflow_name}, {run.status}{where})",
-                "actor": actor, "changed": False}
+        return {
+            "dry_run": True,
+            "run_id": run.pk,
+            "status": run.status,
+            "would": f"{effect}: run {run.pk} ({run.workflow_name}, {run.status}{where})",
+            "actor": actor,
+            "changed": False,
+        }
     try:
         getattr(run, method)(actor=actor)
     except (PgflowError, WorkflowRun.DoesNotExist) as exc:
         raise Refused(f"run {run_id}: {exc}") from exc
     run.refresh_from_db()
-    return {"dry_run": False, "run_id": run.pk, "status": run.status, "current_step": run.current_step,
-            "done": f"{tool.replace('_', ' ')} applied by {actor}", "changed": True}
+    return {
+        "dry_run": False,
+        "run_id": run.pk,
+        "status": run.status,
+        "current_step": run.current_step,
+        "done": f"{tool.replace('_', ' ')} applied by {actor}",
+        "changed": True,
+    }
 
 
 def send_signal(run_id: int, name: str, payload: Any, *, actor: str, dry_run: bool) -> dict[str, Any]:
@@ -55,16 +68,27 @@ def send_signal(run_id: int, name: str, payload: Any, *, actor: str, dry_run: bo
     if run.status not in OPEN_RUN:
         raise Refused(f"run {run.pk} is {run.status}: it takes no more signals (only a running or paused run)")
     if dry_run:
-        return {"dry_run": True, "run_id": run.pk, "status": run.status,
-                "would": f"deliver signal {name!r} to run {run.pk}: {_effect(run, name)}",
-                "actor": actor, "changed": False}
+        return {
+            "dry_run": True,
+            "run_id": run.pk,
+            "status": run.status,
+            "would": f"deliver signal {name!r} to run {run.pk}: {_effect(run, name)}",
+            "actor": actor,
+            "changed": False,
+        }
     try:
         received = signal(run, name, payload, actor=actor)
     except (PgflowError, ValueError, TypeError, WorkflowRun.DoesNotExist) as exc:
         raise Refused(f"run {run_id}: {exc}") from exc
     run.refresh_from_db()
-    return {"dry_run": False, "run_id": run.pk, "status": run.status, "signal_id": received.pk,
-            "done": f"signal {name!r} delivered by {actor}", "changed": True}
+    return {
+        "dry_run": False,
+        "run_id": run.pk,
+        "status": run.status,
+        "signal_id": received.pk,
+        "done": f"signal {name!r} delivered by {actor}",
+        "changed": True,
+    }
 
 
 def _effect(run: WorkflowRun, name: str) -> str:

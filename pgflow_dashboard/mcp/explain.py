@@ -35,16 +35,16 @@ def explain(facts: dict[str, Any], *, now: datetime) -> list[str]:
         if error and error.get("outcome") == "paused":
             sentences.append(f"paused since {since}: {_failure(error)}")
         else:
-            sentences.append(f"paused since {since}" + (f": {facts['paused_reason']}" if facts.get("paused_reason")
-                                                          else ""))
+            sentences.append(
+                f"paused since {since}" + (f": {facts['paused_reason']}" if facts.get("paused_reason") else "")
+            )
         sentences.append("resume_run schedules a fresh attempt of that step; skip_step moves past it")
     else:
         sentences.extend(_running(facts, now))
         if error and error.get("outcome") == OUTCOME_WORDS[REATTEMPT]:
             sentences.append(f"the last attempt {_failure(error)}")
     if facts.get("definition_changed"):
-        sentences.append("its workflow's definition changed since the run started: "
-                         "it may stop on a step that is gone")
+        sentences.append("its workflow's definition changed since the run started: it may stop on a step that is gone")
     return sentences
 
 
@@ -65,8 +65,11 @@ def _failure(error: dict[str, Any]) -> str:
     name = (error.get("error_class") or "an error").rsplit(".", 1)[-1]
     outcome = error.get("outcome") or ""
     policy = POLICY_OF_OUTCOME.get(outcome, outcome or "?")
-    return (f"step {error['step_name']} (attempt {error['attempt']}) failed with {name}"
-            + (f": {text}" if text else "") + f" (policy: {policy})")
+    return (
+        f"step {error['step_name']} (attempt {error['attempt']}) failed with {name}"
+        + (f": {text}" if text else "")
+        + f" (policy: {policy})"
+    )
 
 
 def _running(facts: dict[str, Any], now: datetime) -> list[str]:
@@ -83,19 +86,24 @@ def _running(facts: dict[str, Any], now: datetime) -> list[str]:
         if queue not in live:
             return [f"{queued}: no live worker serves queue {queue!r}"]
         count = live[queue]
-        return [f"{queued} on queue {queue!r}, which {count} live worker{'s' if count != 1 else ''} serve"
-                f"{'' if count != 1 else 's'} (they may be busy)"]
+        return [
+            f"{queued} on queue {queue!r}, which {count} live worker{'s' if count != 1 else ''} serve"
+            f"{'' if count != 1 else 's'} (they may be busy)"
+        ]
     if step["status"] == "in_progress":
-        sentence = (f"step {name} running for {span((now - step['started_at']).total_seconds())}"
-                    f" on worker {step['worker']}")
+        sentence = (
+            f"step {name} running for {span((now - step['started_at']).total_seconds())} on worker {step['worker']}"
+        )
         lease = step.get("lease_expires_at")
         if lease is not None and lease < now:
             sentence += f", whose lease ran out at {_at(lease, now)} (the sweep runs it again)"
         return [sentence]
     if step.get("batch"):
         batch = step["batch"]
-        return [f"step {name} waits for its fan-out batch: {batch['succeeded']} of {batch['total']} succeeded, "
-                f"{batch['failed']} failed"]
+        return [
+            f"step {name} waits for its fan-out batch: {batch['succeeded']} of {batch['total']} succeeded, "
+            f"{batch['failed']} failed"
+        ]
     signal = step.get("wait_for")
     since = _at(step.get("waiting_since") or step["created_at"], now)
     sentence = f"waiting for signal {signal!r} since {since}" if signal else f"step {name} waiting since {since}"

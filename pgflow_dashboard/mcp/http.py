@@ -58,11 +58,18 @@ def _scope(request: HttpRequest) -> dict[str, Any]:
     host = request.get_host()
     server_name, _, port = host.partition(":")
     return {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
-        "scheme": request.scheme, "path": request.path, "raw_path": request.path.encode(),
-        "query_string": request.META.get("QUERY_STRING", "").encode(), "root_path": "",
-        "headers": [(name.lower().encode("latin-1"), value.encode("latin-1"))
-                    for name, value in request.headers.items()],
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": request.method,
+        "scheme": request.scheme,
+        "path": request.path,
+        "raw_path": request.path.encode(),
+        "query_string": request.META.get("QUERY_STRING", "").encode(),
+        "root_path": "",
+        "headers": [
+            (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in request.headers.items()
+        ],
         "server": (server_name, int(port) if port.isdigit() else 80),
         "client": (request.META.get("REMOTE_ADDR", ""), 0),
     }

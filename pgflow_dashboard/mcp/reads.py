@@ -65,23 +65,39 @@ def workers(*, now: datetime) -> dict[str, Any]:
     lease = timedelta(seconds=pgflow_settings.seconds("LEASE"))
     rows = []
     for worker in Worker.objects.order_by("-heartbeat_at", "name")[:500]:
-        rows.append({
-            "name": worker.name, "host": worker.host, "pid": worker.pid, "queues": worker.queues,
-            "concurrency": worker.concurrency, "version": worker.version, "started_at": worker.started_at,
-            "heartbeat_at": worker.heartbeat_at, "live": worker.heartbeat_at >= now - lease,
-            "steps_run": worker.steps_run, "steps_in_progress": worker.steps_in_progress,
-        })
+        rows.append(
+            {
+                "name": worker.name,
+                "host": worker.host,
+                "pid": worker.pid,
+                "queues": worker.queues,
+                "concurrency": worker.concurrency,
+                "version": worker.version,
+                "started_at": worker.started_at,
+                "heartbeat_at": worker.heartbeat_at,
+                "live": worker.heartbeat_at >= now - lease,
+                "steps_run": worker.steps_run,
+                "steps_in_progress": worker.steps_in_progress,
+            }
+        )
     live = [row for row in rows if row["live"]]
-    return {"live": len(live), "gone": len(rows) - len(live), "lease_seconds": lease.total_seconds(),
-            "workers": rows}
+    return {"live": len(live), "gone": len(rows) - len(live), "lease_seconds": lease.total_seconds(), "workers": rows}
 
 
 # --- search_runs ----------------------------------------------------------------------------------
 
 
-def search_runs(*, status: str | None = None, workflow: str | None = None, key: str | None = None,
-                subject: str | None = None, error_class: str | None = None, started_after: str | None = None,
-                started_before: str | None = None, limit: int = DEFAULT_SEARCH) -> dict[str, Any]:
+def search_runs(
+    *,
+    status: str | None = None,
+    workflow: str | None = None,
+    key: str | None = None,
+    subject: str | None = None,
+    error_class: str | None = None,
+    started_after: str | None = None,
+    started_before: str | None = None,
+    limit: int = DEFAULT_SEARCH,
+) -> dict[str, Any]:
     if not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH:
         raise Refused(f"limit must be a whole number from 1 to {MAX_SEARCH}, got {limit!r}")
     runs: QuerySet[WorkflowRun] = WorkflowRun.objects.all()
@@ -98,7 +114,8 @@ def search_runs(*, status: str | None = None, workflow: str | None = None, key: 
         runs = _by_subject(runs, subject)
     if error_class:
         failed = Step.objects.filter(run=OuterRef("pk"), status="failed").filter(
-            Q(error_class=error_class) | Q(error_class__endswith=f".{error_class}"))
+            Q(error_class=error_class) | Q(error_class__endswith=f".{error_class}")
+        )
         runs = runs.filter(Exists(failed))
     if started_after:
         runs = runs.filter(created_at__gte=_moment("started_after", started_after))
@@ -128,9 +145,15 @@ def _moment(name: str, value: str) -> datetime:
 
 def _run_row(run: WorkflowRun) -> dict[str, Any]:
     return {
-        "run_id": run.pk, "workflow_class": run.workflow_class, "status": run.status,
-        "current_step": run.current_step, "key": run.key, "subject": _subject_label(run),
-        "created_at": run.created_at, "updated_at": run.updated_at, "finished_at": run.finished_at,
+        "run_id": run.pk,
+        "workflow_class": run.workflow_class,
+        "status": run.status,
+        "current_step": run.current_step,
+        "key": run.key,
+        "subject": _subject_label(run),
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+        "finished_at": run.finished_at,
         "paused_reason": run.paused_reason or None,
     }
 
@@ -157,35 +180,81 @@ def get_run(run_id: int, *, now: datetime) -> dict[str, Any]:
     steps, total = runpage.latest_steps(run, runpage.STEP_FIELDS, limit=MAX_RUN_ATTEMPTS)
     attempts = []
     for step in steps:
-        attempts.append({
-            **{key: step[key] for key in ("step_name", "attempt", "status", "outcome", "queue", "priority",
-                                          "created_at", "scheduled_at", "started_at", "finished_at",
-                                          "waiting_since", "deadline_at", "worker", "output", "batch_id")},
-            "durations": timeline.durations(step, now=now),
-            "segments": timeline.segments(step, now=now),
-            "error": _error(step),
-        })
-    events = list(Event.objects.filter(run=run).order_by("-created_at", "-id")
-                  .values("event", "actor", "details", "created_at", "step_id")[:MAX_RUN_EVENTS])
+        attempts.append(
+            {
+                **{
+                    key: step[key]
+                    for key in (
+                        "step_name",
+                        "attempt",
+                        "status",
+                        "outcome",
+                        "queue",
+                        "priority",
+                        "created_at",
+                        "scheduled_at",
+                        "started_at",
+                        "finished_at",
+                        "waiting_since",
+                        "deadline_at",
+                        "worker",
+                        "output",
+                        "batch_id",
+                    )
+                },
+                "durations": timeline.durations(step, now=now),
+                "segments": timeline.segments(step, now=now),
+                "error": _error(step),
+            }
+        )
+    events = list(
+        Event.objects.filter(run=run)
+        .order_by("-created_at", "-id")
+        .values("event", "actor", "details", "created_at", "step_id")[:MAX_RUN_EVENTS]
+    )
     events.reverse()
     signals = Signal.objects.filter(run=run).order_by("-received_at", "-id")[:MAX_RUN_SIGNALS]
     batches = Batch.objects.filter(run=run).order_by("-created_at")[:MAX_RUN_BATCHES]
     definition = runpage.definition(run)
     return {
-        "run": {**_run_row(run), "input": run.input, "definition_digest": run.definition_digest,
-                "definition_changed": definition.changed, "definition_problem": definition.problem},
+        "run": {
+            **_run_row(run),
+            "input": run.input,
+            "definition_digest": run.definition_digest,
+            "definition_changed": definition.changed,
+            "definition_problem": definition.problem,
+        },
         "attempts_total": total,
         "attempts": attempts,
         "paused_periods": timeline.paused_periods(
-            Event.objects.filter(run=run, event__in=runpage.PAUSE_EVENTS).order_by("created_at", "id")
-            .values("event", "created_at"), status=run.status, now=now),
-        "errors": [attempt["error"] | {"step_name": attempt["step_name"], "attempt": attempt["attempt"]}
-                   for attempt in attempts if attempt["error"]],
-        "signals": [{"name": s.name, "payload": s.payload, "received_at": s.received_at,
-                     "consumed_at": s.consumed_at} for s in signals],
-        "batches": [{"id": b.pk, "description": b.description, "status": b.status, "total": b.total,
-                     "succeeded": b.succeeded, "failed": b.failed, "created_at": b.created_at,
-                     "finished_at": b.finished_at} for b in batches],
+            Event.objects.filter(run=run, event__in=runpage.PAUSE_EVENTS)
+            .order_by("created_at", "id")
+            .values("event", "created_at"),
+            status=run.status,
+            now=now,
+        ),
+        "errors": [
+            attempt["error"] | {"step_name": attempt["step_name"], "attempt": attempt["attempt"]}
+            for attempt in attempts
+            if attempt["error"]
+        ],
+        "signals": [
+            {"name": s.name, "payload": s.payload, "received_at": s.received_at, "consumed_at": s.consumed_at}
+            for s in signals
+        ],
+        "batches": [
+            {
+                "id": b.pk,
+                "description": b.description,
+                "status": b.status,
+                "total": b.total,
+                "succeeded": b.succeeded,
+                "failed": b.failed,
+                "created_at": b.created_at,
+                "finished_at": b.finished_at,
+            }
+            for b in batches
+        ],
         "events": events,
     }
 
@@ -193,9 +262,13 @@ def get_run(run_id: int, *, now: datetime) -> dict[str, Any]:
 def _error(step: dict[str, Any]) -> dict[str, Any] | None:
     if not step["error_class"]:
         return None
-    return {"error_class": step["error_class"], "error_message": step["error_message"],
-            "error_backtrace": step["error_backtrace"], "error_causes": step["error_causes"] or [],
-            "outcome": step["outcome"]}
+    return {
+        "error_class": step["error_class"],
+        "error_message": step["error_message"],
+        "error_backtrace": step["error_backtrace"],
+        "error_causes": step["error_causes"] or [],
+        "outcome": step["outcome"],
+    }
 
 
 def explain_facts(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
@@ -211,11 +284,13 @@ def explain_facts(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
     last_error = None
     if failed:
         latest = failed[-1]
-        later = steps[steps.index(latest) + 1:]
-        if not later or (latest["outcome"] == "reattempted"
-                         and all(step["step_name"] == latest["step_name"] for step in later)):
-            last_error = {key: latest[key] for key in ("step_name", "attempt", "error_class", "error_message",
-                                                       "outcome")}
+        later = steps[steps.index(latest) + 1 :]
+        if not later or (
+            latest["outcome"] == "reattempted" and all(step["step_name"] == latest["step_name"] for step in later)
+        ):
+            last_error = {
+                key: latest[key] for key in ("step_name", "attempt", "error_class", "error_message", "outcome")
+            }
     open_step = next((step for step in reversed(steps) if step["status"] in timeline.OPEN), None)
     if open_step is not None:
         open_step = dict(open_step)
@@ -227,12 +302,23 @@ def explain_facts(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
     for queues in Worker.objects.live(now).values_list("queues", flat=True):
         for queue in queues or []:
             live_queues[queue] = live_queues.get(queue, 0) + 1
-    end = (Event.objects.filter(run=run, event__in=sorted(RUN_ENDS)).order_by("-created_at", "-id")
-           .values_list("details", flat=True).first()) or {}
+    end = (
+        Event.objects.filter(run=run, event__in=sorted(RUN_ENDS))
+        .order_by("-created_at", "-id")
+        .values_list("details", flat=True)
+        .first()
+    ) or {}
     return {
-        "status": run.status, "created_at": run.created_at, "finished_at": run.finished_at,
-        "paused_at": run.updated_at, "paused_reason": run.paused_reason, "end_reason": end.get("reason"),
-        "phases": phases, "last_error": last_error, "open_step": open_step, "live_queues": live_queues,
+        "status": run.status,
+        "created_at": run.created_at,
+        "finished_at": run.finished_at,
+        "paused_at": run.updated_at,
+        "paused_reason": run.paused_reason,
+        "end_reason": end.get("reason"),
+        "phases": phases,
+        "last_error": last_error,
+        "open_step": open_step,
+        "live_queues": live_queues,
         "definition_changed": runpage.definition(run).changed,
     }
 

@@ -26,8 +26,10 @@ def _norm(key: str) -> str:
 
 def _walk(value: Any, needles: tuple[str, ...]) -> Any:
     if isinstance(value, dict):
-        return {key: MASK if isinstance(key, str) and any(n in _norm(key) for n in needles) else _walk(item, needles)
-                for key, item in value.items()}
+        return {
+            key: MASK if isinstance(key, str) and any(n in _norm(key) for n in needles) else _walk(item, needles)
+            for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
         return [_walk(item, needles) for item in value]
     return value

@@ -65,17 +65,35 @@ def build(principal: Principal) -> MCPServer:
         return await call(ctx, VIEW, lambda _actor: reads.stuck(now=timezone.now()))
 
     @server.tool()
-    async def search_runs(ctx: Context, status: str | None = None, workflow: str | None = None,
-                          key: str | None = None, subject: str | None = None, error_class: str | None = None,
-                          started_after: str | None = None, started_before: str | None = None,
-                          limit: int = reads.DEFAULT_SEARCH) -> dict[str, Any]:
+    async def search_runs(
+        ctx: Context,
+        status: str | None = None,
+        workflow: str | None = None,
+        key: str | None = None,
+        subject: str | None = None,
+        error_class: str | None = None,
+        started_after: str | None = None,
+        started_before: str | None = None,
+        limit: int = reads.DEFAULT_SEARCH,
+    ) -> dict[str, Any]:
         """Runs matching every filter given, newest first, at most `limit` (1 to 200).
         status: running, paused, finished or cancelled. workflow: the class name or dotted path.
         key: the idempotency key. subject: 'app_label.model:id' or an id. error_class: runs with an attempt
         that failed with it (name or dotted path). started_after / started_before: ISO 8601 date-times."""
-        return await call(ctx, VIEW, lambda _actor: reads.search_runs(
-            status=status, workflow=workflow, key=key, subject=subject, error_class=error_class,
-            started_after=started_after, started_before=started_before, limit=limit))
+        return await call(
+            ctx,
+            VIEW,
+            lambda _actor: reads.search_runs(
+                status=status,
+                workflow=workflow,
+                key=key,
+                subject=subject,
+                error_class=error_class,
+                started_after=started_after,
+                started_before=started_before,
+                limit=limit,
+            ),
+        )
 
     @server.tool()
     async def get_run(ctx: Context, run_id: int) -> dict[str, Any]:
@@ -100,20 +118,27 @@ def build(principal: Principal) -> MCPServer:
         async def control(ctx: Context, run_id: int, dry_run: bool = True) -> dict[str, Any]:
             return await call(ctx, CHANGE, lambda actor: actions.control(tool, run_id, actor=actor, dry_run=dry_run))
 
-        server.add_tool(control, name=tool, description=(
-            f"{effect[0].upper()}{effect[1:]}. dry_run (default true) only says what would happen; "
-            "pass dry_run=false to act. Recorded in the run's audit trail with you as the actor."))
+        server.add_tool(
+            control,
+            name=tool,
+            description=(
+                f"{effect[0].upper()}{effect[1:]}. dry_run (default true) only says what would happen; "
+                "pass dry_run=false to act. Recorded in the run's audit trail with you as the actor."
+            ),
+        )
 
     for tool in actions.CONTROLS:
         control_tool(tool)
 
     @server.tool()
-    async def send_signal(ctx: Context, run_id: int, name: str, payload: Any = None,
-                          dry_run: bool = True) -> dict[str, Any]:
+    async def send_signal(
+        ctx: Context, run_id: int, name: str, payload: Any = None, dry_run: bool = True
+    ) -> dict[str, Any]:
         """Deliver the signal `name` (with a JSON payload) to a running or paused run: it wakes the step waiting
         for it, or is kept until one does. dry_run (default true) only says what would happen."""
-        return await call(ctx, CHANGE, lambda actor: actions.send_signal(
-            run_id, name, payload, actor=actor, dry_run=dry_run))
+        return await call(
+            ctx, CHANGE, lambda actor: actions.send_signal(run_id, name, payload, actor=actor, dry_run=dry_run)
+        )
 
     return server
 

@@ -31,8 +31,9 @@ def new_secret() -> str:
 def issue(user: Any, name: str, *, at: datetime | None = None) -> tuple[AccessToken, str]:
     """A new token for ``user``; returns it and its secret (the only time the secret exists)."""
     secret = new_secret()
-    token = AccessToken.objects.create(user=user, name=name, digest=digest(secret), prefix=secret[:12],
-                                       created_at=at or timezone.now())
+    token = AccessToken.objects.create(
+        user=user, name=name, digest=digest(secret), prefix=secret[:12], created_at=at or timezone.now()
+    )
     return token, secret
 
 
@@ -40,8 +41,7 @@ def authenticate(secret: str, *, at: datetime | None = None) -> AccessToken | No
     """The live token with this secret whose user is active, or None (nothing says which part failed)."""
     if not secret.startswith(PREFIX):
         return None
-    token = (AccessToken.objects.select_related("user")
-             .filter(digest=digest(secret), revoked_at__isnull=True).first())
+    token = AccessToken.objects.select_related("user").filter(digest=digest(secret), revoked_at__isnull=True).first()
     if token is None or not token.user.is_active:
         return None
     at = at or timezone.now()

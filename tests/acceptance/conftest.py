@@ -63,8 +63,13 @@ def start_worker(transactional_db: None, tmp_path: Path, marks: Path) -> Iterato
             **(env or {}),
         }
         with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "manage.py", "pgflow_worker", *args], cwd=ROOT, env=full_env,
-                                    stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "pgflow_worker", *args],
+                cwd=ROOT,
+                env=full_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         worker = WorkerProcess(proc, log)
         started.append(worker)
         return worker

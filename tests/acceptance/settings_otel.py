@@ -19,16 +19,26 @@ class FileExporter(SpanExporter):
     def export(self, spans):  # type: ignore[no-untyped-def]
         with open(self.path, "a") as out:
             for span in spans:
-                out.write(json.dumps({
-                    "name": span.name, "trace_id": f"{span.context.trace_id:032x}",
-                    "span_id": f"{span.context.span_id:016x}",
-                    "parent_id": f"{span.parent.span_id:016x}" if span.parent else None,
-                    "attributes": dict(span.attributes or {}),
-                    "events": [{"name": event.name, "attributes": dict(event.attributes or {})}
-                               for event in span.events],
-                    "links": [f"{link.context.trace_id:032x}" for link in span.links],
-                    "status": span.status.status_code.name, "start": span.start_time, "end": span.end_time,
-                }) + "\n")
+                out.write(
+                    json.dumps(
+                        {
+                            "name": span.name,
+                            "trace_id": f"{span.context.trace_id:032x}",
+                            "span_id": f"{span.context.span_id:016x}",
+                            "parent_id": f"{span.parent.span_id:016x}" if span.parent else None,
+                            "attributes": dict(span.attributes or {}),
+                            "events": [
+                                {"name": event.name, "attributes": dict(event.attributes or {})}
+                                for event in span.events
+                            ],
+                            "links": [f"{link.context.trace_id:032x}" for link in span.links],
+                            "status": span.status.status_code.name,
+                            "start": span.start_time,
+                            "end": span.end_time,
+                        }
+                    )
+                    + "\n"
+                )
         return SpanExportResult.SUCCESS
 
 

@@ -53,8 +53,14 @@ def test_workers_ride_out_a_database_restart(capsys):
     try:
         url = pgcluster.ensure(data)
         port = int(url.rsplit(":", 1)[1].split("/")[0])
-        env = {**os.environ, "DATABASE_URL": url, "PGFLOW_LEASE_SECONDS": "30", "PGFLOW_POLL_SECONDS": "0.5",
-               "PGFLOW_SWEEP_SECONDS": "1", "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "PGFLOW_LEASE_SECONDS": "30",
+            "PGFLOW_POLL_SECONDS": "0.5",
+            "PGFLOW_SWEEP_SECONDS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
         env.pop("PGFLOW_TEST_DB_NAME", None)
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
@@ -62,8 +68,15 @@ def test_workers_ride_out_a_database_restart(capsys):
         subprocess.run([*manage, "shell", "-c", START_RUNS.format(count=runs)], cwd=ROOT, env=env, check=True)
         for log in logs:
             with log.open("wb") as out:
-                workers.append(subprocess.Popen([*manage, "pgflow_worker", "--concurrency", "4"], cwd=ROOT, env=env,
-                                                stdout=out, stderr=subprocess.STDOUT))
+                workers.append(
+                    subprocess.Popen(
+                        [*manage, "pgflow_worker", "--concurrency", "4"],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
         deadline = time.monotonic() + 60
         while finished(url) < 30 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -78,17 +91,22 @@ def test_workers_ride_out_a_database_restart(capsys):
             time.sleep(0.2)
         assert finished(url) == runs
         with psycopg.connect(url.replace("postgres://", "postgresql://")) as conn:
-            open_steps = conn.execute("SELECT count(*) FROM pgflow_step "
-                                      "WHERE status IN ('scheduled', 'waiting', 'in_progress')").fetchone()[0]
+            open_steps = conn.execute(
+                "SELECT count(*) FROM pgflow_step WHERE status IN ('scheduled', 'waiting', 'in_progress')"
+            ).fetchone()[0]
             doubles = conn.execute(
                 "SELECT count(*) FROM (SELECT run_id, step_name FROM pgflow_step WHERE status = 'completed' "
-                "GROUP BY 1, 2 HAVING count(*) > 1) d").fetchone()[0]
+                "GROUP BY 1, 2 HAVING count(*) > 1) d"
+            ).fetchone()[0]
             # this cluster is not the suite's database: the checker reads it through psycopg
             found = violations(
                 rows(conn, "SELECT id, status, finished_at FROM pgflow_run"),
-                rows(conn, "SELECT id, run_id, step_name, attempt, status, outcome, created_at, finished_at "
-                           "FROM pgflow_step"),
-                rows(conn, "SELECT id, run_id, step_id, event, created_at FROM pgflow_event"))
+                rows(
+                    conn,
+                    "SELECT id, run_id, step_name, attempt, status, outcome, created_at, finished_at FROM pgflow_step",
+                ),
+                rows(conn, "SELECT id, run_id, step_id, event, created_at FROM pgflow_event"),
+            )
         assert open_steps == 0
         assert doubles == 0
         assert found == [], found[:20]
@@ -99,8 +117,10 @@ def test_workers_ride_out_a_database_restart(capsys):
         assert "database unavailable" in output
         assert "database back after" in output
         with capsys.disabled():
-            print(f"\n[reliability] database restart: {runs} runs, PostgreSQL down 5 s after {before} finished: "
-                  f"all {runs} finished, 0 steps completed twice, workers reconnected without a restart")
+            print(
+                f"\n[reliability] database restart: {runs} runs, PostgreSQL down 5 s after {before} finished: "
+                f"all {runs} finished, 0 steps completed twice, workers reconnected without a restart"
+            )
     finally:
         for worker in workers:
             if worker.poll() is None:

@@ -33,12 +33,20 @@ def bare_database(transactional_db: None) -> Iterator[str]:
         admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
-def manage(database: str, *args: str, settings: str = "example_project.settings",
-           timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PGFLOW_TEST_DB_NAME": database, "DJANGO_SETTINGS_MODULE": settings,
-           "PGFLOW_SWEEP_SECONDS": "0.3", "PGFLOW_POLL_SECONDS": "0.5", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+def manage(
+    database: str, *args: str, settings: str = "example_project.settings", timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PGFLOW_TEST_DB_NAME": database,
+        "DJANGO_SETTINGS_MODULE": settings,
+        "PGFLOW_SWEEP_SECONDS": "0.3",
+        "PGFLOW_POLL_SECONDS": "0.5",
+        "PYTHONUNBUFFERED": "1",
+    }
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def query(database: str, sql: str) -> list[tuple[object, ...]]:
@@ -68,14 +76,25 @@ def test_a_worker_on_an_unapplied_pgflow_migration_names_it(bare_database: str) 
 
 def test_without_django_q_the_worker_runs_cleanly_and_names_a_class_that_does_not_import(bare_database: str) -> None:
     assert manage(bare_database, "migrate", settings=WITHOUT_DJANGO_Q).returncode == 0
-    start = ("from tests.workflows import ThreeSteps; ThreeSteps.start(); "
-             "ThreeSteps.start(key='gone')")
+    start = "from tests.workflows import ThreeSteps; ThreeSteps.start(); ThreeSteps.start(key='gone')"
     assert manage(bare_database, "shell", "-c", start, settings=WITHOUT_DJANGO_Q).returncode == 0
     query(bare_database, "UPDATE pgflow_run SET workflow_class = 'orders.flows.Checkout' WHERE key = 'gone'")
-    env = {**os.environ, "PGFLOW_TEST_DB_NAME": bare_database, "DJANGO_SETTINGS_MODULE": WITHOUT_DJANGO_Q,
-           "PGFLOW_SWEEP_SECONDS": "0.3", "PGFLOW_POLL_SECONDS": "0.5", "PYTHONUNBUFFERED": "1"}
-    worker = subprocess.Popen([sys.executable, "manage.py", "pgflow_worker"], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "PGFLOW_TEST_DB_NAME": bare_database,
+        "DJANGO_SETTINGS_MODULE": WITHOUT_DJANGO_Q,
+        "PGFLOW_SWEEP_SECONDS": "0.3",
+        "PGFLOW_POLL_SECONDS": "0.5",
+        "PYTHONUNBUFFERED": "1",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "pgflow_worker"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -37,8 +37,12 @@ SECRET_INPUT = {"plan": "pro", "card": "4242 4242 4242 4242", "profile": {"passw
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "DATABASE_URL": os.environ["DATABASE_URL"],
-            "PGFLOW_TEST_DB_NAME": connection.settings_dict["NAME"], "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        "DATABASE_URL": os.environ["DATABASE_URL"],
+        "PGFLOW_TEST_DB_NAME": connection.settings_dict["NAME"],
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _user(name: str, *perms: str, active: bool = True) -> User:
@@ -59,8 +63,9 @@ def users(transactional_db: None) -> dict[str, User]:
 
 def stdio(username: str, session: Callable[[Client], Any]) -> Any:
     """Run ``session(client)`` against ``manage.py pgflow_mcp --user username``."""
-    params = StdioServerParameters(command=sys.executable, args=["manage.py", "pgflow_mcp", "--user", username],
-                                   cwd=str(ROOT), env=_env())
+    params = StdioServerParameters(
+        command=sys.executable, args=["manage.py", "pgflow_mcp", "--user", username], cwd=str(ROOT), env=_env()
+    )
 
     async def main() -> Any:
         async with Client(params, client_info=Implementation(name=AGENT, version="1")) as client:
@@ -84,8 +89,15 @@ def error(result: Any) -> str:
 
 def test_stdio_refuses_a_missing_or_inactive_user(users):
     for name, expected in (("ghost", "no user named 'ghost'"), ("gone", "user 'gone' is inactive")):
-        done = subprocess.run([sys.executable, "manage.py", "pgflow_mcp", "--user", name], cwd=ROOT, env=_env(),
-                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [sys.executable, "manage.py", "pgflow_mcp", "--user", name],
+            cwd=ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
         assert done.returncode != 0
         assert expected in done.stderr
 
@@ -113,21 +125,37 @@ def test_stdio_read_tools_answer_with_secrets_masked(users):
         }
 
     got = stdio("viewer", session)
-    assert got["names"] == {"insights", "stuck", "search_runs", "get_run", "explain_run", "workers", "pause_run",
-                            "resume_run", "cancel_run", "skip_step", "send_signal"}
+    assert got["names"] == {
+        "insights",
+        "stuck",
+        "search_runs",
+        "get_run",
+        "explain_run",
+        "workers",
+        "pause_run",
+        "resume_run",
+        "cancel_run",
+        "skip_step",
+        "send_signal",
+    }
     assert "unknown window '2h'" in error(got["bad_window"])
     assert "1h, 24h, 7d, 30d" in error(got["bad_window"])
     figures = answer(got["insights"])
     assert set(figures) == set(insights.compute(WorkflowWindow.parse("24h", retention=None, now=timezone.now())))
     assert {row["workflow_class"] for row in figures["workflows"]} == {
-        "tests.workflows.WaitsForPayment", "tests.workflows.Failing"}
+        "tests.workflows.WaitsForPayment",
+        "tests.workflows.Failing",
+    }
     assert [run["run_id"] for run in answer(got["search"])["runs"]] == [paused.pk]
     assert [run["run_id"] for run in answer(got["by_key"])["runs"]] == [paused.pk]
     assert "limit must be a whole number from 1 to 200" in error(got["too_many"])
 
     run = answer(got["run"])
-    assert run["run"]["input"] == {"plan": "pro", "card": "[redacted]",
-                                   "profile": {"password": "[redacted]", "name": "Ada"}}
+    assert run["run"]["input"] == {
+        "plan": "pro",
+        "card": "[redacted]",
+        "profile": {"password": "[redacted]", "name": "Ada"},
+    }
     assert run["signals"][0]["payload"] == {"api_key": "[redacted]", "ok": True}
     assert [(a["step_name"], a["status"]) for a in run["attempts"]] == [("order", "completed"), ("charge", "waiting")]
     assert set(run["attempts"][1]["durations"]) == {"waited", "queued", "ran", "waiting"}
@@ -164,9 +192,10 @@ def test_stdio_actions_dry_run_first_then_act_as_the_agent_for_the_user(users):
             "pause": await client.call_tool("pause_run", {"run_id": run.pk, "dry_run": False}),
             "dry_signal": await client.call_tool("send_signal", {"run_id": run.pk, "name": "payment"}),
             "resume": await client.call_tool("resume_run", {"run_id": run.pk, "dry_run": False}),
-            "signal": await client.call_tool("send_signal", {"run_id": run.pk, "name": "payment",
-                                                             "payload": {"token": "t0k", "amount": 5},
-                                                             "dry_run": False}),
+            "signal": await client.call_tool(
+                "send_signal",
+                {"run_id": run.pk, "name": "payment", "payload": {"token": "t0k", "amount": 5}, "dry_run": False},
+            ),
             "missing": await client.call_tool("cancel_run", {"run_id": 10**9, "dry_run": False}),
         }
 
@@ -183,8 +212,8 @@ def test_stdio_actions_dry_run_first_then_act_as_the_agent_for_the_user(users):
 
     actor = f"agent:{AGENT} for user:operator"
     events = list(Event.objects.filter(run=run).order_by("created_at", "id").values_list("event", "actor"))
-    assert [kind for kind, _ in events[:len(events_before)]] == events_before  # the dry runs wrote nothing
-    assert events[len(events_before):] == [("paused", actor), ("resumed", actor), ("signal_received", actor)]
+    assert [kind for kind, _ in events[: len(events_before)]] == events_before  # the dry runs wrote nothing
+    assert events[len(events_before) :] == [("paused", actor), ("resumed", actor), ("signal_received", actor)]
     run.refresh_from_db()
     assert run.status == "running"
     assert run.step_set.get(step_name="charge", status="scheduled")  # woken by the signal
@@ -194,8 +223,10 @@ def test_stdio_permissions_are_the_users(users):
     run = run_workflow(wf.Failing.start())
 
     async def session(client: Client) -> dict[str, Any]:
-        return {"search": await client.call_tool("search_runs", {}),
-                "resume": await client.call_tool("resume_run", {"run_id": run.pk, "dry_run": False})}
+        return {
+            "search": await client.call_tool("search_runs", {}),
+            "resume": await client.call_tool("resume_run", {"run_id": run.pk, "dry_run": False}),
+        }
 
     viewer = stdio("viewer", session)
     assert answer(viewer["search"])["count"] == 1
@@ -220,8 +251,13 @@ def http_server(users: dict[str, User], tmp_path: Path) -> Iterator[str]:
     port = _free_port()
     log = tmp_path / "runserver.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-                                cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            env=_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}/mcp/"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -242,8 +278,7 @@ def http(url: str, secret: str, session: Callable[[Client], Any], *, mode: str =
             from mcp.client.streamable_http import streamable_http_client
 
             transport = streamable_http_client(url, http_client=http_client)
-            async with Client(transport, client_info=Implementation(name=AGENT, version="1"),
-                              mode=mode) as client:  # type: ignore[arg-type]
+            async with Client(transport, client_info=Implementation(name=AGENT, version="1"), mode=mode) as client:  # type: ignore[arg-type]
                 return await session(client)
 
     return anyio.run(main)
@@ -254,8 +289,13 @@ def test_http_without_a_valid_token_is_401_and_says_nothing(http_server, users):
     AccessToken.objects.filter(pk=token.pk).update(revoked_at=token.created_at)
     _, inactive = tokens.issue(users["gone"], "inactive user")
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    for headers in ({}, {"Authorization": "Bearer pgflow_wrong"}, {"Authorization": "Basic abc"},
-                    {"Authorization": f"Bearer {secret}"}, {"Authorization": f"Bearer {inactive}"}):
+    for headers in (
+        {},
+        {"Authorization": "Bearer pgflow_wrong"},
+        {"Authorization": "Basic abc"},
+        {"Authorization": f"Bearer {secret}"},
+        {"Authorization": f"Bearer {inactive}"},
+    ):
         response = httpx2.post(http_server, json=body, headers=headers, timeout=30)
         assert response.status_code == 401, headers
         assert response.content == b""
@@ -268,9 +308,11 @@ def test_http_tools_act_as_the_tokens_user(http_server, users):
     assert token.last_used_at is None and secret not in {token.digest, token.prefix}
 
     async def session(client: Client) -> dict[str, Any]:
-        return {"run": await client.call_tool("get_run", {"run_id": run.pk}),
-                "dry": await client.call_tool("cancel_run", {"run_id": run.pk}),
-                "skip": await client.call_tool("skip_step", {"run_id": run.pk, "dry_run": False})}
+        return {
+            "run": await client.call_tool("get_run", {"run_id": run.pk}),
+            "dry": await client.call_tool("cancel_run", {"run_id": run.pk}),
+            "skip": await client.call_tool("skip_step", {"run_id": run.pk, "dry_run": False}),
+        }
 
     got = http(http_server, secret, session)
     assert answer(got["run"])["run"]["input"] == {"secret": "[redacted]", "n": 1}
@@ -282,7 +324,11 @@ def test_http_tools_act_as_the_tokens_user(http_server, users):
     assert token.last_used_at is not None
 
     other = run_workflow(wf.Failing.start())
-    denied = http(http_server, viewer_secret, lambda client: client.call_tool(
-        "cancel_run", {"run_id": other.pk, "dry_run": False}), mode="legacy")
+    denied = http(
+        http_server,
+        viewer_secret,
+        lambda client: client.call_tool("cancel_run", {"run_id": other.pk, "dry_run": False}),
+        mode="legacy",
+    )
     assert "lacks the pgflow.change_workflowrun permission" in error(denied)
     assert WorkflowRun.objects.get(pk=other.pk).status == "paused"

@@ -51,14 +51,22 @@ def test_the_spans_of_a_three_step_run_share_the_trace_its_request_began(start_w
 
     spans_file = tmp_path / "spans.jsonl"
     start_worker(env={"DJANGO_SETTINGS_MODULE": "tests.acceptance.settings_otel", "PGFLOW_SPANS_FILE": str(spans_file)})
-    wait_until(lambda: WorkflowRun.objects.filter(pk=run.pk, status="finished").exists()
-               and WorkflowRun.objects.filter(pk=failing.pk, status="cancelled").exists(), timeout=60,
-               what="both runs to end")
+    wait_until(
+        lambda: (
+            WorkflowRun.objects.filter(pk=run.pk, status="finished").exists()
+            and WorkflowRun.objects.filter(pk=failing.pk, status="cancelled").exists()
+        ),
+        timeout=60,
+        what="both runs to end",
+    )
     wait_until(lambda: len(_spans(spans_file)) >= 6, timeout=10, what="the worker's spans")
     spans = _spans(spans_file)
     mine = [span for span in spans if span["attributes"]["pgflow.run_id"] == run.pk]
     assert [span["name"] for span in sorted(mine, key=lambda s: s["start"])] == [
-        "pgflow ThreeSteps.one", "pgflow ThreeSteps.two", "pgflow ThreeSteps.three"]
+        "pgflow ThreeSteps.one",
+        "pgflow ThreeSteps.two",
+        "pgflow ThreeSteps.three",
+    ]
     assert {span["trace_id"] for span in mine} == {trace_id}
     assert {span["parent_id"] for span in mine} == {f"{request_span.get_span_context().span_id:016x}"}
     for span in mine:
@@ -109,22 +117,30 @@ def test_metrics_of_two_workers_add_up_to_the_database_counts(start_worker):
         wf.Retrying.start()
     ports = [_free_port(), _free_port()]
     workers = [start_worker("--metrics-port", str(port), "--concurrency", "2") for port in ports]
-    wait_until(lambda: WorkflowRun.objects.filter(status__in=["finished", "cancelled"]).count() == 23, timeout=120,
-               what="23 runs to end")
-    wait_until(lambda: all("starting: queues=" in worker.output() for worker in workers), timeout=30,
-               what="both workers")
+    wait_until(
+        lambda: WorkflowRun.objects.filter(status__in=["finished", "cancelled"]).count() == 23,
+        timeout=120,
+        what="23 runs to end",
+    )
+    wait_until(
+        lambda: all("starting: queues=" in worker.output() for worker in workers), timeout=30, what="both workers"
+    )
     scraped = [_scrape(f"http://127.0.0.1:{port}/metrics") for port in ports]
     assert all(_total(one, "pgflow_attempts_total") > 0 for one in scraped), "both workers ran attempts"
-    database = Counter((step.run.workflow_class, step.step_name, step.outcome)
-                       for step in Step.objects.select_related("run"))
+    database = Counter(
+        (step.run.workflow_class, step.step_name, step.outcome) for step in Step.objects.select_related("run")
+    )
     for (path, name, outcome), count in database.items():
-        summed = sum(_total(one, "pgflow_attempts_total", workflow_class=path, step=name, outcome=outcome)
-                     for one in scraped)
+        summed = sum(
+            _total(one, "pgflow_attempts_total", workflow_class=path, step=name, outcome=outcome) for one in scraped
+        )
         assert summed == count, (path, name, outcome)
     assert sum(_total(one, "pgflow_attempts_total") for one in scraped) == Step.objects.count() == 69
     for status in ("finished", "cancelled"):
-        assert sum(_total(one, "pgflow_runs_ended_total", status=status) for one in scraped) == \
-            WorkflowRun.objects.filter(status=status).count()
+        assert (
+            sum(_total(one, "pgflow_runs_ended_total", status=status) for one in scraped)
+            == WorkflowRun.objects.filter(status=status).count()
+        )
     # Histograms: every ended attempt observed once per phase it went through.
     assert sum(_total(one, "pgflow_step_ran_seconds_count") for one in scraped) == 69
     assert sum(_total(one, "pgflow_step_queued_seconds_bucket", le="+Inf") for one in scraped) == 69
@@ -138,8 +154,10 @@ def test_metrics_of_two_workers_add_up_to_the_database_counts(start_worker):
     assert _total(web, "pgflow_runs_started_total", workflow_class="tests.workflows.ThreeSteps") >= 21
     assert _total(web, "pgflow_runs_paused", workflow_class="tests.workflows.ThreeSteps") == 1
     assert _total(web, "pgflow_workers_live", queue="workflows") == 2
-    assert _total(web, "pgflow_steps_due", queue="workflows") == Step.objects.filter(
-        status="scheduled", scheduled_at__lte=paused.created_at).count()
+    assert (
+        _total(web, "pgflow_steps_due", queue="workflows")
+        == Step.objects.filter(status="scheduled", scheduled_at__lte=paused.created_at).count()
+    )
     assert "pgflow_attempts_total" not in answer.content.decode().split("pgflow_steps_due")[1]
 
 

@@ -21,8 +21,10 @@ def sweep_lock_held() -> bool:
     from pgflow.runtime import sweep
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = %s",
-                       [sweep.LOCK_KEY & 0xFFFF_FFFF])
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = %s",
+            [sweep.LOCK_KEY & 0xFFFF_FFFF],
+        )
         return bool(cursor.fetchone()[0])
 
 
@@ -31,7 +33,8 @@ def started(worker: WorkerProcess) -> None:
 
 
 def test_a_worker_frozen_past_its_lease_loses_it_to_the_sweep_and_its_late_completion_changes_nothing(
-        start_worker, marks):
+    start_worker, marks
+):
     run = wf.Sleeper.start(input={"sleep": 2})
     # It sweeps once at start and then not for a minute, so it is not frozen holding the sweep
     # lock (see test_a_worker_frozen_mid_sweep_does_not_hold_up_the_recovery_of_its_lease).
@@ -41,27 +44,37 @@ def test_a_worker_frozen_past_its_lease_loses_it_to_the_sweep_and_its_late_compl
     frozen.proc.send_signal(signal.SIGSTOP)  # a GC pause, a frozen VM: no heartbeat, the lease runs out
     try:
         rescuer = start_worker("--concurrency", "1", lease=1.0)
-        wait_until(lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished", timeout=60,
-                   what="the other worker's sweep to take the lease and re-run the step")
+        wait_until(
+            lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished",
+            timeout=60,
+            what="the other worker's sweep to take the lease and re-run the step",
+        )
     finally:
         frozen.proc.send_signal(signal.SIGCONT)
-    before = (list(run.steps.order_by("attempt").values_list("attempt", "status", "outcome", "worker")),
-              list(run.events.values_list("event", flat=True)))
-    wait_until(lambda: "late completion ignored" in frozen.output(), timeout=30,
-               what="the frozen worker to finish its body and log the late completion")
+    before = (
+        list(run.steps.order_by("attempt").values_list("attempt", "status", "outcome", "worker")),
+        list(run.events.values_list("event", flat=True)),
+    )
+    wait_until(
+        lambda: "late completion ignored" in frozen.output(),
+        timeout=30,
+        what="the frozen worker to finish its body and log the late completion",
+    )
     assert frozen.terminate() == 0
     assert rescuer.terminate() == 0
     steps = list(run.steps.order_by("attempt").values_list("attempt", "status", "outcome", "worker"))
     assert steps == before[0]
     assert [row[:3] for row in steps] == [(1, "failed", "lost"), (2, "completed", "completed")]
-    assert list(run.events.values_list("event", flat=True)) == before[1] == [
-        "started", "lease_lost", "step_completed", "finished"]
+    assert (
+        list(run.events.values_list("event", flat=True))
+        == before[1]
+        == ["started", "lease_lost", "step_completed", "finished"]
+    )
     lost = Event.objects.get(run=run, event="lease_lost")
     assert lost.actor != steps[0][3], "the lease was taken by the other worker's sweep"
     assert marks.read_text().split() == [f"{run.pk}:nap:1", f"{run.pk}:nap:2"]
     assert f"run={run.pk} step=nap attempt=1" in frozen.output()
     assert_exactly_once()
-
 
 
 def test_a_worker_frozen_mid_sweep_does_not_hold_up_the_recovery_of_its_lease(start_worker, marks):
@@ -71,20 +84,29 @@ def test_a_worker_frozen_mid_sweep_does_not_hold_up_the_recovery_of_its_lease(st
 
     from pgflow import rollup
 
-    params = {key: value for key, value in connection.get_connection_params().items()
-              if key in ("dbname", "user", "password", "host", "port")}
+    params = {
+        key: value
+        for key, value in connection.get_connection_params().items()
+        if key in ("dbname", "user", "password", "host", "port")
+    }
     run = wf.Sleeper.start(input={"sleep": 2})
     with psycopg.connect(**params, autocommit=True) as blocker:
         blocker.execute("SELECT pg_advisory_lock(%s)", [rollup.LOCK_KEY])  # holds its sweep inside the rollup
         frozen = start_worker("--concurrency", "1", lease=1.0)
-        wait_until(lambda: f"{run.pk}:nap:1" in marks.read_text() and sweep_lock_held(), timeout=30,
-                   what="the body to start while the worker sweeps")
+        wait_until(
+            lambda: f"{run.pk}:nap:1" in marks.read_text() and sweep_lock_held(),
+            timeout=30,
+            what="the body to start while the worker sweeps",
+        )
         frozen.proc.send_signal(signal.SIGSTOP)
         blocker.execute("SELECT pg_advisory_unlock(%s)", [rollup.LOCK_KEY])
     try:
         start_worker("--concurrency", "1", lease=1.0)
-        wait_until(lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished", timeout=20,
-                   what="another worker's sweep to take the frozen worker's lease")
+        wait_until(
+            lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished",
+            timeout=20,
+            what="another worker's sweep to take the frozen worker's lease",
+        )
     finally:
         frozen.proc.send_signal(signal.SIGCONT)
     assert list(run.steps.order_by("attempt").values_list("attempt", "outcome")) == [(1, "lost"), (2, "completed")]
@@ -102,12 +124,18 @@ def test_a_start_is_invisible_to_a_polling_worker_until_its_transaction_commits(
         thread = threading.Thread(target=lambda: (witness.append(wf.ThreeSteps.start()), connection.close()))
         thread.start()
         thread.join()
-        wait_until(lambda: f"{witness[0].pk}:three:1" in marks.read_text(), timeout=30,
-                   what="the worker to run a committed run while the other transaction is open")
+        wait_until(
+            lambda: f"{witness[0].pk}:three:1" in marks.read_text(),
+            timeout=30,
+            what="the worker to run a committed run while the other transaction is open",
+        )
         time.sleep(1.0)  # five more polls
         assert f"{held.pk}:" not in marks.read_text(), "a worker ran a step of an uncommitted start"
-    wait_until(lambda: WorkflowRun.objects.get(pk=held.pk).status == "finished", timeout=30,
-               what="the held run to run once committed")
+    wait_until(
+        lambda: WorkflowRun.objects.get(pk=held.pk).status == "finished",
+        timeout=30,
+        what="the held run to run once committed",
+    )
     assert worker.terminate() == 0
     assert_exactly_once()
 

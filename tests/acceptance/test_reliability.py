@@ -46,8 +46,11 @@ def test_kill_9_a_random_worker_20_times_under_load(start_worker, marks, capsys)
         workers[victim].kill9()
         kills += 1
         workers[victim] = start_worker("--concurrency", "4", lease=1.5)
-    wait_until(lambda: WorkflowRun.objects.filter(status="finished").count() == runs, timeout=300,
-               what=f"{runs} runs to finish")
+    wait_until(
+        lambda: WorkflowRun.objects.filter(status="finished").count() == runs,
+        timeout=300,
+        what=f"{runs} runs to finish",
+    )
     for worker in workers:
         assert worker.terminate() == 0
     assert_every_run_finished_once(runs)
@@ -55,8 +58,10 @@ def test_kill_9_a_random_worker_20_times_under_load(start_worker, marks, capsys)
     twice = sum(1 for n in bodies.values() if n > 1)
     lost = Step.objects.filter(outcome="lost").count()
     with capsys.disabled():
-        print(f"\n[reliability] crash: {runs} runs x 3 steps, 2 workers, {kills} kill -9: "
-              f"0 lost runs, {lost} attempts re-run after a lost lease, {twice} bodies ran twice")
+        print(
+            f"\n[reliability] crash: {runs} runs x 3 steps, 2 workers, {kills} kill -9: "
+            f"0 lost runs, {lost} attempts re-run after a lost lease, {twice} bodies ran twice"
+        )
     assert len(bodies) == runs * 3
     # The kills must have hit work in progress, or this test proved nothing about crashes.
     assert lost > 0, "no kill hit an attempt in progress"
@@ -71,8 +76,11 @@ def test_four_workers_on_5000_runs_never_claim_an_attempt_twice(start_worker, ma
     # A long lease: this test is about claims, and on a loaded machine a short lease would
     # (rightly) re-run a starved worker's attempts, which is the crash test's subject.
     workers = [start_worker("--concurrency", "4", lease=30) for _ in range(4)]
-    wait_until(lambda: WorkflowRun.objects.filter(status="finished").count() == runs, timeout=600,
-               what=f"{runs} runs to finish")
+    wait_until(
+        lambda: WorkflowRun.objects.filter(status="finished").count() == runs,
+        timeout=600,
+        what=f"{runs} runs to finish",
+    )
     assert not Step.objects.filter(outcome="lost").exists()
     for worker in workers:
         assert worker.terminate() == 0
@@ -83,8 +91,10 @@ def test_four_workers_on_5000_runs_never_claim_an_attempt_twice(start_worker, ma
     assert set(Step.objects.values_list("attempt", flat=True).distinct()) == {1}
     workers_used = {name for name in Step.objects.values_list("worker", flat=True).distinct()}
     with capsys.disabled():
-        print(f"\n[reliability] concurrency: {runs} runs x 3 steps on 4 workers ({len(workers_used)} took steps): "
-              f"0 attempts claimed twice, 0 transitions applied twice")
+        print(
+            f"\n[reliability] concurrency: {runs} runs x 3 steps on 4 workers ({len(workers_used)} took steps): "
+            f"0 attempts claimed twice, 0 transitions applied twice"
+        )
     assert len(workers_used) == 4, f"only {len(workers_used)} of 4 workers claimed work"
 
 

@@ -21,8 +21,11 @@ def test_a_worker_records_itself_heartbeats_and_leaves_on_sigterm(start_worker):
     assert (row.queues, row.concurrency, row.pid) == (["workflows", "mail"], 3, worker.proc.pid)
     assert row.version and row.host
     first_beat = row.heartbeat_at
-    wait_until(lambda: Worker.objects.filter(name="w-presence", heartbeat_at__gt=first_beat, steps_run__gte=3)
-               .exists(), timeout=30, what="a heartbeat counting the three steps run")
+    wait_until(
+        lambda: Worker.objects.filter(name="w-presence", heartbeat_at__gt=first_beat, steps_run__gte=3).exists(),
+        timeout=30,
+        what="a heartbeat counting the three steps run",
+    )
     run.refresh_from_db()
     assert run.status == "finished"
     assert list(Worker.objects.live(timezone.now()).values_list("name", flat=True)) == ["w-presence"]

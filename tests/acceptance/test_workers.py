@@ -47,8 +47,7 @@ def test_kill_9_mid_step_reruns_it_after_the_lease(start_worker, marks):
     rescuer.terminate()
     steps = list(run.steps.values_list("attempt", "status", "outcome", "error_class"))
     assert steps == [(1, "failed", "lost", "pgflow.LeaseExpired"), (2, "completed", "completed", None)]
-    assert list(run.events.values_list("event", flat=True)) == [
-        "started", "lease_lost", "step_completed", "finished"]
+    assert list(run.events.values_list("event", flat=True)) == ["started", "lease_lost", "step_completed", "finished"]
     assert_exactly_once()
 
 
@@ -100,16 +99,21 @@ def test_a_sweep_held_up_does_not_hold_up_claims(start_worker):
 
     from pgflow import rollup
 
-    params = {key: value for key, value in connection.get_connection_params().items()
-              if key in ("dbname", "user", "password", "host", "port")}
+    params = {
+        key: value
+        for key, value in connection.get_connection_params().items()
+        if key in ("dbname", "user", "password", "host", "port")
+    }
     with psycopg.connect(**params, autocommit=True) as blocker:
         blocker.execute("SELECT pg_advisory_lock(%s)", [rollup.LOCK_KEY])  # the sweep's rollup waits on this
         runs = [wf.ThreeSteps.start() for _ in range(30)]
         worker = start_worker("--concurrency", "4")
 
         def sweep_waiting() -> bool:
-            row = blocker.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                                  "AND objid = %s", [rollup.LOCK_KEY & 0xFFFF_FFFF]).fetchone()
+            row = blocker.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = %s",
+                [rollup.LOCK_KEY & 0xFFFF_FFFF],
+            ).fetchone()
             return bool(row and row[0])
 
         wait_until(sweep_waiting, timeout=30, what="the worker's sweep to wait on the rollup lock")

@@ -26,8 +26,14 @@ from tests.dashboard_support import PASSWORD, changelist_url, insights_url, make
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 CHROMIUM = os.environ.get("PGFLOW_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = Path(__file__).parent / "artifacts"
 GREEN = (22, 163, 74)  # ran: completed (timeline.SERIES["ran_ok"])
 RED = (220, 38, 38)  # ran: failed
@@ -87,23 +93,60 @@ def timeline_run() -> WorkflowRun:
     WorkflowRun.objects.filter(pk=run.pk).update(created_at=t0, updated_at=now, current_step="decide")
     Event.objects.filter(run=run).update(created_at=t0)
     rows = [
-        dict(step_name="ask", attempt=1, status="failed", outcome="reattempted", created_at=t0,
-             scheduled_at=t0, started_at=t0 + 5 * s, finished_at=t0 + 45 * s, error_class="ConnectionError",
-             error_message="connection refused"),
-        dict(step_name="ask", attempt=2, status="completed", outcome="completed", created_at=t0 + 45 * s,
-             scheduled_at=t0 + 105 * s, started_at=t0 + 108 * s, finished_at=t0 + 138 * s, output="asked"),
-        dict(step_name="decide", attempt=1, status="failed", outcome="paused", created_at=t0 + 138 * s,
-             waiting_since=t0 + 140 * s, scheduled_at=t0 + 1340 * s, started_at=t0 + 1342 * s,
-             finished_at=t0 + 1352 * s, error_class="ValueError", error_message=f"bad {dw.SCRIPT}"),
-        dict(step_name="decide", attempt=2, status="in_progress", created_at=t0 + 2252 * s,
-             scheduled_at=t0 + 2252 * s, started_at=t0 + 2254 * s, worker="browser-test",
-             lease_expires_at=now + timedelta(hours=1)),
+        dict(
+            step_name="ask",
+            attempt=1,
+            status="failed",
+            outcome="reattempted",
+            created_at=t0,
+            scheduled_at=t0,
+            started_at=t0 + 5 * s,
+            finished_at=t0 + 45 * s,
+            error_class="ConnectionError",
+            error_message="connection refused",
+        ),
+        dict(
+            step_name="ask",
+            attempt=2,
+            status="completed",
+            outcome="completed",
+            created_at=t0 + 45 * s,
+            scheduled_at=t0 + 105 * s,
+            started_at=t0 + 108 * s,
+            finished_at=t0 + 138 * s,
+            output="asked",
+        ),
+        dict(
+            step_name="decide",
+            attempt=1,
+            status="failed",
+            outcome="paused",
+            created_at=t0 + 138 * s,
+            waiting_since=t0 + 140 * s,
+            scheduled_at=t0 + 1340 * s,
+            started_at=t0 + 1342 * s,
+            finished_at=t0 + 1352 * s,
+            error_class="ValueError",
+            error_message=f"bad {dw.SCRIPT}",
+        ),
+        dict(
+            step_name="decide",
+            attempt=2,
+            status="in_progress",
+            created_at=t0 + 2252 * s,
+            scheduled_at=t0 + 2252 * s,
+            started_at=t0 + 2254 * s,
+            worker="browser-test",
+            lease_expires_at=now + timedelta(hours=1),
+        ),
     ]
     Step.objects.bulk_create(Step(run=run, queue="workflows", **row) for row in rows)
-    Event.objects.bulk_create([
-        Event(run=run, event="paused", actor="system", created_at=t0 + 1352 * s, details={"reason": "failed"}),
-        Event(run=run, event="resumed", actor="user:ops", created_at=t0 + 2252 * s),
-    ])
+    Event.objects.bulk_create(
+        [
+            Event(run=run, event="paused", actor="system", created_at=t0 + 1352 * s, details={"reason": "failed"}),
+            Event(run=run, event="resumed", actor="user:ops", created_at=t0 + 2252 * s),
+        ]
+    )
     return run
 
 
@@ -117,9 +160,14 @@ def insights_history() -> None:
     now = timezone.now()
     for hours, status in ((20, "finished"), (14, "cancelled"), (9, "finished"), (3, "finished")):
         created = now - timedelta(hours=hours)
-        WorkflowRun.objects.create(workflow_class=wf.ThreeSteps.workflow_path(), status=status,
-                                   definition_digest=wf.ThreeSteps.definition_digest(), created_at=created,
-                                   updated_at=created, finished_at=created + timedelta(minutes=7))
+        WorkflowRun.objects.create(
+            workflow_class=wf.ThreeSteps.workflow_path(),
+            status=status,
+            definition_digest=wf.ThreeSteps.definition_digest(),
+            created_at=created,
+            updated_at=created,
+            finished_at=created + timedelta(minutes=7),
+        )
 
 
 def log_in(page: Any, base: str) -> None:
@@ -134,10 +182,22 @@ def watch_errors(page: Any) -> list[str]:
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     # A failed request is reported by its URL below, not by the console's "Failed to load".
-    page.on("console", lambda message: errors.append(message.text)
-            if message.type == "error" and not message.text.startswith("Failed to load resource") else None)
-    page.on("response", lambda response: errors.append(f"{response.status} {response.url}")
-            if response.status >= 400 and not response.url.endswith("/favicon.ico") else None)
+    page.on(
+        "console",
+        lambda message: (
+            errors.append(message.text)
+            if message.type == "error" and not message.text.startswith("Failed to load resource")
+            else None
+        ),
+    )
+    page.on(
+        "response",
+        lambda response: (
+            errors.append(f"{response.status} {response.url}")
+            if response.status >= 400 and not response.url.endswith("/favicon.ico")
+            else None
+        ),
+    )
     return errors
 
 
@@ -188,7 +248,7 @@ THEME_JS = """() => ({
 
 def brightness(css_rgb: str) -> float:
     """The mean channel of an ``rgb(r, g, b)`` colour, 0 (black) to 255 (white)."""
-    channels = [float(part) for part in css_rgb[css_rgb.index("(") + 1:css_rgb.index(")")].split(",")[:3]]
+    channels = [float(part) for part in css_rgb[css_rgb.index("(") + 1 : css_rgb.index(")")].split(",")[:3]]
     return sum(channels) / 3
 
 
@@ -232,8 +292,9 @@ def test_the_run_page_draws_the_timeline_and_its_tooltips(viewer_account, timeli
     assert band["duration"] == "15m"
 
     # The run is open: the timeline refreshes itself from timeline.json.
-    page.wait_for_function("document.getElementById('pgflow-timeline-status').innerText.startsWith('Refreshed at')",
-                           timeout=15_000)
+    page.wait_for_function(
+        "document.getElementById('pgflow-timeline-status').innerText.startsWith('Refreshed at')", timeout=15_000
+    )
     # The admin's dark theme: the page and its chart follow it.
     light = page.evaluate(THEME_JS)
     page.emulate_media(color_scheme="dark")
@@ -274,14 +335,25 @@ def make_span_run(seconds: float) -> WorkflowRun:
     start = end - timedelta(seconds=seconds)
     run = wf.ThreeSteps.start()
     Step.objects.filter(run=run).delete()
-    WorkflowRun.objects.filter(pk=run.pk).update(status="finished", created_at=start, finished_at=end,
-                                                 current_step=None)
+    WorkflowRun.objects.filter(pk=run.pk).update(
+        status="finished", created_at=start, finished_at=end, current_step=None
+    )
     third = timedelta(seconds=seconds / 3)
     Step.objects.bulk_create(
-        Step(run=run, step_name=name, attempt=1, status="completed", outcome="completed", queue="workflows",
-             created_at=start + index * third, scheduled_at=start + index * third + third / 4,
-             started_at=start + index * third + third / 2, finished_at=start + (index + 1) * third)
-        for index, name in enumerate(("one", "two", "three")))
+        Step(
+            run=run,
+            step_name=name,
+            attempt=1,
+            status="completed",
+            outcome="completed",
+            queue="workflows",
+            created_at=start + index * third,
+            scheduled_at=start + index * third + third / 4,
+            started_at=start + index * third + third / 2,
+            finished_at=start + (index + 1) * third,
+        )
+        for index, name in enumerate(("one", "two", "three"))
+    )
     return run
 
 
@@ -290,12 +362,16 @@ def span_runs() -> dict[str, WorkflowRun]:
     return {"3s": make_span_run(3), "30d": make_span_run(30 * 86_400)}
 
 
-@pytest.mark.parametrize(("span", "pattern"), [
-    ("3s", r"^\d\d:\d\d:\d\d\.\d{3}$"),  # a run of three seconds: ticks in milliseconds
-    ("30d", r"^[A-Z][a-z]{2} \d{1,2}$"),  # a run of thirty days: ticks by day ("Nov 3")
-])
-def test_the_time_axis_reads_well_for_short_and_long_runs(viewer_account, span_runs, live_server, chromium,
-                                                          span, pattern):
+@pytest.mark.parametrize(
+    ("span", "pattern"),
+    [
+        ("3s", r"^\d\d:\d\d:\d\d\.\d{3}$"),  # a run of three seconds: ticks in milliseconds
+        ("30d", r"^[A-Z][a-z]{2} \d{1,2}$"),  # a run of thirty days: ticks by day ("Nov 3")
+    ],
+)
+def test_the_time_axis_reads_well_for_short_and_long_runs(
+    viewer_account, span_runs, live_server, chromium, span, pattern
+):
     import re
 
     page = chromium.new_page(viewport={"width": 1400, "height": 900})
@@ -332,15 +408,23 @@ def wide_tables() -> WorkflowRun:
     rows carry the widest cells the engine writes (a subject, a current step, a date)."""
     run = run_workflow(wf.ThreeSteps.start())
     now = timezone.now()
-    Batch.objects.create(run=run, description="example_project.shop.workflows.OrderFulfilment#notify_vendors run",
-                         status="finished", total=3, succeeded=3, created_at=now, finished_at=now)
+    Batch.objects.create(
+        run=run,
+        description="example_project.shop.workflows.OrderFulfilment#notify_vendors run",
+        status="finished",
+        total=3,
+        succeeded=3,
+        created_at=now,
+        finished_at=now,
+    )
     for _ in range(3):
         dw.Later.start()
     return run
 
 
-def test_the_batches_table_and_the_run_lists_duration_fit_at_1400_px(viewer_account, wide_tables, live_server,
-                                                                     chromium):
+def test_the_batches_table_and_the_run_lists_duration_fit_at_1400_px(
+    viewer_account, wide_tables, live_server, chromium
+):
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
     errors = watch_errors(page)
     log_in(page, live_server.url)

@@ -48,8 +48,13 @@ def assert_every_closed_attempt_has_an_event():
 def second_connection():
     """A second session, as a webhook holding a run's row lock in its own transaction."""
     settings = connection.settings_dict
-    conn = psycopg.connect(dbname=settings["NAME"], user=settings["USER"], password=settings["PASSWORD"],
-                           host=settings["HOST"], port=settings["PORT"])
+    conn = psycopg.connect(
+        dbname=settings["NAME"],
+        user=settings["USER"],
+        password=settings["PASSWORD"],
+        host=settings["HOST"],
+        port=settings["PORT"],
+    )
     yield conn
     conn.rollback()
     conn.close()
@@ -66,13 +71,17 @@ def test_a_completion_and_its_timeout_in_one_group_commit_apply_once():
     run = aw.ReturnsAtItsTimeout.start()
     (held,) = claim_all().values()
     timeout = error_capture.capture(StepTimeout("ran past 0.2s"), backtrace_lines=5)
-    items = [store.Finished(claim=held, outcome=Outcome(kind="complete"), output={"done": True}),
-             store.Finished(claim=held, outcome=Outcome(kind="reattempt"), error=timeout)]
+    items = [
+        store.Finished(claim=held, outcome=Outcome(kind="complete"), output={"done": True}),
+        store.Finished(claim=held, outcome=Outcome(kind="reattempt"), error=timeout),
+    ]
     # Today both applied (or the second broke pgflow_step_one_open and failed the whole batch).
     assert store.finish_many(items) == [True, False]
     assert events(run) == ["started", "step_completed"]
     assert list(Step.objects.filter(run=run).order_by("id").values_list("step_name", "status")) == [
-        ("slow", "completed"), ("after", "scheduled")]
+        ("slow", "completed"),
+        ("after", "scheduled"),
+    ]
 
 
 def test_the_runner_hands_over_one_outcome_when_the_body_returns_just_as_its_timeout_fires():
@@ -115,11 +124,17 @@ def test_a_batch_with_an_unstorable_output_applies_the_others_and_records_the_ba
     held = claim_all()
     committer = Committer()
     try:
-        items = [store.Finished(claim=held[run.pk], outcome=Outcome(kind="complete"), output={"n": run.pk})
-                 for run in healthy]
+        items = [
+            store.Finished(claim=held[run.pk], outcome=Outcome(kind="complete"), output={"n": run.pk})
+            for run in healthy
+        ]
         # Bypasses the runner's check on purpose: a value PostgreSQL refuses reaching the batch.
-        items.insert(1, store.Finished(claim=held[poison.pk], outcome=Outcome(kind="complete"),
-                                       output={"name": "report-\udcff.csv"}))
+        items.insert(
+            1,
+            store.Finished(
+                claim=held[poison.pk], outcome=Outcome(kind="complete"), output={"name": "report-\udcff.csv"}
+            ),
+        )
         batch = [(item, Future()) for item in items]
         committer._apply(batch)  # one group commit of the four, as the committer's loop makes it
         results = [future.result(5) for _, future in batch]
@@ -156,13 +171,16 @@ def test_a_step_returning_a_lone_surrogate_fails_through_its_policy_naming_it():
 # --- 3. bad input is a clear error ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("call", [
-    lambda: wf.ThreeSteps.start(input={"x": "\ud800"}),
-    lambda: wf.ThreeSteps.start(input={"\udcff": 1}),
-    lambda: wf.ThreeSteps.start(key="order-\udcff"),
-    lambda: pgflow.signal(wf.WaitsForPayment.start(), "go", {"x": "\ud800"}),
-    lambda: pgflow.signal(wf.WaitsForPayment.start(), "go-\udcff"),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: wf.ThreeSteps.start(input={"x": "\ud800"}),
+        lambda: wf.ThreeSteps.start(input={"\udcff": 1}),
+        lambda: wf.ThreeSteps.start(key="order-\udcff"),
+        lambda: pgflow.signal(wf.WaitsForPayment.start(), "go", {"x": "\ud800"}),
+        lambda: pgflow.signal(wf.WaitsForPayment.start(), "go-\udcff"),
+    ],
+)
 def test_a_lone_surrogate_is_a_value_error_naming_it_and_nothing_is_stored(call):
     before = (WorkflowRun.objects.count(), pgflow.models.Signal.objects.count())
     with pytest.raises(ValueError, match="lone surrogate") as raised:
@@ -189,8 +207,10 @@ def test_the_group_commit_applies_what_it_can_lock_and_leaves_a_held_run_for_lat
     held_run, *others = [wf.ThreeSteps.start() for _ in range(4)]
     held = claim_all()
     hold_run_lock(second_connection, held_run.pk)
-    items = [store.Finished(claim=held[run.pk], outcome=Outcome(kind="complete"), output={"n": 1})
-             for run in (held_run, *others)]
+    items = [
+        store.Finished(claim=held[run.pk], outcome=Outcome(kind="complete"), output={"n": 1})
+        for run in (held_run, *others)
+    ]
     answer: list = []
     worker = threading.Thread(target=lambda: answer.append(store.finish_many(items)), daemon=True)
     started = time.monotonic()
@@ -234,13 +254,16 @@ def deploy(order, *, waits=()):
 
     def make(name):
         if name in waits:
+
             def waiting(self, signal):
                 return name
+
             waiting.__name__ = name
             return pgflow.step(wait_for="go")(waiting)
 
         def body(self):
             return name
+
         body.__name__ = name
         return pgflow.step(body)
 
@@ -300,11 +323,14 @@ def test_a_signal_to_a_wait_whose_step_turned_plain_wakes_it():
 pytest_plugins = ["tests.dashboard_fixtures"]  # the users and login fixtures
 
 
-@pytest.mark.parametrize(("payload", "says"), [
-    ('{"name": "report-\\udcff.csv"}', "lone surrogate"),
-    ('{"a": "x\\u0000y"}', "NUL character"),
-    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        ('{"name": "report-\\udcff.csv"}', "lone surrogate"),
+        ('{"a": "x\\u0000y"}', "NUL character"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ],
+)
 def test_the_signal_form_refuses_an_unstorable_payload_naming_why(login, operator, payload, says):
     from tests.dashboard_support import control_url
 
@@ -343,8 +369,15 @@ def test_fan_out_members_that_never_ran_because_their_run_was_cancelled_count_as
     run.cancel(actor="ops")
     for member in BatchMember.objects.filter(batch=batch):  # as django-q2 runs each task, then its hook
         result = fanout.run_member(str(batch.pk), member.position, member.func, *member.args)
-        fanout.member_hook(SimpleNamespace(name=fanout.task_name(batch.pk, member.position), success=True,
-                                           result=result, attempt_count=1, id=f"t{member.position}"))
+        fanout.member_hook(
+            SimpleNamespace(
+                name=fanout.task_name(batch.pk, member.position),
+                success=True,
+                result=result,
+                attempt_count=1,
+                id=f"t{member.position}",
+            )
+        )
     assert set(BatchMember.objects.filter(batch=batch).values_list("status", flat=True)) == {"skipped"}
     batch.refresh_from_db()
     assert (batch.succeeded, batch.failed) == (0, 0)

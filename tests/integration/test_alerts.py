@@ -34,15 +34,21 @@ def broken(body: dict) -> None:
 
 
 def rules(settings, *declared: dict) -> None:
-    settings.PGFLOW = {**settings.PGFLOW, "ALERTS": [
-        {"targets": [{"callable": "tests.integration.test_alerts.record"}], "cooldown": 600, **rule}
-        for rule in declared]}
+    settings.PGFLOW = {
+        **settings.PGFLOW,
+        "ALERTS": [
+            {"targets": [{"callable": "tests.integration.test_alerts.record"}], "cooldown": 600, **rule}
+            for rule in declared
+        ],
+    }
 
 
 def states(name: str) -> list[tuple[bool, bool]]:
     """(fired, resolved) of each alert of the rule, oldest first."""
-    return [(True, resolved is not None) for resolved in
-            Alert.objects.filter(rule__name=name).order_by("fired_at").values_list("resolved_at", flat=True)]
+    return [
+        (True, resolved is not None)
+        for resolved in Alert.objects.filter(rule__name=name).order_by("fired_at").values_list("resolved_at", flat=True)
+    ]
 
 
 def check(at) -> int:
@@ -70,8 +76,11 @@ def test_runs_paused_fires_once_resolves_and_honours_its_cooldown(settings):
 
 
 def test_steps_overdue_and_queue_without_worker(settings):
-    rules(settings, {"name": "overdue", "kind": "steps_overdue", "count": 0, "after": 60},
-          {"name": "orphan", "kind": "queue_without_worker", "after": 60})
+    rules(
+        settings,
+        {"name": "overdue", "kind": "steps_overdue", "count": 0, "after": 60},
+        {"name": "orphan", "kind": "queue_without_worker", "after": 60},
+    )
     run = wf.ThreeSteps.start()
     t0 = now()
     assert check(t0 + timedelta(seconds=30)) == 0
@@ -96,8 +105,16 @@ def test_waits_past_deadline(settings):
 
 
 def test_failure_rate_over_a_window(settings):
-    rules(settings, {"name": "failing", "kind": "failure_rate", "percent": 50, "window": 3600,
-                     "workflow_class": "tests.workflows.Failing"})
+    rules(
+        settings,
+        {
+            "name": "failing",
+            "kind": "failure_rate",
+            "percent": 50,
+            "window": 3600,
+            "workflow_class": "tests.workflows.Failing",
+        },
+    )
     run_workflow(wf.ThreeSteps.start())
     run_workflow(wf.Failing.start())
     t0 = now()
@@ -108,8 +125,18 @@ def test_failure_rate_over_a_window(settings):
 
 
 def test_phase_p95_of_a_step(settings):
-    rules(settings, {"name": "slow queue", "kind": "phase_p95", "phase": "queued", "threshold": 50,
-                     "workflow_class": "tests.workflows.ThreeSteps", "step": "one", "window": 3600})
+    rules(
+        settings,
+        {
+            "name": "slow queue",
+            "kind": "phase_p95",
+            "phase": "queued",
+            "threshold": 50,
+            "workflow_class": "tests.workflows.ThreeSteps",
+            "step": "one",
+            "window": 3600,
+        },
+    )
     run = wf.ThreeSteps.start()
     Step.objects.filter(run=run).update(scheduled_at=now() - timedelta(seconds=100))  # due 100 s before the claim
     run_workflow(run)
@@ -122,9 +149,11 @@ def test_phase_p95_of_a_step(settings):
 def test_each_kind_is_checked_with_a_message_naming_what_is_accepted():
     assert alerting.rule_problems({"name": "x", "kind": "nope"}) == [
         "'kind' must be one of phase_p95, runs_paused, steps_overdue, waits_past_deadline, queue_without_worker, "
-        "failure_rate, got 'nope'"]
-    problems = alerting.rule_problems({"name": "x", "kind": "phase_p95", "phase": "slept", "threshold": -1,
-                                       "targets": ["sms"]})
+        "failure_rate, got 'nope'"
+    ]
+    problems = alerting.rule_problems(
+        {"name": "x", "kind": "phase_p95", "phase": "slept", "threshold": -1, "targets": ["sms"]}
+    )
     assert any("'phase' must be one of queued, waited, ran, waiting" in p for p in problems)
     assert any("'threshold' must be a positive" in p for p in problems)
     assert any("a target must be 'mail_admins'" in p for p in problems)
@@ -154,14 +183,28 @@ def test_the_sweep_delivers_a_signed_webhook_and_a_failing_target_is_retried_wit
     url = f"http://127.0.0.1:{server.server_address[1]}/hook"
     CALLED.clear()
     Receiver.received.clear()
-    settings.PGFLOW = {**settings.PGFLOW, "ALERTS": [
-        {"name": "paused", "kind": "runs_paused", "targets": [
-            {"callable": "tests.integration.test_alerts.broken"},
-            {"webhook": url, "secret": "hook-secret"},
-            {"webhook": "http://127.0.0.1:9/refused", "secret": "x"},
-            {"callable": "tests.integration.test_alerts.record"}]},
-        {"name": "broken rule", "kind": "phase_p95", "phase": "ran", "threshold": 1,
-         "workflow_class": "tests.workflows.ThreeSteps"}]}
+    settings.PGFLOW = {
+        **settings.PGFLOW,
+        "ALERTS": [
+            {
+                "name": "paused",
+                "kind": "runs_paused",
+                "targets": [
+                    {"callable": "tests.integration.test_alerts.broken"},
+                    {"webhook": url, "secret": "hook-secret"},
+                    {"webhook": "http://127.0.0.1:9/refused", "secret": "x"},
+                    {"callable": "tests.integration.test_alerts.record"},
+                ],
+            },
+            {
+                "name": "broken rule",
+                "kind": "phase_p95",
+                "phase": "ran",
+                "threshold": 1,
+                "workflow_class": "tests.workflows.ThreeSteps",
+            },
+        ],
+    }
     wf.ThreeSteps.start().pause()
     try:
         counts = sweep.run(worker="test")
@@ -204,12 +247,28 @@ def test_the_admin_lists_alerts_acknowledges_them_and_checks_a_rule(settings, ad
     assert answer.status_code == 302
     alert.refresh_from_db()
     assert alert.acknowledged_at is not None and alert.acknowledged_by == "user:admin"
-    bad = admin_client.post("/admin/pgflow/alertrule/add/", {
-        "name": "bad", "kind": "phase_p95", "params": '{"phase": "slept", "threshold": 5}', "targets": "[]",
-        "cooldown": "00:30:00", "enabled": "on"})
+    bad = admin_client.post(
+        "/admin/pgflow/alertrule/add/",
+        {
+            "name": "bad",
+            "kind": "phase_p95",
+            "params": '{"phase": "slept", "threshold": 5}',
+            "targets": "[]",
+            "cooldown": "00:30:00",
+            "enabled": "on",
+        },
+    )
     assert bad.status_code == 200 and b"&#x27;phase&#x27; must be one of queued, waited, ran, waiting" in bad.content
-    good = admin_client.post("/admin/pgflow/alertrule/add/", {
-        "name": "slow", "kind": "phase_p95", "params": '{"phase": "ran", "threshold": 5}',
-        "targets": '["mail_admins"]', "cooldown": "00:30:00", "enabled": "on"})
+    good = admin_client.post(
+        "/admin/pgflow/alertrule/add/",
+        {
+            "name": "slow",
+            "kind": "phase_p95",
+            "params": '{"phase": "ran", "threshold": 5}',
+            "targets": '["mail_admins"]',
+            "cooldown": "00:30:00",
+            "enabled": "on",
+        },
+    )
     assert good.status_code == 302
     assert AlertRule.objects.get(name="slow").params["window"] == 3600.0

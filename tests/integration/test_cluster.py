@@ -33,8 +33,9 @@ def test_a_second_process_reuses_the_running_cluster():
     try:
         first = pgcluster.ensure(data)
         script = f"from example_project import pgcluster; print(pgcluster.ensure({str(data)!r}))"
-        second = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
+        second = subprocess.run(
+            [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
         assert second == first
         port = int(first.rsplit(":", 1)[1].split("/")[0])
         # never a port someone else holds
@@ -49,8 +50,14 @@ def test_a_second_process_reuses_the_running_cluster():
 
 def test_a_bad_database_url_stops_the_tests_with_one_line():
     env = {**os.environ, "DATABASE_URL": "postgres://app:s3cret@127.0.0.1:1/nowhere"}
-    result = subprocess.run([sys.executable, "-m", "pytest", "tests/unit/test_dburl.py", "-q"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/unit/test_dburl.py", "-q"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 3
     assert "cannot connect to DATABASE_URL postgres://app:***@127.0.0.1:1/nowhere" in result.stdout + result.stderr
     assert "s3cret" not in result.stdout + result.stderr
@@ -72,8 +79,11 @@ def _processes_mentioning(text: str) -> list[str]:
     return [line.strip() for line in out.splitlines() if text in line and "ps -ww" not in line]
 
 
-@pytest.mark.parametrize(("server", "group"), [("system", False), ("embedded", False), ("system", True)],
-                         ids=["system", "embedded", "system-group-like-timeout"])
+@pytest.mark.parametrize(
+    ("server", "group"),
+    [("system", False), ("embedded", False), ("system", True)],
+    ids=["system", "embedded", "system-group-like-timeout"],
+)
 def test_sigterm_to_dev_py_demo_stops_everything_it_started(server, group):
     if server == "system" and pgcluster._system_binaries() is None:
         pytest.skip("no system PostgreSQL")
@@ -81,13 +91,17 @@ def test_sigterm_to_dev_py_demo_stops_everything_it_started(server, group):
     data.chmod(0o755)
     port = pgcluster._free_port(8700)
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PGFLOW_TEST_DB_NAME")}
-    env.update(PGFLOW_DEV_PYTHON=sys.executable, PGFLOW_PGDATA=str(data), PGFLOW_POSTGRES=server,
-               PYTHONUNBUFFERED="1")
+    env.update(PGFLOW_DEV_PYTHON=sys.executable, PGFLOW_PGDATA=str(data), PGFLOW_POSTGRES=server, PYTHONUNBUFFERED="1")
     log = data / "demo.log"
     with log.open("wb") as out:
-        demo = subprocess.Popen([sys.executable, "dev.py", "demo", "--port", str(port), "--history", "0",
-                                 "--runs", "1"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        demo = subprocess.Popen(
+            [sys.executable, "dev.py", "demo", "--port", str(port), "--history", "0", "--runs", "1"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 120
         while "admin: http" not in log.read_text() and demo.poll() is None and time.monotonic() < deadline:
@@ -126,8 +140,14 @@ def test_a_cluster_running_before_the_command_is_left_alone():
     try:
         pgcluster.ensure(data)
         env = {**{k: v for k, v in os.environ.items() if k != "DATABASE_URL"}, "PGFLOW_PGDATA": str(data)}
-        result = subprocess.run([sys.executable, "-m", "example_project.pgcluster", "start"], cwd=ROOT, env=env,
-                                capture_output=True, text=True, check=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "example_project.pgcluster", "start"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert '"started": false' in result.stdout
         assert "already running" in result.stdout
         # a client still connected keeps it running even for the command that started it
@@ -190,9 +210,13 @@ def test_each_cluster_failure_is_one_line_naming_what_to_do(case, tmp_path):
     data = tmp_path / "pgdata"
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PGFLOW_TEST_DB_NAME")}
     env["PGFLOW_PGDATA"] = str(data)
-    expected = {"broken symlink": "is a broken symlink to", "unwritable folder": "cannot create",
-                "no initdb": "has pg_ctl but no initdb", "bad choice": "is not one of auto, system, embedded",
-                "port in use": "is in use: free it"}[case]
+    expected = {
+        "broken symlink": "is a broken symlink to",
+        "unwritable folder": "cannot create",
+        "no initdb": "has pg_ctl but no initdb",
+        "bad choice": "is not one of auto, system, embedded",
+        "port in use": "is in use: free it",
+    }[case]
     argv = [sys.executable, "manage.py", "migrate"]
     taken = None
     if case == "broken symlink":
@@ -205,8 +229,10 @@ def test_each_cluster_failure_is_one_line_naming_what_to_do(case, tmp_path):
         (bin_dir / "pg_ctl").write_text("#!/bin/sh\n")
         (bin_dir / "pg_ctl").chmod(0o755)
         # only the PATH's pg_ctl: hide /usr/lib/postgresql for this check by asking for it directly
-        script = ("import sys; sys.path.insert(0, '.'); from example_project import pgcluster; "
-                  "pgcluster.glob.glob = lambda pattern: []; import example_project.settings")
+        script = (
+            "import sys; sys.path.insert(0, '.'); from example_project import pgcluster; "
+            "pgcluster.glob.glob = lambda pattern: []; import example_project.settings"
+        )
         env["PATH"] = f"{bin_dir}:{env['PATH']}"
         argv = [sys.executable, "-c", script, "migrate"]
     elif case == "bad choice":
@@ -217,8 +243,10 @@ def test_each_cluster_failure_is_one_line_naming_what_to_do(case, tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        script = (f"from example_project import pgcluster\ntry:\n    pgcluster.start_again({str(data)!r}, {port})\n"
-                  "except pgcluster.ClusterError as exc:\n    raise SystemExit(str(exc))")
+        script = (
+            f"from example_project import pgcluster\ntry:\n    pgcluster.start_again({str(data)!r}, {port})\n"
+            "except pgcluster.ClusterError as exc:\n    raise SystemExit(str(exc))"
+        )
         argv = [sys.executable, "-c", script]
     try:
         result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

@@ -41,9 +41,13 @@ def test_the_page_shows_every_section(login, viewer, history):
     assert page.context["window"].name == "24h"
     figures = page.context["figures"]
     assert {row["workflow_class"] for row in figures["workflows"]} == {
-        "tests.workflows.ThreeSteps", "tests.dashboard_workflows.Hostile", "tests.dashboard_workflows.Later"}
-    assert figures["errors"] == [{"error_class": "ValueError", "count": 1,
-                                  "runs_url": f"{changelist_url()}?error_class=ValueError"}]
+        "tests.workflows.ThreeSteps",
+        "tests.dashboard_workflows.Hostile",
+        "tests.dashboard_workflows.Later",
+    }
+    assert figures["errors"] == [
+        {"error_class": "ValueError", "count": 1, "runs_url": f"{changelist_url()}?error_class=ValueError"}
+    ]
     # The paused run is on the stuck list with its reason, escaped.
     assert f'href="{run_url(history["paused"])}"' in text
     assert "bad value &lt;script&gt;" in text
@@ -73,7 +77,8 @@ def test_an_unknown_window_is_a_400_naming_the_choices(login, viewer):
     assert response.status_code == 400
     assert response.json() == {"error": f"unknown window '<script>' {CHOICES}", "choices": ["1h", "24h", "7d", "30d"]}
     assert b"<script>" not in client.get(insights_url("<script>")).content.split(b"</head>", 1)[1].replace(
-        b"<script src", b"").replace(b'<script id="', b"")
+        b"<script src", b""
+    ).replace(b'<script id="', b"")
 
 
 @override_settings(PGFLOW={"RETENTION": timedelta(days=3)})
@@ -91,8 +96,17 @@ def test_a_window_capped_by_retention_says_so(login, viewer):
 def test_insights_json_serves_the_same_figures(login, viewer, history):
     client = login(viewer)
     data = client.get(insights_url("24h", as_json=True)).json()
-    assert set(data) == {"window", "runs_per_bucket", "step_failures_per_bucket", "workflows", "steps", "errors",
-                         "percentiles", "stuck", "schedules"}
+    assert set(data) == {
+        "window",
+        "runs_per_bucket",
+        "step_failures_per_bucket",
+        "workflows",
+        "steps",
+        "errors",
+        "percentiles",
+        "stuck",
+        "schedules",
+    }
     assert data["percentiles"]["max_relative_error"] == pytest.approx(0.0905, abs=1e-4)
     assert data["window"]["name"] == "24h" and data["window"]["bucket_seconds"] == 3600
     assert sum(bucket["started"] for bucket in data["runs_per_bucket"]) == 3

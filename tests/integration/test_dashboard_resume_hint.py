@@ -27,8 +27,10 @@ def test_a_step_that_failed_on_its_signal_hints_before_resume(login, operator):
     run = run_workflow(Payment.start(), signals={"paid": {"amount": "lots"}})
     assert run.status == "paused"
     text = login(operator).get(run_url(run)).content.decode()
-    assert ("Resume runs step charge again with the signal it already consumed. If that signal&#x27;s payload "
-            "caused the failure, deploy a step that handles it before resuming, or Skip the step.") in text
+    assert (
+        "Resume runs step charge again with the signal it already consumed. If that signal&#x27;s payload "
+        "caused the failure, deploy a step that handles it before resuming, or Skip the step."
+    ) in text
     # The hint is true: resuming runs the same signal again, and fails again.
     run.resume()
     run = run_workflow(run)

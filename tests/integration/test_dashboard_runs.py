@@ -46,8 +46,8 @@ def test_the_list_shows_each_runs_facts(login, viewer):
     assert 'class="pgflow-status pgflow-status-paused"' in text
     assert 'class="pgflow-status pgflow-status-finished"' in text
     # The current step and how long the run has been on it.
-    assert "explode <span class=\"pgflow-muted\">for" in text
-    assert "later <span class=\"pgflow-muted\">for" in text
+    assert 'explode <span class="pgflow-muted">for' in text
+    assert 'later <span class="pgflow-muted">for' in text
 
 
 def test_the_list_filters_by_status_class_created_and_error(login, viewer):
@@ -116,8 +116,9 @@ def test_bulk_actions_report_per_run_what_applied_and_what_did_not(login, operat
     running = dw.Later.start()
     finished = run_workflow(wf.ThreeSteps.start())
     client = login(operator)
-    response = client.post(changelist_url(), {"action": "pause_runs",
-                                              "_selected_action": [running.pk, finished.pk]}, follow=True)
+    response = client.post(
+        changelist_url(), {"action": "pause_runs", "_selected_action": [running.pk, finished.pk]}, follow=True
+    )
     said = messages_of(response)
     assert f"Paused 1 run: #{running.pk}." in said
     assert (f"Not paused: 1 run: run {finished.pk}: cannot pause a finished run (only a running run).") in said
@@ -128,8 +129,9 @@ def test_bulk_actions_report_per_run_what_applied_and_what_did_not(login, operat
     assert f"Resumed 1 run: #{running.pk}." in messages_of(response)
     assert WorkflowRun.objects.get(pk=running.pk).status == "running"
 
-    response = client.post(changelist_url(), {"action": "cancel_runs",
-                                              "_selected_action": [running.pk, finished.pk]}, follow=True)
+    response = client.post(
+        changelist_url(), {"action": "cancel_runs", "_selected_action": [running.pk, finished.pk]}, follow=True
+    )
     said = messages_of(response)
     assert f"Cancelled 1 run: #{running.pk}." in said
     assert any("cannot cancel a finished run" in message for message in said)
@@ -143,16 +145,21 @@ def test_a_bulk_action_over_too_many_runs_is_refused_whole_and_long_lists_are_cu
     runs = [dw.Later.start() for _ in range(4)]
     client = login(operator)
     monkeypatch.setattr(dashboard_admin, "MAX_BULK_RUNS", 3)
-    response = client.post(changelist_url(), {"action": "pause_runs",
-                                              "_selected_action": [run.pk for run in runs]}, follow=True)
-    assert messages_of(response) == ["Nothing paused: 4 runs are selected and one action takes at most 3; "
-                                     "narrow the list with the filters or the search first."]
+    response = client.post(
+        changelist_url(), {"action": "pause_runs", "_selected_action": [run.pk for run in runs]}, follow=True
+    )
+    assert messages_of(response) == [
+        "Nothing paused: 4 runs are selected and one action takes at most 3; "
+        "narrow the list with the filters or the search first."
+    ]
     assert set(WorkflowRun.objects.filter(pk__in=[run.pk for run in runs]).values_list("status", flat=True)) == {
-        "running"}
+        "running"
+    }
 
     monkeypatch.setattr(dashboard_admin, "MAX_LISTED_APPLIED", 2)
-    response = client.post(changelist_url(), {"action": "pause_runs",
-                                              "_selected_action": [run.pk for run in runs[:3]]}, follow=True)
+    response = client.post(
+        changelist_url(), {"action": "pause_runs", "_selected_action": [run.pk for run in runs[:3]]}, follow=True
+    )
     assert messages_of(response) == [f"Paused 3 runs: #{runs[0].pk}, #{runs[1].pk} and 1 more."]
 
 
@@ -173,7 +180,9 @@ def test_the_run_page_shows_facts_steps_errors_and_audit_trail(login, viewer):
     # One row per attempt, with its phases in words.
     steps = page.context["steps"]
     assert [(s["step_name"], s["status"], s["outcome"]) for s in steps] == [
-        ("emit", "completed", "completed"), ("explode", "failed", "paused")]
+        ("emit", "completed", "completed"),
+        ("explode", "failed", "paused"),
+    ]
     assert set(steps[0]["durations"]) == {"waited", "queued", "ran", "waiting"}
     assert steps[0]["durations"]["waiting"] == "—"
     assert steps[0]["durations"]["ran"].endswith("s")
@@ -192,8 +201,9 @@ def test_every_string_from_a_run_is_escaped(login, operator):
     # A signal with a hostile name and payload, delivered through the page itself.
     client = login(operator)
     waiting = run_workflow(dw.AwaitsApproval.start(input={"text": dw.SCRIPT}))
-    response = client.post(control_url(waiting), {"action": "signal", "name": dw.SCRIPT,
-                                                  "payload": json.dumps({"note": dw.SCRIPT})})
+    response = client.post(
+        control_url(waiting), {"action": "signal", "name": dw.SCRIPT, "payload": json.dumps({"note": dw.SCRIPT})}
+    )
     assert response.status_code == 302
     for target in (run, waiting):
         page = client.get(run_url(target))
@@ -261,12 +271,22 @@ def test_a_run_with_many_attempts_loads_in_a_bounded_number_of_queries(login, vi
         assert client.get(run_url(run)).status_code == 200
     start = run.created_at
     Step.objects.bulk_create(
-        Step(run=run, step_name="later", attempt=n + 2, status="failed", outcome="reattempted", queue="workflows",
-             created_at=start + timedelta(seconds=n), scheduled_at=start + timedelta(seconds=n),
-             started_at=start + timedelta(seconds=n, milliseconds=5),
-             finished_at=start + timedelta(seconds=n, milliseconds=50),
-             error_class="ConnectionError", error_message="down")
-        for n in range(300))
+        Step(
+            run=run,
+            step_name="later",
+            attempt=n + 2,
+            status="failed",
+            outcome="reattempted",
+            queue="workflows",
+            created_at=start + timedelta(seconds=n),
+            scheduled_at=start + timedelta(seconds=n),
+            started_at=start + timedelta(seconds=n, milliseconds=5),
+            finished_at=start + timedelta(seconds=n, milliseconds=50),
+            error_class="ConnectionError",
+            error_message="down",
+        )
+        for n in range(300)
+    )
     with django_assert_max_num_queries(len(few.captured_queries) + 1):
         page = client.get(run_url(run))
     assert len(page.context["steps"]) == 301
@@ -279,8 +299,12 @@ def test_a_run_with_many_attempts_loads_in_a_bounded_number_of_queries(login, vi
 def test_each_button_calls_the_runs_control_with_the_user_as_actor(login, operator):
     client = login(operator)
     run = dw.Later.start()
-    for action, status, event in (("pause", "paused", "paused"), ("resume", "running", "resumed"),
-                                  ("skip", "running", "skipped"), ("cancel", "cancelled", "cancelled")):
+    for action, status, event in (
+        ("pause", "paused", "paused"),
+        ("resume", "running", "resumed"),
+        ("skip", "running", "skipped"),
+        ("cancel", "cancelled", "cancelled"),
+    ):
         response = client.post(control_url(run), {"action": action}, follow=True)
         assert response.redirect_chain[-1][0] == run_url(run), action
         assert WorkflowRun.objects.get(pk=run.pk).status == status, action
@@ -320,8 +344,9 @@ def test_the_page_offers_only_the_controls_that_apply(login, operator):
 def test_send_signal_delivers_the_json_payload(login, operator):
     run = run_workflow(dw.AwaitsApproval.start())
     assert run.status == "running"
-    response = login(operator).post(control_url(run), {"action": "signal", "name": "approval",
-                                                       "payload": '{"by": "ops", "ok": true}'}, follow=True)
+    response = login(operator).post(
+        control_url(run), {"action": "signal", "name": "approval", "payload": '{"by": "ops", "ok": true}'}, follow=True
+    )
     assert "Signal 'approval' sent to run" in messages_of(response)[0]
     received = Signal.objects.get(run=run)
     assert (received.name, received.payload) == ("approval", {"by": "ops", "ok": True})
@@ -329,12 +354,15 @@ def test_send_signal_delivers_the_json_payload(login, operator):
     assert run_workflow(run).steps.last().output == {"approved": {"by": "ops", "ok": True}}
 
 
-@pytest.mark.parametrize(("data", "error"), [
-    ({"name": "approval", "payload": "{not json"}, "the payload is not valid JSON: Expecting property name"),
-    ({"name": "approval", "payload": "NaN"}, "the payload is not valid JSON: NaN is not allowed in JSON"),
-    ({"name": "", "payload": "{}"}, "This field is required."),
-    ({"name": "x" * 201, "payload": "{}"}, "Ensure this value has at most 200 characters"),
-])
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        ({"name": "approval", "payload": "{not json"}, "the payload is not valid JSON: Expecting property name"),
+        ({"name": "approval", "payload": "NaN"}, "the payload is not valid JSON: NaN is not allowed in JSON"),
+        ({"name": "", "payload": "{}"}, "This field is required."),
+        ({"name": "x" * 201, "payload": "{}"}, "Ensure this value has at most 200 characters"),
+    ],
+)
 def test_a_bad_signal_is_a_400_with_a_clear_error_and_nothing_sent(login, operator, data, error):
     run = run_workflow(dw.AwaitsApproval.start())
     response = login(operator).post(control_url(run), {"action": "signal", **data})
@@ -377,11 +405,23 @@ def test_the_page_details_the_latest_errors_and_lists_every_one(login, viewer):
     run = dw.Later.start()
     start = run.created_at
     Step.objects.bulk_create(
-        Step(run=run, step_name="later", attempt=n + 2, status="failed", outcome="reattempted", queue="workflows",
-             created_at=start + timedelta(seconds=n), scheduled_at=start + timedelta(seconds=n),
-             started_at=start + timedelta(seconds=n), finished_at=start + timedelta(seconds=n, milliseconds=5),
-             error_class="ConnectionError", error_message=f"refused #{n}", error_backtrace=f"trace #{n}")
-        for n in range(40))
+        Step(
+            run=run,
+            step_name="later",
+            attempt=n + 2,
+            status="failed",
+            outcome="reattempted",
+            queue="workflows",
+            created_at=start + timedelta(seconds=n),
+            scheduled_at=start + timedelta(seconds=n),
+            started_at=start + timedelta(seconds=n),
+            finished_at=start + timedelta(seconds=n, milliseconds=5),
+            error_class="ConnectionError",
+            error_message=f"refused #{n}",
+            error_backtrace=f"trace #{n}",
+        )
+        for n in range(40)
+    )
     page = login(viewer).get(run_url(run))
     text = html(page)
     assert "The latest 25 of 40 failed attempts" in text

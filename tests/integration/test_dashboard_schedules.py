@@ -26,9 +26,16 @@ def scheduler():
 
 
 def add_form(**fields):
-    data = {"workflow_class": sw.Quick.workflow_path(), "name": "weekday-mornings", "cron": "30 9 * * 1-5",
-            "every": "", "timezone": "Europe/Amsterdam", "input": '{"plan": "pro"}', "overlap": "skip",
-            "catch_up": ""}
+    data = {
+        "workflow_class": sw.Quick.workflow_path(),
+        "name": "weekday-mornings",
+        "cron": "30 9 * * 1-5",
+        "every": "",
+        "timezone": "Europe/Amsterdam",
+        "input": '{"plan": "pro"}',
+        "overlap": "skip",
+        "catch_up": "",
+    }
     data.update(fields)
     return data
 
@@ -54,8 +61,9 @@ def test_the_add_form_names_the_wrong_field(login, scheduler):
 
 
 def test_list_preview_actions_and_run_page(login, scheduler):
-    row = schedules.save(Schedule(workflow_class=sw.Quick.workflow_path(), name="every-15",
-                                  every=timedelta(minutes=15)))
+    row = schedules.save(
+        Schedule(workflow_class=sw.Quick.workflow_path(), name="every-15", every=timedelta(minutes=15))
+    )
     client = login(scheduler)
     listing = client.get(reverse("admin:pgflow_schedule_changelist")).content.decode()
     assert "every-15" in listing and "Every 15m" in listing and "active" in listing

@@ -39,7 +39,10 @@ def test_three_steps_run_in_order_and_pass_outputs():
     assert run.status == "finished"
     assert run.finished_at is not None
     assert [(s.step_name, s.status, s.output) for s in run.steps] == [
-        ("one", "completed", {"n": 1}), ("two", "completed", {"n": 2}), ("three", "completed", {"n": 3})]
+        ("one", "completed", {"n": 1}),
+        ("two", "completed", {"n": 2}),
+        ("three", "completed", {"n": 3}),
+    ]
     assert events(run) == ["started", "step_completed", "step_completed", "step_completed", "finished"]
 
 
@@ -64,8 +67,11 @@ def test_a_rolled_back_start_leaves_nothing():
 @pytest.mark.parametrize(
     ("given", "error", "message"),
     [
-        ({"when": object()}, TypeError,
-         "input must be JSON-serialisable: Object of type object is not JSON serializable"),
+        (
+            {"when": object()},
+            TypeError,
+            "input must be JSON-serialisable: Object of type object is not JSON serializable",
+        ),
         ("text", TypeError, "input must be a dict"),
         ({"big": "x" * 2_000_000}, pgflow.InputTooLarge, "the limit is 1048576"),
     ],
@@ -119,8 +125,11 @@ def test_reattempt_schedules_a_fresh_attempt():
     run = run_workflow(wf.FlowVerbs.start(input={"verb": "reattempt"}))
     assert run.status == "finished"
     assert [(s.step_name, s.attempt, s.outcome) for s in run.steps] == [
-        ("decide", 1, "reattempted"), ("decide", 2, "reattempted"), ("decide", 3, "completed"),
-        ("after", 1, "completed")]
+        ("decide", 1, "reattempted"),
+        ("decide", 2, "reattempted"),
+        ("decide", 3, "completed"),
+        ("after", 1, "completed"),
+    ]
     assert events(run).count("reattempted") == 2
 
 
@@ -131,7 +140,9 @@ def test_cancel_if_and_skip_if_apply_before_the_body():
     skipped = run_workflow(wf.Guarded.start(input={"skip": True}))
     assert skipped.status == "finished"
     assert [(s.step_name, s.status, s.output) for s in skipped.steps] == [
-        ("maybe", "skipped", None), ("last", "completed", "last")]
+        ("maybe", "skipped", None),
+        ("last", "completed", "last"),
+    ]
 
 
 def test_an_exception_pauses_the_run_with_the_error_recorded():
@@ -139,8 +150,12 @@ def test_an_exception_pauses_the_run_with_the_error_recorded():
     assert run.status == "paused"
     step = run.steps.get()
     assert (step.status, step.outcome, step.error_class, step.error_message) == (
-        "failed", "paused", "RuntimeError", "boom")
-    assert "raise RuntimeError(\"boom\")" in step.error_backtrace
+        "failed",
+        "paused",
+        "RuntimeError",
+        "boom",
+    )
+    assert 'raise RuntimeError("boom")' in step.error_backtrace
     assert "boom" in run.paused_reason
     assert events(run) == ["started", "step_failed", "paused"]
 
@@ -184,8 +199,12 @@ def test_operator_controls_are_recorded_with_their_actor():
     with pytest.raises(pgflow.InvalidTransition, match="cannot cancel a finished run"):
         run.cancel()
     assert [(e.event, e.actor) for e in run.events] == [
-        ("started", "system"), ("paused", "user:ops"), ("resumed", "user:ops"), ("skipped", "cli"),
-        ("finished", "system")]
+        ("started", "system"),
+        ("paused", "user:ops"),
+        ("resumed", "user:ops"),
+        ("skipped", "cli"),
+        ("finished", "system"),
+    ]
 
 
 def test_pausing_a_step_in_progress_lets_its_body_finish_then_parks():
@@ -230,8 +249,9 @@ def test_a_failing_wait_pauses_the_run_naming_it_on_both_commit_paths():
     # the worker's group commit, with a healthy run in the same batch
     batch_bad, healthy = wf.BadWait.start(), wf.ThreeSteps.start()
     held = store.claim(worker="t", queues=["workflows"], limit=10)
-    assert store.finish_many([store.Finished(claim=c, outcome=pgflow.core.flow.Outcome(kind="complete"))
-                              for c in held]) == [True, True]
+    assert store.finish_many(
+        [store.Finished(claim=c, outcome=pgflow.core.flow.Outcome(kind="complete")) for c in held]
+    ) == [True, True]
     batch_bad.refresh_from_db()
     healthy.refresh_from_db()
     assert (batch_bad.status, batch_bad.current_step) == ("paused", "second")

@@ -29,8 +29,9 @@ def test_the_history_has_the_shapes_the_engine_writes():
         assert run.paused_reason
         assert run.events.filter(event="paused").exists()
     waited = Step.objects.filter(step_name="record_payment", status="completed").first()
-    kinds = [s["kind"] for s in timeline.segments({f.name: getattr(waited, f.name) for f in Step._meta.fields},
-                                                   now=now)]
+    kinds = [
+        s["kind"] for s in timeline.segments({f.name: getattr(waited, f.name) for f in Step._meta.fields}, now=now)
+    ]
     assert kinds[:2] == ["waited", "waiting"]  # a signal step woken by its signal
     assert Signal.objects.filter(consumed_by__isnull=False).exists()
     assert Batch.objects.filter(failed__gt=0).exists()

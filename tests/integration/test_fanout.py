@@ -66,11 +66,21 @@ def start_qcluster(transactional_db: None, tmp_path: Path) -> Iterator[Callable[
 
     def start(workers: int = 2) -> QCluster:
         log = tmp_path / f"qcluster-{len(started)}.log"
-        env = {**os.environ, "PGFLOW_TEST_DB_NAME": connection.settings_dict["NAME"], "Q_WORKERS": str(workers),
-               "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "PGFLOW_TEST_DB_NAME": connection.settings_dict["NAME"],
+            "Q_WORKERS": str(workers),
+            "PYTHONUNBUFFERED": "1",
+        }
         with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "qcluster"],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         cluster = QCluster(proc, log)
         started.append(cluster)
         return cluster
@@ -85,11 +95,23 @@ def save_result(batch_id: object, position: int, *, success: bool, result: objec
     for a task seen before, updates and counts) the ``Task`` row, and django-q2's post_save
     signal calls the member's hook with it."""
     at = timezone.now()
-    save_task({"id": task_id, "name": fanout.task_name(batch_id, position), "func": fanout.RUNNER,
-               "hook": fanout.HOOK, "args": (str(batch_id), position), "kwargs": {}, "started": at,
-               "stopped": at, "result": result, "group": str(batch_id), "success": success,
-               "sync": True},  # sync: the monitor would close this test's connection otherwise
-              get_broker())
+    save_task(
+        {
+            "id": task_id,
+            "name": fanout.task_name(batch_id, position),
+            "func": fanout.RUNNER,
+            "hook": fanout.HOOK,
+            "args": (str(batch_id), position),
+            "kwargs": {},
+            "started": at,
+            "stopped": at,
+            "result": result,
+            "group": str(batch_id),
+            "success": success,
+            "sync": True,
+        },  # sync: the monitor would close this test's connection otherwise
+        get_broker(),
+    )
 
 
 def run_due_step(run: WorkflowRun, *, worker: str = "tests") -> str:
@@ -127,8 +149,11 @@ def test_a_batch_of_50_runs_on_django_q2_and_the_workflow_moves_on(start_qcluste
     run = fw.Fan.start(input=tasks(*[("tests.fanout_tasks.double", [n]) for n in range(50)]))
     start_qcluster(workers=4)
     worker = start_worker("--concurrency", "2")
-    wait_until(lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished", timeout=60,
-               what="the run to finish after its 50 tasks")
+    wait_until(
+        lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished",
+        timeout=60,
+        what="the run to finish after its 50 tasks",
+    )
     assert worker.terminate() == 0
 
     batch = Batch.objects.get(run=run)
@@ -147,11 +172,16 @@ def test_a_batch_of_50_runs_on_django_q2_and_the_workflow_moves_on(start_qcluste
     assert sorted(results.values_list("result", flat=True)) == sorted(n * 2 for n in range(50))
     assert set(results.values_list("attempt_count", flat=True)) == {1}
     assert Step.objects.get(run=run, step_name="after").output == {"fan": step.output}
-    assert events(run) == ["started", "fan_out_opened", "fan_out_finished", "step_completed", "step_completed",
-                           "finished"]
+    assert events(run) == [
+        "started",
+        "fan_out_opened",
+        "fan_out_finished",
+        "step_completed",
+        "step_completed",
+        "finished",
+    ]
     assert details(run, "fan_out_opened") == [{"batch_id": str(batch.pk), "size": 50}]
-    assert details(run, "fan_out_finished") == [{"batch_id": str(batch.pk), "total": 50, "succeeded": 50,
-                                                 "failed": 0}]
+    assert details(run, "fan_out_finished") == [{"batch_id": str(batch.pk), "total": 50, "succeeded": 50, "failed": 0}]
     assert not OrmQ.objects.exists(), "every task was acknowledged"
 
 
@@ -161,8 +191,13 @@ def test_a_batch_of_50_runs_on_django_q2_and_the_workflow_moves_on(start_qcluste
     ids=["pause", "cancel", "skip"],
 )
 def test_one_member_failing_for_good_applies_on_batch_failure(start_qcluster, workflow, step_outcome, run_status):
-    run = workflow.start(input=tasks(("tests.fanout_tasks.double", [1]), ("tests.fanout_tasks.fail", ["vendor down"]),
-                                     ("tests.fanout_tasks.double", [3])))
+    run = workflow.start(
+        input=tasks(
+            ("tests.fanout_tasks.double", [1]),
+            ("tests.fanout_tasks.fail", ["vendor down"]),
+            ("tests.fanout_tasks.double", [3]),
+        )
+    )
     start_qcluster()
     assert run_due_step(run) == "parked"
     step = fan_step(run)
@@ -183,13 +218,18 @@ def test_one_member_failing_for_good_applies_on_batch_failure(start_qcluster, wo
     assert (failed.position, failed.func) == (1, "tests.fanout_tasks.fail")
     assert failed.error.startswith("vendor down : Traceback")
     (finished,) = details(run, "fan_out_finished")
-    assert finished == {"batch_id": str(batch.pk), "total": 3, "succeeded": 2, "failed": 1,
-                        "failures": [{"position": 1, "func": "tests.fanout_tasks.fail", "error": "vendor down"}]}
-    assert details(run, "step_failed") == [{"error_class": "pgflow.exceptions.FanOutFailed",
-                                            "action": step_outcome}]
+    assert finished == {
+        "batch_id": str(batch.pk),
+        "total": 3,
+        "succeeded": 2,
+        "failed": 1,
+        "failures": [{"position": 1, "func": "tests.fanout_tasks.fail", "error": "vendor down"}],
+    }
+    assert details(run, "step_failed") == [{"error_class": "pgflow.exceptions.FanOutFailed", "action": step_outcome}]
     if run_status == "paused":
-        assert run.paused_reason == (f"step fan #1 failed: pgflow.exceptions.FanOutFailed: 1 of 3 jobs failed "
-                                     f"(batch {batch.pk})")
+        assert run.paused_reason == (
+            f"step fan #1 failed: pgflow.exceptions.FanOutFailed: 1 of 3 jobs failed (batch {batch.pk})"
+        )
     if run_status == "finished":
         assert Step.objects.get(run=run, step_name="after").output == {"fan": None}
 
@@ -219,13 +259,17 @@ def test_members_of_a_run_cancelled_before_django_q2_ran_them_do_not_run(start_q
     batch = Batch.objects.get(run=run)
     run.cancel(actor="ops")  # the three tasks are queued in django-q2, no cluster has taken them yet
     start_qcluster(workers=2)
-    wait_until(lambda: Task.objects.filter(group=str(batch.pk)).count() == 3, timeout=30,
-               what="django-q2 to take the three tasks")
+    wait_until(
+        lambda: Task.objects.filter(group=str(batch.pk)).count() == 3,
+        timeout=30,
+        what="django-q2 to take the three tasks",
+    )
     assert not ran.exists(), "a member of a cancelled run ran"
     results = Task.objects.filter(group=str(batch.pk))
     assert {task.func for task in results} == {fanout.RUNNER}
     assert {str(task.result["pgflow"]) for task in results} == {
-        "not run: the step no longer waits on this batch (cancelled, paused or skipped)"}
+        "not run: the step no longer waits on this batch (cancelled, paused or skipped)"
+    }
     assert WorkflowRun.objects.get(pk=run.pk).status == "cancelled"
     assert "fan_out_finished" not in events(run)
 
@@ -236,8 +280,11 @@ def test_a_member_whose_worker_was_killed_counts_as_failed_after_the_sweep(start
     run_due_step(run)
     batch = Batch.objects.get(run=run)
     # Generous limits: on a loaded two-core machine the killed worker's replacement is slow to start.
-    wait_until(lambda: BatchMember.objects.filter(batch=batch, status="succeeded").exists(), timeout=90,
-               what="the first member to succeed")
+    wait_until(
+        lambda: BatchMember.objects.filter(batch=batch, status="succeeded").exists(),
+        timeout=90,
+        what="the first member to succeed",
+    )
     wait_until(lambda: "reincarnated worker" in cluster.output(), timeout=90, what="the killed worker to be replaced")
     cluster.stop()  # or its ORM broker would deliver the killing task again after `retry`
     assert fanout.repair_lost(at=store.now()) == 0, "nothing is stuck yet"
@@ -251,8 +298,11 @@ def test_a_member_whose_worker_was_killed_counts_as_failed_after_the_sweep(start
     assert "no result from django-q2" in dead.error
     assert "its worker was killed, or no qcluster consumes the queue" in dead.error
     step = fan_step(run)
-    assert (step.status, step.outcome, step.error_message) == ("failed", "paused",
-                                                               f"1 of 2 jobs failed (batch {batch.pk})")
+    assert (step.status, step.outcome, step.error_message) == (
+        "failed",
+        "paused",
+        f"1 of 2 jobs failed (batch {batch.pk})",
+    )
     assert WorkflowRun.objects.get(pk=run.pk).status == "paused"
 
 
@@ -283,8 +333,10 @@ def test_the_batch_opens_in_one_transaction_and_tasks_are_enqueued_after_commit(
     assert step.waiting_since is not None
     members = list(BatchMember.objects.filter(batch=batch).order_by("position"))
     assert [(m.func, m.args, m.kwargs) for m in members] == [
-        ("tests.fanout_tasks.double", [1], {}), ("tests.fanout_tasks.Tasks.tripled", [2], {}),
-        ("tests.fanout_tasks.Tasks.halved", [], {"n": 3})]
+        ("tests.fanout_tasks.double", [1], {}),
+        ("tests.fanout_tasks.Tasks.tripled", [2], {}),
+        ("tests.fanout_tasks.Tasks.halved", [], {"n": 3}),
+    ]
     assert all(m.task_id and m.enqueued_at for m in members)
     queued = sorted(OrmQ.objects.all(), key=lambda q: q.task["name"])
     assert [q.task["name"] for q in queued] == [fanout.task_name(batch.pk, n) for n in range(3)]
@@ -331,16 +383,27 @@ def test_a_run_paused_while_the_body_ran_opens_no_batch_until_resumed():
     run = run_workflow(run)
     assert run.status == "finished"
     assert Batch.objects.get(run=run).step_id == fan_step(run, attempt=2).pk
-    assert events(run) == ["started", "paused", "resumed", "fan_out_opened", "fan_out_finished", "step_completed",
-                           "step_completed", "finished"]
+    assert events(run) == [
+        "started",
+        "paused",
+        "resumed",
+        "fan_out_opened",
+        "fan_out_finished",
+        "step_completed",
+        "step_completed",
+        "finished",
+    ]
 
 
 @pytest.mark.django_db
 def test_a_resumed_fan_out_runs_its_body_again_with_a_fresh_batch(tmp_path):
     flag = tmp_path / "ready"
     mark_file = tmp_path / "marks"
-    run = fw.Fan.start(input=tasks(("tests.fanout_tasks.mark", [str(mark_file), "ran"]),
-                                   ("tests.fanout_tasks.fail_unless_exists", [str(flag)])))
+    run = fw.Fan.start(
+        input=tasks(
+            ("tests.fanout_tasks.mark", [str(mark_file), "ran"]), ("tests.fanout_tasks.fail_unless_exists", [str(flag)])
+        )
+    )
     run = run_workflow(run)
     assert run.status == "paused"
     first = fan_step(run, attempt=1)
@@ -376,8 +439,9 @@ def test_members_finishing_together_in_many_threads_make_exactly_one_winner(monk
     size = 12
     winners: list[int] = []
     resolve = fanout.resolve_step
-    monkeypatch.setattr(fanout, "resolve_step", lambda step_id, at=None: winners.append(step_id) or resolve(step_id,
-                                                                                                           at=at))
+    monkeypatch.setattr(
+        fanout, "resolve_step", lambda step_id, at=None: winners.append(step_id) or resolve(step_id, at=at)
+    )
     for _ in range(3):
         run = fw.Fan.start(input=tasks(*[("tests.fanout_tasks.double", [n]) for n in range(size)]))
         run_due_step(run, worker=fanout.INLINE_WORKER)  # members left pending, for the threads to count
@@ -455,13 +519,17 @@ def test_a_failing_member_in_sync_mode_counts_as_failed(monkeypatch):
     run_due_step(run)
     step = fan_step(run)
     batch = Batch.objects.get(run=run)
-    assert (step.status, step.outcome, step.error_message) == ("failed", "paused",
-                                                               f"1 of 2 jobs failed (batch {batch.pk})")
+    assert (step.status, step.outcome, step.error_message) == (
+        "failed",
+        "paused",
+        f"1 of 2 jobs failed (batch {batch.pk})",
+    )
     assert BatchMember.objects.get(batch=batch, position=1).error.startswith(
-        "failed in django-q2's sync mode: RuntimeError: no : Traceback")
+        "failed in django-q2's sync mode: RuntimeError: no : Traceback"
+    )
     assert details(run, "fan_out_finished")[0]["failures"] == [
-        {"position": 1, "func": "tests.fanout_tasks.fail",
-         "error": "failed in django-q2's sync mode: RuntimeError: no"}]
+        {"position": 1, "func": "tests.fanout_tasks.fail", "error": "failed in django-q2's sync mode: RuntimeError: no"}
+    ]
 
 
 @pytest.mark.django_db
@@ -475,8 +543,9 @@ def test_a_vanished_batch_pauses_its_step_and_late_results_are_ignored(caplog):
     assert fanout.repair_lost(at=store.now()) == 1
     step = fan_step(run)
     assert (step.status, step.outcome, step.error_class) == ("failed", "paused", "pgflow.exceptions.FanOutFailed")
-    assert step.error_message == (f"batch {batch_id} no longer exists (deleted before the step resolved); "
-                                  f"its outcome is unknown")
+    assert step.error_message == (
+        f"batch {batch_id} no longer exists (deleted before the step resolved); its outcome is unknown"
+    )
     assert WorkflowRun.objects.get(pk=run.pk).status == "paused"
     assert details(run, "fan_out_finished") == [{"batch_id": str(batch_id), "vanished": True}]
 
@@ -547,8 +616,9 @@ def test_a_member_never_handed_to_django_q2_counts_as_failed_once_stuck():
     assert fanout.repair_lost(at=batch.created_at + GRACE) == 0
     assert fanout.repair_lost(at=batch.created_at + fanout.stuck_after(GRACE) + timedelta(seconds=1)) == 1
     member = BatchMember.objects.get(batch=batch)
-    assert member.error == ("was never handed to django-q2: the process that opened the batch stopped before "
-                            "enqueueing it")
+    assert member.error == (
+        "was never handed to django-q2: the process that opened the batch stopped before enqueueing it"
+    )
     assert fan_step(run).error_message == f"1 of 1 jobs failed (batch {batch.pk})"
 
 
@@ -565,7 +635,11 @@ def test_a_fan_outs_output_is_what_its_body_returned(returns, numbers):
     assert (batch.total, batch.succeeded, batch.failed) == (len(numbers), len(numbers), 0)
     finished = Event.objects.get(run=run, event="fan_out_finished").details
     assert {key: finished[key] for key in ("batch_id", "total", "succeeded", "failed")} == {
-        "batch_id": str(batch.pk), "total": len(numbers), "succeeded": len(numbers), "failed": 0}
+        "batch_id": str(batch.pk),
+        "total": len(numbers),
+        "succeeded": len(numbers),
+        "failed": 0,
+    }
 
 
 @pytest.mark.django_db

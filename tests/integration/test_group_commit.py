@@ -43,15 +43,20 @@ def test_a_batch_applies_each_outcome_as_finish_would():
         return run.status, run.current_step, list(run.steps.values_list("step_name", "status", "output"))
 
     assert state(advancing) == ("running", "two", [("one", "completed", {"n": 1}), ("two", "scheduled", None)])
-    assert state(last) == ("finished", None, [("decide", "completed", {"attempt": 1}),
-                                              ("after", "completed", "after")])
+    assert state(last) == ("finished", None, [("decide", "completed", {"attempt": 1}), ("after", "completed", "after")])
     assert state(paused_meanwhile) == ("paused", "two", [("one", "completed", {"n": 1})])
     assert state(skipped) == ("running", "two", [("one", "skipped", None), ("two", "scheduled", None)])
     assert state(taken_over)[2] == [("one", "failed", None)]
     assert list(WorkflowRun.objects.get(pk=last.pk).events.values_list("event", flat=True)) == [
-        "started", "step_completed", "step_completed", "finished"]
+        "started",
+        "step_completed",
+        "step_completed",
+        "finished",
+    ]
     assert list(WorkflowRun.objects.get(pk=advancing.pk).events.values_list("event", "actor")) == [
-        ("started", "system"), ("step_completed", "system")]
+        ("started", "system"),
+        ("step_completed", "system"),
+    ]
 
 
 def test_an_output_of_none_is_stored_as_null_and_the_next_delay_queue_and_priority_apply():
@@ -92,7 +97,9 @@ def test_a_returned_body_frees_its_thread_before_the_commit_and_settles_once_com
     assert result.pending is not None and result.pending.result(timeout=10) is True
     assert result.settled(True).outcome == "completed"
     assert list(Step.objects.filter(run=advancing).values_list("step_name", "status")) == [
-        ("one", "completed"), ("two", "scheduled")]
+        ("one", "completed"),
+        ("two", "scheduled"),
+    ]
 
     late = runner.execute(held[cancelled.pk])
     assert late.pending is not None and late.pending.result(timeout=10) is False
@@ -117,16 +124,24 @@ def test_a_batch_notifies_each_queue_with_a_step_due_now_once_and_no_queue_of_a_
     import psycopg
     from django.db import connection
 
-    listener = psycopg.connect(**{key: value for key, value in connection.get_connection_params().items()
-                                  if key in ("dbname", "user", "password", "host", "port")}, autocommit=True)
+    listener = psycopg.connect(
+        **{
+            key: value
+            for key, value in connection.get_connection_params().items()
+            if key in ("dbname", "user", "password", "host", "port")
+        },
+        autocommit=True,
+    )
     try:
         listener.execute(f"LISTEN {store.CHANNEL}")
         due_now = [wf.ThreeSteps.start(), wf.ThreeSteps.start()]
         delayed = wf.ThenWait.start()  # its next step waits 120 s, on the "mail" queue
         held = claim_all()
         list(listener.notifies(timeout=0.2))  # the starts' own notifications
-        items = [store.Finished(claim=held[run.pk], outcome=Outcome(kind="complete"), output="now")
-                 for run in (*due_now, delayed)]
+        items = [
+            store.Finished(claim=held[run.pk], outcome=Outcome(kind="complete"), output="now")
+            for run in (*due_now, delayed)
+        ]
         assert store.finish_many(items) == [True, True, True]
         payloads = [note.payload for note in listener.notifies(timeout=0.5)]
     finally:

@@ -11,8 +11,14 @@ from tests import workflows as wf
 
 pytestmark = pytest.mark.django_db
 
-HOSTILE = ["'; DROP TABLE pgflow_run; --", "<script>alert(1)</script>", "\" OR 1=1 --", "%(now)s %s {0}",
-           "Robert'); DELETE FROM pgflow_step;--", "emoji 🚀 and ünïcode"]
+HOSTILE = [
+    "'; DROP TABLE pgflow_run; --",
+    "<script>alert(1)</script>",
+    '" OR 1=1 --',
+    "%(now)s %s {0}",
+    "Robert'); DELETE FROM pgflow_step;--",
+    "emoji 🚀 and ünïcode",
+]
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -39,10 +45,12 @@ def test_a_hostile_signal_name_is_stored_as_given():
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda run: wf.ThreeSteps.start(input={"a": "nul\x00"}), ValueError,
-         "input holds a NUL character"),
-        (lambda run: wf.ThreeSteps.start(input={"a": float("nan")}), ValueError,
-         "input must be JSON-serialisable: Out of range float values are not JSON compliant"),
+        (lambda run: wf.ThreeSteps.start(input={"a": "nul\x00"}), ValueError, "input holds a NUL character"),
+        (
+            lambda run: wf.ThreeSteps.start(input={"a": float("nan")}),
+            ValueError,
+            "input must be JSON-serialisable: Out of range float values are not JSON compliant",
+        ),
         (lambda run: wf.ThreeSteps.start(key="k\x00"), ValueError, "key must be a non-empty string"),
         (lambda run: pgflow.signal(run, "go", {"a": "\x00"}), ValueError, "signal payload holds a NUL character"),
         (lambda run: pgflow.signal(run, "g\x00o"), ValueError, "a signal name must be a non-empty string"),

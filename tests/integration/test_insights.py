@@ -33,19 +33,52 @@ def at(hours: float = 0, *, minutes: float = 0, seconds: float = 0) -> datetime:
     return NOW - timedelta(hours=hours, minutes=minutes, seconds=seconds)
 
 
-def make_run(path: str = A, *, status: str = "running", created: datetime, finished: datetime | None = None,
-             digest: str = "d" * 64, current_step: str | None = "one", paused_reason: str = "") -> WorkflowRun:
+def make_run(
+    path: str = A,
+    *,
+    status: str = "running",
+    created: datetime,
+    finished: datetime | None = None,
+    digest: str = "d" * 64,
+    current_step: str | None = "one",
+    paused_reason: str = "",
+) -> WorkflowRun:
     return WorkflowRun.objects.create(
-        workflow_class=path, status=status, created_at=created, updated_at=finished or created, finished_at=finished,
-        definition_digest=digest, current_step=current_step, paused_reason=paused_reason)
+        workflow_class=path,
+        status=status,
+        created_at=created,
+        updated_at=finished or created,
+        finished_at=finished,
+        definition_digest=digest,
+        current_step=current_step,
+        paused_reason=paused_reason,
+    )
 
 
-def make_step(run: WorkflowRun, name: str = "one", *, status: str, created: datetime, scheduled: datetime | None = None,
-              started: datetime | None = None, finished: datetime | None = None, outcome: str = "",
-              **extra: Any) -> Step:
-    return Step.objects.create(run=run, step_name=name, status=status, outcome=outcome, queue="workflows",
-                               created_at=created, scheduled_at=scheduled or created, started_at=started,
-                               finished_at=finished, **extra)
+def make_step(
+    run: WorkflowRun,
+    name: str = "one",
+    *,
+    status: str,
+    created: datetime,
+    scheduled: datetime | None = None,
+    started: datetime | None = None,
+    finished: datetime | None = None,
+    outcome: str = "",
+    **extra: Any,
+) -> Step:
+    return Step.objects.create(
+        run=run,
+        step_name=name,
+        status=status,
+        outcome=outcome,
+        queue="workflows",
+        created_at=created,
+        scheduled_at=scheduled or created,
+        started_at=started,
+        finished_at=finished,
+        **extra,
+    )
 
 
 def window(name: str = "24h", *, retention: timedelta | None = timedelta(days=30)) -> WorkflowWindow:
@@ -96,16 +129,35 @@ def test_failures_per_bucket_by_action_and_the_top_errors():
         (at(26), "paused", "ValueError"),  # before the window
     ]
     for finished, outcome, error_class in failures:
-        make_step(run, status="failed", outcome=outcome, created=finished - timedelta(seconds=3),
-                  started=finished - timedelta(seconds=1), finished=finished, error_class=error_class)
+        make_step(
+            run,
+            status="failed",
+            outcome=outcome,
+            created=finished - timedelta(seconds=3),
+            started=finished - timedelta(seconds=1),
+            finished=finished,
+            error_class=error_class,
+        )
     make_step(run, status="completed", outcome="completed", created=at(1), started=at(1), finished=at(1))
     make_step(run, status="skipped", outcome="skipped", created=at(1), started=at(1), finished=at(1))
 
     table = by_start(insights.step_failures_per_bucket(window()))
-    assert table[hour(15, 12)] == {"start": hour(15, 12), "failures": 3, "reattempted": 2, "paused": 1,
-                                   "cancelled": 0, "skipped": 0}
-    assert table[hour(15, 9)] == {"start": hour(15, 9), "failures": 2, "reattempted": 0, "paused": 0,
-                                  "cancelled": 1, "skipped": 0}
+    assert table[hour(15, 12)] == {
+        "start": hour(15, 12),
+        "failures": 3,
+        "reattempted": 2,
+        "paused": 1,
+        "cancelled": 0,
+        "skipped": 0,
+    }
+    assert table[hour(15, 9)] == {
+        "start": hour(15, 9),
+        "failures": 2,
+        "reattempted": 0,
+        "paused": 0,
+        "cancelled": 1,
+        "skipped": 0,
+    }
     assert sum(b["failures"] for b in table.values()) == 5
     assert insights.top_errors(window()) == [
         {"error_class": "ConnectionError", "count": 2},
@@ -136,7 +188,12 @@ def test_per_class_counts_success_rate_and_duration_percentiles():
     rows = {row["workflow_class"]: row for row in insights.workflows(window())}
     alpha = rows[A]
     assert {k: alpha[k] for k in ("started", "running", "paused", "finished", "cancelled")} == {
-        "started": 4, "running": 1, "paused": 0, "finished": 3, "cancelled": 1}
+        "started": 4,
+        "running": 1,
+        "paused": 0,
+        "finished": 3,
+        "cancelled": 1,
+    }
     assert alpha["success_rate"] == pytest.approx(3 / 4)
     durations = [10.0, 30.0, 29 * 3600.0]
     tolerance = histogram.MAX_RELATIVE_ERROR
@@ -160,21 +217,57 @@ def test_per_step_counts_the_attempts_that_ended_in_the_window_and_their_phases(
     run = make_run(created=at(5))
     t = at(4)
     s = timedelta(seconds=1)
-    make_step(run, status="completed", outcome="completed", created=t, scheduled=t + 10 * s, started=t + 12 * s,
-              finished=t + 15 * s)  # waited 10, queued 2, ran 3
-    make_step(run, status="failed", outcome="reattempted", created=t, scheduled=t, started=t + 4 * s,
-              finished=t + 5 * s, error_class="E")  # waited 0, queued 4, ran 1
+    make_step(
+        run,
+        status="completed",
+        outcome="completed",
+        created=t,
+        scheduled=t + 10 * s,
+        started=t + 12 * s,
+        finished=t + 15 * s,
+    )  # waited 10, queued 2, ran 3
+    make_step(
+        run,
+        status="failed",
+        outcome="reattempted",
+        created=t,
+        scheduled=t,
+        started=t + 4 * s,
+        finished=t + 5 * s,
+        error_class="E",
+    )  # waited 0, queued 4, ran 1
     old = at(30)
-    make_step(make_run(created=at(31)), status="completed", outcome="completed", created=old, scheduled=old + 6 * s,
-              started=old + 7 * s, finished=at(2))  # created before the window, ended in it: waited 6, queued 1
-    make_step(make_run(created=at(5)), status="cancelled", outcome="paused", created=t, scheduled=t + 3600 * s,
-              finished=t + 20 * s)  # closed before it was due: waited 20, never queued nor ran
+    make_step(
+        make_run(created=at(31)),
+        status="completed",
+        outcome="completed",
+        created=old,
+        scheduled=old + 6 * s,
+        started=old + 7 * s,
+        finished=at(2),
+    )  # created before the window, ended in it: waited 6, queued 1
+    make_step(
+        make_run(created=at(5)),
+        status="cancelled",
+        outcome="paused",
+        created=t,
+        scheduled=t + 3600 * s,
+        finished=t + 20 * s,
+    )  # closed before it was due: waited 20, never queued nor ran
     other = make_run(created=at(5))
-    make_step(other, status="waiting", created=t, scheduled=t + s, started=t + 2 * s,
-              waiting_since=t + 5 * s)  # open (parked after its body): not counted until it ends
+    make_step(
+        other, status="waiting", created=t, scheduled=t + s, started=t + 2 * s, waiting_since=t + 5 * s
+    )  # open (parked after its body): not counted until it ends
     make_step(make_run(created=at(5)), status="scheduled", created=t, scheduled=t + 3600 * s)  # open
-    make_step(make_run(created=at(5)), "two", status="completed", outcome="completed", created=at(30),
-              started=at(30), finished=at(29))  # ended before the window
+    make_step(
+        make_run(created=at(5)),
+        "two",
+        status="completed",
+        outcome="completed",
+        created=at(30),
+        started=at(30),
+        finished=at(29),
+    )  # ended before the window
 
     (row,) = insights.steps(window())
     assert (row["workflow_class"], row["step_name"], row["attempts"], row["failures"]) == (A, "one", 4, 1)
@@ -197,11 +290,23 @@ def test_step_phases_in_sql_agree_with_the_timeline():
         # plain: waited 7, queued 2, ran 5
         {"status": "completed", "created": t, "scheduled": t + 7 * s, "started": t + 9 * s, "finished": t + 14 * s},
         # a signal step woken by its signal: waited 1 (to the park), waiting 19, queued 3, ran 2
-        {"status": "completed", "created": t, "waiting_since": t + s, "scheduled": t + 20 * s, "started": t + 23 * s,
-         "finished": t + 25 * s},
+        {
+            "status": "completed",
+            "created": t,
+            "waiting_since": t + s,
+            "scheduled": t + 20 * s,
+            "started": t + 23 * s,
+            "finished": t + 25 * s,
+        },
         # parked after its body on a batch, then completed: waited 2, queued 1, ran 6, waiting 30
-        {"status": "completed", "created": t, "scheduled": t + 2 * s, "started": t + 3 * s, "waiting_since": t + 9 * s,
-         "finished": t + 39 * s},
+        {
+            "status": "completed",
+            "created": t,
+            "scheduled": t + 2 * s,
+            "started": t + 3 * s,
+            "waiting_since": t + 9 * s,
+            "finished": t + 39 * s,
+        },
     ]
     for index, shape in enumerate(shapes):
         make_step(make_run(created=at(3)), f"shape{index}", outcome="completed", **shape)
@@ -225,11 +330,19 @@ def test_estimated_percentiles_stay_within_the_stated_error_of_postgresqls():
         created = at(rng.uniform(1, 20))
         scheduled = created + timedelta(seconds=rng.choice([0, rng.uniform(0.01, 100)]))
         started = scheduled + timedelta(seconds=rng.expovariate(2))
-        make_step(run, status="completed", outcome="completed", created=created, scheduled=scheduled, started=started,
-                  finished=started + timedelta(seconds=10 ** rng.uniform(-2.5, 2)))
-    exact_sql = ", ".join(f"percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY extract(epoch FROM {b} - {a}))"
-                          for a, b in (("created_at", "scheduled_at"), ("scheduled_at", "started_at"),
-                                       ("started_at", "finished_at")))
+        make_step(
+            run,
+            status="completed",
+            outcome="completed",
+            created=created,
+            scheduled=scheduled,
+            started=started,
+            finished=started + timedelta(seconds=10 ** rng.uniform(-2.5, 2)),
+        )
+    exact_sql = ", ".join(
+        f"percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY extract(epoch FROM {b} - {a}))"
+        for a, b in (("created_at", "scheduled_at"), ("scheduled_at", "started_at"), ("started_at", "finished_at"))
+    )
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {exact_sql} FROM pgflow_step")
         exact = dict(zip(("waited", "queued", "ran"), cursor.fetchone(), strict=True))
@@ -250,18 +363,33 @@ def test_the_stuck_list():
     overdue = make_step(make_run(created=at(1)), status="scheduled", created=at(1), scheduled=at(0, minutes=10))
     make_step(make_run(created=at(1)), status="scheduled", created=at(1), scheduled=at(0, minutes=1))  # due 1 min
     make_step(make_run(created=at(1)), status="scheduled", created=at(1), scheduled=NOW + timedelta(hours=1))
-    lost = make_step(make_run(created=at(1)), status="in_progress", created=at(1), started=at(1), worker="w1",
-                     lease_expires_at=at(0, seconds=1))
-    make_step(make_run(created=at(1)), status="in_progress", created=at(1), started=at(1), worker="w2",
-              lease_expires_at=NOW + timedelta(seconds=30))
-    late = make_step(make_run(created=at(2)), status="waiting", created=at(2), started=at(2),
-                     waiting_since=at(2), deadline_at=at(1))
+    lost = make_step(
+        make_run(created=at(1)),
+        status="in_progress",
+        created=at(1),
+        started=at(1),
+        worker="w1",
+        lease_expires_at=at(0, seconds=1),
+    )
+    make_step(
+        make_run(created=at(1)),
+        status="in_progress",
+        created=at(1),
+        started=at(1),
+        worker="w2",
+        lease_expires_at=NOW + timedelta(seconds=30),
+    )
+    late = make_step(
+        make_run(created=at(2)), status="waiting", created=at(2), started=at(2), waiting_since=at(2), deadline_at=at(1)
+    )
     make_step(make_run(created=at(2)), status="waiting", created=at(2), started=at(2), waiting_since=at(2))
 
     stuck = insights.stuck(NOW)
     assert stuck["paused"]["count"] == 2
     assert [row["paused_reason"] for row in stuck["paused"]["rows"]] == [
-        "step one #1 failed: ValueError: no", "paused by user:ops"]  # oldest first
+        "step one #1 failed: ValueError: no",
+        "paused by user:ops",
+    ]  # oldest first
     assert stuck["overdue"]["count"] == 1
     assert stuck["overdue"]["rows"][0]["step_id"] == overdue.pk
     assert stuck["overdue"]["rows"][0]["due_at"] == at(0, minutes=10)
@@ -285,7 +413,9 @@ def test_runs_whose_definition_changed():
     changed = insights.definition_changed(limit=50)
     assert changed["count"] == 3
     assert {(c["workflow_class"], c["count"]) for c in changed["classes"]} == {
-        (LATER, 2), ("tests.dashboard_workflows.NoLongerHere", 1)}
+        (LATER, 2),
+        ("tests.dashboard_workflows.NoLongerHere", 1),
+    }
     rows = {row["run_id"]: row for row in changed["rows"]}
     assert set(rows) == {old.pk, old.pk + 1, gone.pk}
     assert rows[old.pk]["current_digest"] == current and rows[old.pk]["problem"] is None
@@ -322,8 +452,17 @@ def test_the_30_day_window_buckets_by_day():
 
 def test_compute_has_every_figure_and_an_empty_database_gives_zeros():
     figures = insights.compute(window("1h"))
-    assert set(figures) == {"window", "runs_per_bucket", "step_failures_per_bucket", "workflows", "steps",
-                            "errors", "percentiles", "stuck", "schedules"}
+    assert set(figures) == {
+        "window",
+        "runs_per_bucket",
+        "step_failures_per_bucket",
+        "workflows",
+        "steps",
+        "errors",
+        "percentiles",
+        "stuck",
+        "schedules",
+    }
     assert figures["percentiles"]["max_relative_error"] == pytest.approx(histogram.MAX_RELATIVE_ERROR, abs=1e-4)
     assert len(figures["runs_per_bucket"]) == 13  # 5-minute buckets over an hour, the first partial
     assert figures["workflows"] == [] and figures["steps"] == [] and figures["errors"] == []

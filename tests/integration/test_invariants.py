@@ -42,13 +42,19 @@ def test_the_one_open_attempt_index_holds_when_two_connections_race_to_open_one(
     from django.db import connection
 
     run = wf.ThreeSteps.start()
-    params = {key: value for key, value in connection.get_connection_params().items()
-              if key in ("dbname", "user", "password", "host", "port")}
-    open_next = ("INSERT INTO pgflow_step (run_id, step_name, attempt, status, outcome, queue, priority, created_at, "
-                 "scheduled_at, worker) SELECT run_id, 'two', %s, 'scheduled', '', queue, priority, now(), now(), '' "
-                 "FROM pgflow_step WHERE run_id = %s AND attempt = 1")
-    close_first = ("UPDATE pgflow_step SET status = 'completed', outcome = 'completed', finished_at = now() "
-                   "WHERE run_id = %s")
+    params = {
+        key: value
+        for key, value in connection.get_connection_params().items()
+        if key in ("dbname", "user", "password", "host", "port")
+    }
+    open_next = (
+        "INSERT INTO pgflow_step (run_id, step_name, attempt, status, outcome, queue, priority, created_at, "
+        "scheduled_at, worker) SELECT run_id, 'two', %s, 'scheduled', '', queue, priority, now(), now(), '' "
+        "FROM pgflow_step WHERE run_id = %s AND attempt = 1"
+    )
+    close_first = (
+        "UPDATE pgflow_step SET status = 'completed', outcome = 'completed', finished_at = now() WHERE run_id = %s"
+    )
     errors: list[str] = []
     with psycopg.connect(**params) as first, psycopg.connect(**params) as second:
         first.execute(close_first, [run.pk])

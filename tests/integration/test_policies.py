@@ -43,8 +43,13 @@ def test_resolution_order_and_report_modes(raised, run_status, outcomes, reporte
 def test_the_reporter_hears_the_context():
     run = run_workflow(pw.Policies.start(input={"raise": "other"}))
     ((message, context),) = pw.REPORTED
-    assert context == {"run_id": run.pk, "workflow_class": "tests.policy_workflows.Policies", "step": "act",
-                       "attempt": 1, "action": "paused"}
+    assert context == {
+        "run_id": run.pk,
+        "workflow_class": "tests.policy_workflows.Policies",
+        "step": "act",
+        "attempt": 1,
+        "action": "paused",
+    }
 
 
 def test_a_reporter_that_raises_is_logged_and_the_run_still_moves(settings, caplog):
@@ -67,8 +72,12 @@ def test_without_a_reporter_errors_go_to_the_pgflow_logger(settings, caplog):
     ("how", "run_status", "outcomes", "reported"),
     [
         ("skip", "finished", ["skipped"], ["ValueError: attempt 1 failed"]),
-        ("reattempt", "paused", ["reattempted", "paused"], ["ValueError: attempt 1 failed",
-                                                           "ValueError: attempt 2 failed"]),
+        (
+            "reattempt",
+            "paused",
+            ["reattempted", "paused"],
+            ["ValueError: attempt 1 failed", "ValueError: attempt 2 failed"],
+        ),
         ("none", "paused", ["paused"], ["ValueError: attempt 1 failed"]),
         ("raise", "paused", ["paused"], ["ValueError: attempt 1 failed", "LookupError: handler broke"]),
     ],
@@ -95,13 +104,11 @@ def test_a_cyclic_cause_chain_stops_where_it_repeats():
 
 def test_a_deep_cause_chain_is_cut_at_five():
     step = run_workflow(pw.Chained.start(input={"kind": "deep"})).steps.get()
-    assert [cause["message"] for cause in step.error_causes] == [
-        "level 1", "level 2", "level 3", "level 4", "level 5"]
+    assert [cause["message"] for cause in step.error_causes] == ["level 1", "level 2", "level 3", "level 4", "level 5"]
     assert step.error_class == "RuntimeError"
 
 
-@pytest.mark.parametrize(("suppress", "causes"), [(False, [{"class": "KeyError", "message": "'missing'"}]),
-                                                  (True, [])])
+@pytest.mark.parametrize(("suppress", "causes"), [(False, [{"class": "KeyError", "message": "'missing'"}]), (True, [])])
 def test_context_is_followed_unless_suppressed(suppress, causes):
     step = run_workflow(pw.Chained.start(input={"kind": "context", "suppress": suppress})).steps.get()
     assert step.error_causes == causes
@@ -159,7 +166,9 @@ def test_a_verb_inside_except_exception_in_a_policy_handler_still_decides():
     assert fw.SWALLOWED == []
     assert run.status == "finished"
     assert list(run.steps.order_by("id").values_list("step_name", "status", "outcome")) == [
-        ("fail", "failed", "skipped"), ("after", "completed", "completed")]
+        ("fail", "failed", "skipped"),
+        ("after", "completed", "completed"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -205,7 +214,7 @@ def test_an_error_raised_inside_django_shows_the_bodys_line():
     assert step.error_class == "django.core.exceptions.ValidationError"
     frames = [line for line in step.error_backtrace.splitlines() if line.startswith('  File "')]
     assert len(frames) == 1 and frames[0].endswith(", in check_email")
-    assert "validate_email(self.input[\"email\"])  # the line error_backtrace must show" in step.error_backtrace
+    assert 'validate_email(self.input["email"])  # the line error_backtrace must show' in step.error_backtrace
     assert "site-packages" not in step.error_backtrace and "pgflow/runtime" not in step.error_backtrace
 
 

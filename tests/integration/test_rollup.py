@@ -48,8 +48,13 @@ def seed_history(rng: random.Random, count: int = 150) -> None:
     for index in range(count):
         old = index % 25 == 0  # started five weeks ago: before every window, ended in the 30-day one
         created = NOW - (timedelta(days=rng.uniform(29.2, 35)) if old else timedelta(hours=rng.uniform(0.02, 216)))
-        run = WorkflowRun(workflow_class=rng.choice(CLASSES), status="running", created_at=created,
-                          updated_at=created, definition_digest="d" * 64)
+        run = WorkflowRun(
+            workflow_class=rng.choice(CLASSES),
+            status="running",
+            created_at=created,
+            updated_at=created,
+            definition_digest="d" * 64,
+        )
         steps = _life(rng, run, created)
         runs.append(run)
         attempts.append(steps)
@@ -71,9 +76,17 @@ def _life(rng: random.Random, run: WorkflowRun, created: datetime) -> list[Step]
             wait = rng.choice([0.0, 0.0, rng.uniform(0.5, 900), rng.uniform(3600, 4 * 3600)]) * S
             queued = rng.expovariate(1 / 3) * S
             ran = rng.choice([rng.uniform(0.0005, 2), rng.uniform(2, 90), rng.uniform(600, 3 * 3600)]) * S
-            step = Step(step_name=name, attempt=number, status="completed", outcome="completed", queue="workflows",
-                        created_at=made, scheduled_at=made + wait, started_at=made + wait + queued,
-                        finished_at=made + wait + queued + ran)
+            step = Step(
+                step_name=name,
+                attempt=number,
+                status="completed",
+                outcome="completed",
+                queue="workflows",
+                created_at=made,
+                scheduled_at=made + wait,
+                started_at=made + wait + queued,
+                finished_at=made + wait + queued + ran,
+            )
             shape = rng.random()
             if shape < 0.1:  # a signal step: parked at once, woken when the signal came
                 step.waiting_since = made + rng.uniform(0.01, 1) * S
@@ -119,8 +132,9 @@ def _life(rng: random.Random, run: WorkflowRun, created: datetime) -> list[Step]
 
 
 def figures(now: datetime = NOW) -> dict[str, Any]:
-    return {name: insights.compute(WorkflowWindow.parse(name, retention=timedelta(days=30), now=now))
-            for name in WINDOWS}
+    return {
+        name: insights.compute(WorkflowWindow.parse(name, retention=timedelta(days=30), now=now)) for name in WINDOWS
+    }
 
 
 def live_figures(now: datetime = NOW) -> dict[str, Any]:
@@ -135,12 +149,21 @@ def live_figures(now: datetime = NOW) -> dict[str, Any]:
 
 def rollup_rows() -> dict[str, list[tuple[Any, ...]]]:
     return {
-        "runs": list(RunRollup.objects.order_by("hours", "start", "workflow_class").values_list(
-            "hours", "start", "workflow_class", "started", "finished", "cancelled", "durations")),
-        "steps": list(StepRollup.objects.order_by("hours", "start", "workflow_class", "step_name").values_list(
-            "hours", "start", "workflow_class", "step_name", "attempts", "failures", "waited", "queued", "ran")),
-        "failures": list(FailureRollup.objects.order_by("start", "outcome", "error_class").values_list(
-            "start", "outcome", "error_class", "attempts")),
+        "runs": list(
+            RunRollup.objects.order_by("hours", "start", "workflow_class").values_list(
+                "hours", "start", "workflow_class", "started", "finished", "cancelled", "durations"
+            )
+        ),
+        "steps": list(
+            StepRollup.objects.order_by("hours", "start", "workflow_class", "step_name").values_list(
+                "hours", "start", "workflow_class", "step_name", "attempts", "failures", "waited", "queued", "ran"
+            )
+        ),
+        "failures": list(
+            FailureRollup.objects.order_by("start", "outcome", "error_class").values_list(
+                "start", "outcome", "error_class", "attempts"
+            )
+        ),
     }
 
 
@@ -177,8 +200,15 @@ def test_day_rows_are_the_sums_of_their_hours():
     assert days.count() > 10
     summed_over = []
     for day in days:
-        hours = list(StepRollup.objects.filter(hours=1, start__gte=day.start, start__lt=day.start + rollup.DAY,
-                                               workflow_class=day.workflow_class, step_name=day.step_name))
+        hours = list(
+            StepRollup.objects.filter(
+                hours=1,
+                start__gte=day.start,
+                start__lt=day.start + rollup.DAY,
+                workflow_class=day.workflow_class,
+                step_name=day.step_name,
+            )
+        )
         summed_over.append(len(hours))
         assert day.attempts == sum(hour.attempts for hour in hours)
         assert day.failures == sum(hour.failures for hour in hours)
@@ -189,8 +219,9 @@ def test_day_rows_are_the_sums_of_their_hours():
             assert histogram.from_json(getattr(day, phase)) == histogram.from_json(merged)
     assert max(summed_over) > 1
     for day in RunRollup.objects.filter(hours=24):
-        hours = RunRollup.objects.filter(hours=1, start__gte=day.start, start__lt=day.start + rollup.DAY,
-                                         workflow_class=day.workflow_class)
+        hours = RunRollup.objects.filter(
+            hours=1, start__gte=day.start, start__lt=day.start + rollup.DAY, workflow_class=day.workflow_class
+        )
         assert day.started == sum(hour.started for hour in hours)
         assert day.finished == sum(hour.finished for hour in hours)
 
@@ -209,17 +240,40 @@ def test_postgresql_counts_durations_into_the_buckets_python_does():
 # --- rolling -----------------------------------------------------------------------------------------
 
 
-def make_run(*, created: datetime, status: str = "running", finished: datetime | None = None,
-             path: str = CLASSES[0]) -> WorkflowRun:
-    return WorkflowRun.objects.create(workflow_class=path, status=status, created_at=created, updated_at=created,
-                                      finished_at=finished, definition_digest="d" * 64)
+def make_run(
+    *, created: datetime, status: str = "running", finished: datetime | None = None, path: str = CLASSES[0]
+) -> WorkflowRun:
+    return WorkflowRun.objects.create(
+        workflow_class=path,
+        status=status,
+        created_at=created,
+        updated_at=created,
+        finished_at=finished,
+        definition_digest="d" * 64,
+    )
 
 
-def make_step(run: WorkflowRun, *, created: datetime, finished: datetime | None, status: str = "completed",
-              outcome: str = "completed", error_class: str | None = None) -> Step:
-    return Step.objects.create(run=run, step_name="one", status=status, outcome=outcome, queue="workflows",
-                               created_at=created, scheduled_at=created, started_at=created, finished_at=finished,
-                               error_class=error_class)
+def make_step(
+    run: WorkflowRun,
+    *,
+    created: datetime,
+    finished: datetime | None,
+    status: str = "completed",
+    outcome: str = "completed",
+    error_class: str | None = None,
+) -> Step:
+    return Step.objects.create(
+        run=run,
+        step_name="one",
+        status=status,
+        outcome=outcome,
+        queue="workflows",
+        created_at=created,
+        scheduled_at=created,
+        started_at=created,
+        finished_at=finished,
+        error_class=error_class,
+    )
 
 
 def test_an_hour_is_rolled_once_it_has_closed_and_only_once():
@@ -291,13 +345,23 @@ def test_retention_deletes_rollup_rows_older_than_it(settings):
     five_days, one_day = NOW - timedelta(days=5), NOW - timedelta(days=1)
     for moment in (five_days, one_day):
         run = make_run(created=moment, status="finished", finished=moment + 60 * S)
-        make_step(run, created=moment, finished=moment + 30 * S, status="failed", outcome="reattempted",
-                  error_class="ValueError")
+        make_step(
+            run,
+            created=moment,
+            finished=moment + 30 * S,
+            status="failed",
+            outcome="reattempted",
+            error_class="ValueError",
+        )
     rollup.roll(at=NOW, limit=None)
     old_hour, new_hour = (rollup.floor_to(m, rollup.HOUR) for m in (five_days, one_day))
     old_day, new_day = (rollup.floor_to(m, rollup.DAY) for m in (five_days, one_day))
-    assert set(RunRollup.objects.values_list("hours", "start")) == {(1, old_hour), (1, new_hour), (24, old_day),
-                                                                     (24, new_day)}
+    assert set(RunRollup.objects.values_list("hours", "start")) == {
+        (1, old_hour),
+        (1, new_hour),
+        (24, old_day),
+        (24, new_day),
+    }
     settings.PGFLOW = {**settings.PGFLOW, "RETENTION": timedelta(days=3)}
     sweep.purge(at=NOW)
     assert set(RunRollup.objects.values_list("hours", "start")) == {(1, new_hour), (24, new_day)}
@@ -316,8 +380,14 @@ def test_rows_written_into_rolled_hours_are_counted_after_a_rebuild():
     # A backdated history (as manage.py shop_history writes): unseen until rebuilt.
     two_days = NOW - timedelta(days=2)
     run = make_run(created=two_days, status="finished", finished=two_days + 90 * S, path="shop.flows.Backdated")
-    make_step(run, created=two_days, finished=two_days + 60 * S, status="failed", outcome="reattempted",
-              error_class="Backdated")
+    make_step(
+        run,
+        created=two_days,
+        finished=two_days + 60 * S,
+        status="failed",
+        outcome="reattempted",
+        error_class="Backdated",
+    )
     truth = live_figures()
     assert figures() != truth
     assert "shop.flows.Backdated" not in {row["workflow_class"] for row in figures()["7d"]["workflows"]}

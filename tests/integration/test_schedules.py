@@ -34,9 +34,15 @@ def test_sync_creates_declared_schedules_and_disables_removed_ones():
     assert counts["created"] >= 2
     nightly = Schedule.objects.get(workflow_class=sw.Report.workflow_path(), name="nightly")
     assert (nightly.origin, nightly.timezone, nightly.input, nightly.overlap) == (
-        "code", "Europe/Amsterdam", {"kind": "nightly"}, "skip")
-    assert nightly.next_tick_at.astimezone(sw.pgflow.core.ticks.zone("Europe/Amsterdam")).strftime("%m-%d %H:%M") \
+        "code",
+        "Europe/Amsterdam",
+        {"kind": "nightly"},
+        "skip",
+    )
+    assert (
+        nightly.next_tick_at.astimezone(sw.pgflow.core.ticks.zone("Europe/Amsterdam")).strftime("%m-%d %H:%M")
         == "01-01 00:00"
+    )
     assert schedules.sync()["created"] == 0  # idempotent
 
     Schedule.objects.filter(pk=nightly.pk).update(name="renamed-in-an-old-release")
@@ -127,8 +133,13 @@ def test_downtime_without_catch_up_starts_none():
 
 
 def test_dst_days_with_a_fixed_clock_start_one_run_a_day():
-    row = make(cron="0 2 * * *", every=None, timezone="Europe/Amsterdam", overlap="allow",
-               at=datetime(2025, 3, 29, 12, tzinfo=UTC))
+    row = make(
+        cron="0 2 * * *",
+        every=None,
+        timezone="Europe/Amsterdam",
+        overlap="allow",
+        at=datetime(2025, 3, 29, 12, tzinfo=UTC),
+    )
     for start in (datetime(2025, 3, 29, 12, tzinfo=UTC), datetime(2025, 10, 25, 12, tzinfo=UTC)):
         Schedule.objects.filter(pk=row.pk).update(next_tick_at=row.rule().next_after(start))
         clock = start
@@ -137,8 +148,12 @@ def test_dst_days_with_a_fixed_clock_start_one_run_a_day():
             schedules.fire_due(now=clock)
     ticks_started = sorted(row.ticks.filter(outcome="started").values_list("tick_at", flat=True))
     in_amsterdam = [t.astimezone(pgflow.core.ticks.zone("Europe/Amsterdam")) for t in ticks_started]
-    assert [t.strftime("%m-%d %H:%M") for t in in_amsterdam] == ["03-30 03:00", "03-31 02:00",
-                                                                 "10-26 02:00", "10-27 02:00"]
+    assert [t.strftime("%m-%d %H:%M") for t in in_amsterdam] == [
+        "03-30 03:00",
+        "03-31 02:00",
+        "10-26 02:00",
+        "10-27 02:00",
+    ]
 
 
 def test_pause_resume_and_start_now():

@@ -52,12 +52,20 @@ def test_a_parked_step_waits_then_its_signal_wakes_it_with_the_timeline_shape():
     assert run.status == "finished"
     charge.refresh_from_db()
     assert charge.started_at >= charge.scheduled_at
-    kinds = [segment["kind"] for segment in timeline.segments(
-        {f.name: getattr(charge, f.name) for f in Step._meta.fields}, now=store.now())]
+    kinds = [
+        segment["kind"]
+        for segment in timeline.segments({f.name: getattr(charge, f.name) for f in Step._meta.fields}, now=store.now())
+    ]
     assert kinds[:2] == ["waited", "waiting"]
     assert kinds[-1] == "ran"
     assert [e.event for e in run.events] == [
-        "started", "step_completed", "signal_received", "step_completed", "step_completed", "finished"]
+        "started",
+        "step_completed",
+        "signal_received",
+        "step_completed",
+        "step_completed",
+        "finished",
+    ]
 
 
 @pytest.mark.django_db
@@ -80,7 +88,9 @@ def test_a_reattempt_keeps_the_signal_its_step_consumed():
     run = run_workflow(run)
     assert run.status == "finished"
     assert list(run.steps.values_list("attempt", "outcome", "output")) == [
-        (1, "reattempted", None), (2, "completed", {"v": 1})]
+        (1, "reattempted", None),
+        (2, "completed", {"v": 1}),
+    ]
 
 
 @pytest.mark.django_db
@@ -177,6 +187,7 @@ def test_concurrent_signals_are_all_kept_and_wake_the_step_once():
     run = wf.WaitsForPayment.start()
     run = run_workflow(run)  # parks charge
     assert run.steps.get(step_name="charge").status == "waiting"
+
     def send(number: int) -> None:
         try:
             pgflow.signal(run.pk, "payment", number)

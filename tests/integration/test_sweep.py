@@ -68,7 +68,8 @@ def test_retention_purges_old_finished_and_cancelled_runs_only(settings):
     recent = run_workflow(wf.ThreeSteps.start())
     still_open = wf.Delayed.start()
     WorkflowRun.objects.filter(pk__in=[old_finished.pk, old_cancelled.pk, still_open.pk]).update(
-        finished_at=store.now() - timedelta(days=2))
+        finished_at=store.now() - timedelta(days=2)
+    )
     WorkflowRun.objects.filter(pk=still_open.pk).update(finished_at=None)
     assert sweep.run()["purged_runs"] == 2
     assert set(WorkflowRun.objects.values_list("pk", flat=True)) == {recent.pk, still_open.pk}
@@ -87,8 +88,11 @@ def test_retention_none_keeps_everything(settings):
 def test_one_worker_does_the_housekeeping_at_a_time_but_every_worker_recovers_attempts():
     import psycopg
 
-    params = {k: v for k, v in connection.get_connection_params().items()
-              if k in ("dbname", "user", "password", "host", "port")}
+    params = {
+        k: v
+        for k, v in connection.get_connection_params().items()
+        if k in ("dbname", "user", "password", "host", "port")
+    }
     repairs = {"lost_leases", "wait_timeouts", "stale_waits"}
     housekeeping = {"fan_out_repairs", "rolled_hours", "purged_runs", "forgotten_workers", "alerts"}
     with psycopg.connect(**params, autocommit=True) as other:
@@ -103,8 +107,11 @@ def test_claim_skips_rows_another_transaction_holds():
     import psycopg
 
     runs = [wf.ThreeSteps.start() for _ in range(3)]
-    params = {k: v for k, v in connection.get_connection_params().items()
-              if k in ("dbname", "user", "password", "host", "port")}
+    params = {
+        k: v
+        for k, v in connection.get_connection_params().items()
+        if k in ("dbname", "user", "password", "host", "port")
+    }
     with psycopg.connect(**params) as other:
         other.execute("SELECT id FROM pgflow_step WHERE run_id = %s FOR UPDATE", [runs[0].pk])
         claimed = store.claim(worker="t", queues=["workflows"], limit=10)
@@ -128,8 +135,9 @@ def test_claim_takes_higher_priority_first_and_only_its_queues():
 def test_claim_over_several_queues_takes_the_highest_priority_then_the_longest_due_across_them():
     def started(queue, priority, due_seconds_ago):
         run = wf.ThreeSteps.start()
-        Step.objects.filter(run=run).update(queue=queue, priority=priority,
-                                            scheduled_at=store.now() - timedelta(seconds=due_seconds_ago))
+        Step.objects.filter(run=run).update(
+            queue=queue, priority=priority, scheduled_at=store.now() - timedelta(seconds=due_seconds_ago)
+        )
         return run.pk
 
     order = [started("a", 5, 1), started("b", 3, 1), started("b", 1, 60), started("a", 1, 30), started("a", 0, 90)]

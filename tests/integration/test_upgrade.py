@@ -26,8 +26,9 @@ def test_a_step_added_later_in_the_class_runs_for_an_old_run():
     v1 = define({"first": step(lambda self: "one"), "second": step(lambda self: "two")})
     run = v1.start()
     old_digest = run.definition_digest
-    v2 = define({"first": step(lambda self: "one"), "second": step(lambda self: "two"),
-                 "third": step(lambda self: "three")})
+    v2 = define(
+        {"first": step(lambda self: "one"), "second": step(lambda self: "two"), "third": step(lambda self: "three")}
+    )
     assert v2.definition_digest() != old_digest
     run = run_workflow(run)
     assert run.status == "finished"
@@ -36,8 +37,9 @@ def test_a_step_added_later_in_the_class_runs_for_an_old_run():
 
 
 def test_a_removed_step_declared_in_removed_steps_is_skipped_to_the_next():
-    v1 = define({"first": step(lambda self: "one"), "legacy": step(lambda self: "old"),
-                 "last": step(lambda self: "end")})
+    v1 = define(
+        {"first": step(lambda self: "one"), "legacy": step(lambda self: "old"), "last": step(lambda self: "end")}
+    )
     run = v1.start()
     Runner().execute(store.claim(worker="t", queues=["workflows"], limit=1)[0])  # `first`, with v1
     run.refresh_from_db()
@@ -46,7 +48,10 @@ def test_a_removed_step_declared_in_removed_steps_is_skipped_to_the_next():
     run = run_workflow(run)
     assert run.status == "finished"
     assert list(run.steps.values_list("step_name", "status")) == [
-        ("first", "completed"), ("legacy", "skipped"), ("last", "completed")]
+        ("first", "completed"),
+        ("legacy", "skipped"),
+        ("last", "completed"),
+    ]
     assert run.events.get(event="skipped").details == {"reason": "removed from the workflow"}
 
 

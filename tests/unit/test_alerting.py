@@ -14,11 +14,21 @@ T = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_phases_of_an_attempt_and_of_one_woken_by_its_signal():
-    plain = phases.of_attempt(created=T, scheduled=T + timedelta(seconds=5), started=T + timedelta(seconds=7),
-                              waiting_since=None, finished=T + timedelta(seconds=10))
+    plain = phases.of_attempt(
+        created=T,
+        scheduled=T + timedelta(seconds=5),
+        started=T + timedelta(seconds=7),
+        waiting_since=None,
+        finished=T + timedelta(seconds=10),
+    )
     assert plain == {"waited": 5.0, "queued": 2.0, "ran": 3.0, "waiting": None}
-    woken = phases.of_attempt(created=T, scheduled=T + timedelta(seconds=60), started=T + timedelta(seconds=61),
-                              waiting_since=T + timedelta(seconds=1), finished=T + timedelta(seconds=62))
+    woken = phases.of_attempt(
+        created=T,
+        scheduled=T + timedelta(seconds=60),
+        started=T + timedelta(seconds=61),
+        waiting_since=T + timedelta(seconds=1),
+        finished=T + timedelta(seconds=62),
+    )
     assert woken == {"waited": 1.0, "queued": 1.0, "ran": 1.0, "waiting": 59.0}
 
 
@@ -26,10 +36,12 @@ def test_decide_fires_once_resolves_and_waits_out_the_cooldown():
     assert alerting.decide(holds=True, open_since=None, last_fired=None, cooldown=60, now=T) == "fire"
     assert alerting.decide(holds=True, open_since=T, last_fired=T, cooldown=60, now=T) is None
     assert alerting.decide(holds=False, open_since=T, last_fired=T, cooldown=60, now=T) == "resolve"
-    assert alerting.decide(holds=True, open_since=None, last_fired=T, cooldown=60,
-                           now=T + timedelta(seconds=59)) is None
-    assert alerting.decide(holds=True, open_since=None, last_fired=T, cooldown=60,
-                           now=T + timedelta(seconds=60)) == "fire"
+    assert (
+        alerting.decide(holds=True, open_since=None, last_fired=T, cooldown=60, now=T + timedelta(seconds=59)) is None
+    )
+    assert (
+        alerting.decide(holds=True, open_since=None, last_fired=T, cooldown=60, now=T + timedelta(seconds=60)) == "fire"
+    )
 
 
 def test_retry_delay_doubles_up_to_an_hour():
@@ -43,12 +55,13 @@ def test_signature_is_hmac_sha256_of_timestamp_dot_body():
 
 def test_parse_fills_defaults_and_takes_timedeltas():
     rule = alerting.parse({"name": "q", "kind": "phase_p95", "phase": "queued", "threshold": timedelta(seconds=30)})
-    assert rule.params == {"phase": "queued", "threshold": 30.0, "window": 3600.0, "workflow_class": None,
-                           "step": None}
+    assert rule.params == {"phase": "queued", "threshold": 30.0, "window": 3600.0, "workflow_class": None, "step": None}
     assert rule.cooldown == alerting.DEFAULT_COOLDOWN
 
 
 def test_metric_buckets_are_edges_of_the_insights_log_scale_buckets():
     for edge in BUCKETS:
-        assert histogram.bounds(histogram.bucket(edge))[0] == edge or abs(
-            histogram.bounds(histogram.bucket(edge))[0] - edge) < edge * 1e-9
+        assert (
+            histogram.bounds(histogram.bucket(edge))[0] == edge
+            or abs(histogram.bounds(histogram.bucket(edge))[0] - edge) < edge * 1e-9
+        )

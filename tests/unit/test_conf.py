@@ -20,11 +20,17 @@ from pgflow.conf import pgflow_settings
         ({"ERROR_BACKTRACE_LINES": True}, "PGFLOW['ERROR_BACKTRACE_LINES'] must be a positive whole number"),
         ({"QUEUE": ""}, "PGFLOW['QUEUE'] must be 1-100 letters, digits"),
         ({"ERROR_REPORTER": "no.such.module.report"}, "PGFLOW['ERROR_REPORTER'] must be None, a callable"),
-        ({"BACKTRACE_CLEANER": "no.such.module.clean"}, "PGFLOW['BACKTRACE_CLEANER'] must be None, a callable or "
-                                                        "the dotted path of one, got 'no.such.module.clean'"),
-        ({"BACKTRACE_CLEANER": "pgflow.conf.DEFAULTS"}, "PGFLOW['BACKTRACE_CLEANER'] must be None, a callable or "
-                                                        "the dotted path of one, got 'pgflow.conf.DEFAULTS' (a dict, "
-                                                        "not a callable)"),
+        (
+            {"BACKTRACE_CLEANER": "no.such.module.clean"},
+            "PGFLOW['BACKTRACE_CLEANER'] must be None, a callable or "
+            "the dotted path of one, got 'no.such.module.clean'",
+        ),
+        (
+            {"BACKTRACE_CLEANER": "pgflow.conf.DEFAULTS"},
+            "PGFLOW['BACKTRACE_CLEANER'] must be None, a callable or "
+            "the dotted path of one, got 'pgflow.conf.DEFAULTS' (a dict, "
+            "not a callable)",
+        ),
         ("fast", "PGFLOW must be a dict, got str"),
     ],
 )
@@ -72,8 +78,10 @@ def test_the_checks_import_each_apps_workflows_module():
 
 def test_a_heartbeat_not_shorter_than_the_lease_is_refused():
     (problem,) = conf.validate({"LEASE": 10, "HEARTBEAT_INTERVAL": timedelta(seconds=10)})
-    assert problem == ("PGFLOW['HEARTBEAT_INTERVAL'] (10s) must be shorter than PGFLOW['LEASE'] (10s), "
-                       "or every long step loses its lease")
+    assert problem == (
+        "PGFLOW['HEARTBEAT_INTERVAL'] (10s) must be shorter than PGFLOW['LEASE'] (10s), "
+        "or every long step loses its lease"
+    )
 
 
 def test_queue_names_follow_one_rule():
@@ -81,13 +89,16 @@ def test_queue_names_follow_one_rule():
     assert problem == "PGFLOW['QUEUE'] must be 1-100 letters, digits, '_', '.', ':' or '-', got 'has space'"
 
 
-@pytest.mark.parametrize(("key", "value", "example"), [
-    ("RETENTION", 30, "days=30"), ("RETENTION", 7.5, "days=30"), ("FAN_OUT_GRACE", 5, "minutes=5")])
+@pytest.mark.parametrize(
+    ("key", "value", "example"),
+    [("RETENTION", 30, "days=30"), ("RETENTION", 7.5, "days=30"), ("FAN_OUT_GRACE", 5, "minutes=5")],
+)
 def test_a_bare_number_for_a_duration_of_days_or_minutes_is_refused(key, value, example):
     # "RETENTION": 30 reads as 30 days and would purge every run 30 seconds after it ends.
     assert conf.validate({key: value}) == [
         f"PGFLOW[{key!r}] must be a timedelta, got the bare number {value!r}, which would mean {value!r} seconds; "
-        f"write timedelta({example}) or the length you mean"]
+        f"write timedelta({example}) or the length you mean"
+    ]
 
 
 def test_durations_of_days_or_minutes_take_a_positive_timedelta():
@@ -95,9 +106,14 @@ def test_durations_of_days_or_minutes_take_a_positive_timedelta():
     assert conf.validate({"RETENTION": None}) == []
     assert conf.validate({"FAN_OUT_GRACE": None, "RETENTION": "30d"}) == [
         "PGFLOW['RETENTION'] must be a positive timedelta or None, got '30d'",
-        "PGFLOW['FAN_OUT_GRACE'] must be a positive timedelta, got None"]
+        "PGFLOW['FAN_OUT_GRACE'] must be a positive timedelta, got None",
+    ]
 
 
 def test_seconds_long_durations_still_take_a_number_of_seconds():
-    assert conf.validate({"LEASE": 30, "POLL_INTERVAL": 0.5, "SWEEP_INTERVAL": 10, "SHUTDOWN_GRACE": 30,
-                          "HEARTBEAT_INTERVAL": 5}) == []
+    assert (
+        conf.validate(
+            {"LEASE": 30, "POLL_INTERVAL": 0.5, "SWEEP_INTERVAL": 10, "SHUTDOWN_GRACE": 30, "HEARTBEAT_INTERVAL": 5}
+        )
+        == []
+    )

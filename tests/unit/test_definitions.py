@@ -443,9 +443,15 @@ def test_digest_ignores_bodies_and_options(changed) -> None:  # type: ignore[no-
     assert changed(known()).digest() == KNOWN_DIGEST
 
 
-@pytest.mark.parametrize(("options", "waits"), [
-    ({}, False), ({"wait": 5}, True), ({"wait": "reminder_delay"}, True), ({"wait_until": "deadline"}, True),
-])
+@pytest.mark.parametrize(
+    ("options", "waits"),
+    [
+        ({}, False),
+        ({"wait": 5}, True),
+        ({"wait": "reminder_delay"}, True),
+        ({"wait_until": "deadline"}, True),
+    ],
+)
 def test_waits_says_whether_a_due_time_must_be_worked_out(options: dict, waits: bool) -> None:
     assert declare("s", **options).waits is waits
 

@@ -34,8 +34,12 @@ def _template(node: ast.expr, constants: dict[str, str | int]) -> str | None:
         for value in node.values:
             if isinstance(value, ast.Constant):
                 parts.append(str(value.value))
-            elif (isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name)
-                  and value.value.id in constants and value.conversion == -1):
+            elif (
+                isinstance(value, ast.FormattedValue)
+                and isinstance(value.value, ast.Name)
+                and value.value.id in constants
+                and value.conversion == -1
+            ):
                 parts.append(str(constants[value.value.id]))
             else:
                 parts.append(FIELD)
@@ -55,10 +59,14 @@ def code_templates() -> list[str]:
     trees = _sources()
     constants = {  # module-level string constants, such as QUEUE_RULE, spelled out
         target.id: node.value.value
-        for tree in trees for node in tree.body
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str | int) and not isinstance(node.value.value, bool)
-        for target in node.targets if isinstance(target, ast.Name)
+        for tree in trees
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str | int)
+        and not isinstance(node.value.value, bool)
+        for target in node.targets
+        if isinstance(target, ast.Name)
     }
     templates = set()
     for tree in trees:
@@ -78,8 +86,12 @@ def quoted_messages() -> list[str]:
     for quote in quotes:
         # a quote may name the exception first: "TypeError: …"
         message = re.sub(r"^(pgflow\.)?[A-Z]\w*(Error|Exception|Found|Failed|Transition|Large): ", "", quote)
-        if (MESSAGE_WORDS.search(message) and re.match(r"[\w'\"]", message) and not message.endswith(" ")
-                and not message.startswith(("PGFLOW = ", "python ", "@"))):
+        if (
+            MESSAGE_WORDS.search(message)
+            and re.match(r"[\w'\"]", message)
+            and not message.endswith(" ")
+            and not message.startswith(("PGFLOW = ", "python ", "@"))
+        ):
             messages.append(message)
     return messages
 
@@ -91,7 +103,7 @@ def _regex(template: str) -> re.Pattern[str]:
     """The messages ``template`` produces, as a regex. The doc may leave out what a message
     starts with, up to a field ("step 'x': …", "run 7: …")."""
     pieces = [re.escape(piece) for piece in template.split(FIELD)]
-    tails = [pieces] + [["(?:.*?)" + pieces[k], *pieces[k + 1:]] for k in range(1, len(pieces))]
+    tails = [pieces] + [["(?:.*?)" + pieces[k], *pieces[k + 1 :]] for k in range(1, len(pieces))]
     return re.compile("|".join(f"(?:{'.*?'.join(tail)})" for tail in tails), re.DOTALL)
 
 
@@ -100,8 +112,9 @@ def _in(chunk: str, template: str) -> bool:
     if chunk in template:
         return True
     words = chunk.split(" ")
-    return any(" ".join(words[k:]) in template for k in range(min(3, len(words) - 1) + 1)
-               if len(" ".join(words[k:])) >= 12)
+    return any(
+        " ".join(words[k:]) in template for k in range(min(3, len(words) - 1) + 1) if len(" ".join(words[k:])) >= 12
+    )
 
 
 def produced(message: str) -> bool:

@@ -411,8 +411,7 @@ def test_an_error_raised_inside_django_shows_the_application_line():
     raw = [frame.filename for frame in traceback.extract_tb(raised.value.__traceback__)]
     assert any("site-packages" in name for name in raw)  # Django's frames are there to drop
     backtrace = errors.capture(raised.value, backtrace_lines=50)["error_backtrace"]
-    assert _names(backtrace) == ["test_an_error_raised_inside_django_shows_the_application_line",
-                                 "_validated_email"]
+    assert _names(backtrace) == ["test_an_error_raised_inside_django_shows_the_application_line", "_validated_email"]
     assert "    validate_email(address)  # raises from inside Django" in backtrace.splitlines()
     assert "site-packages" not in backtrace
 
@@ -434,9 +433,12 @@ def test_a_cleaner_replaces_the_rule_and_keeping_nothing_keeps_every_frame():
     with pytest.raises(PaymentDeclined) as raised:
         _explicit_cause()
     assert _names(errors.capture(raised.value, backtrace_lines=50, cleaner=only_last)["error_backtrace"]) == [
-        "_explicit_cause"]
+        "_explicit_cause"
+    ]
     everything = errors.capture(raised.value, backtrace_lines=50, cleaner=lambda frames: [])["error_backtrace"]
-    assert _names(everything) == ["test_a_cleaner_replaces_the_rule_and_keeping_nothing_keeps_every_frame",
-                                  "_explicit_cause"]
+    assert _names(everything) == [
+        "test_a_cleaner_replaces_the_rule_and_keeping_nothing_keeps_every_frame",
+        "_explicit_cause",
+    ]
     cut = errors.capture(raised.value, backtrace_lines=1, cleaner=lambda frames: frames)["error_backtrace"]
     assert _names(cut) == ["_explicit_cause"]

@@ -37,32 +37,59 @@ def register_fan_out() -> type[Workflow]:
     return Checkout
 
 
-def problems(q_cluster: object, *, installed: bool = True,
-             modules: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
-    return fan_out_problems(installed=installed, q_cluster=q_cluster, databases=("default",),
-                            importable=lambda name: name in modules)
+def problems(
+    q_cluster: object, *, installed: bool = True, modules: tuple[str, ...] = ()
+) -> tuple[list[str], list[str]]:
+    return fan_out_problems(
+        installed=installed, q_cluster=q_cluster, databases=("default",), importable=lambda name: name in modules
+    )
 
 
 def test_the_documented_orm_cluster_has_no_problem() -> None:
     assert problems(ORM) == ([], [])
 
 
-@pytest.mark.parametrize(("q_cluster", "installed", "modules", "error"), [
-    (ORM, False, (), "'django_q' is not in INSTALLED_APPS, so nothing can run its tasks"),
-    (None, True, ("redis",), "there is no Q_CLUSTER setting, so django-q2 would use a Redis broker on localhost"),
-    ({"name": "shop"}, True, (),
-     "Q_CLUSTER selects the redis broker, which needs the 'redis' module, not installed here"),
-    ({"django_redis": "default"}, True, ("redis",),
-     "Q_CLUSTER selects the redis broker, which needs the 'django_redis' module, not installed here"),
-    ({"sqs": {"aws_region": "eu-west-1"}}, True, (),
-     "Q_CLUSTER selects the sqs broker, which needs the 'boto3' module, not installed here"),
-    ({"broker_class": "shop.brokers.Mine"}, True, (),
-     "Q_CLUSTER selects the broker_class broker, which needs the 'shop.brokers' module, not installed here"),
-    ({"orm": "queue"}, True, (), "Q_CLUSTER['orm'] names the database 'queue', which is not in DATABASES (default)"),
-    ([("orm", "default")], True, (), "Q_CLUSTER must be a dict, got list"),
-])
-def test_a_cluster_that_cannot_run_tasks_is_an_error(q_cluster: object, installed: bool, modules: tuple[str, ...],
-                                                      error: str) -> None:
+@pytest.mark.parametrize(
+    ("q_cluster", "installed", "modules", "error"),
+    [
+        (ORM, False, (), "'django_q' is not in INSTALLED_APPS, so nothing can run its tasks"),
+        (None, True, ("redis",), "there is no Q_CLUSTER setting, so django-q2 would use a Redis broker on localhost"),
+        (
+            {"name": "shop"},
+            True,
+            (),
+            "Q_CLUSTER selects the redis broker, which needs the 'redis' module, not installed here",
+        ),
+        (
+            {"django_redis": "default"},
+            True,
+            ("redis",),
+            "Q_CLUSTER selects the redis broker, which needs the 'django_redis' module, not installed here",
+        ),
+        (
+            {"sqs": {"aws_region": "eu-west-1"}},
+            True,
+            (),
+            "Q_CLUSTER selects the sqs broker, which needs the 'boto3' module, not installed here",
+        ),
+        (
+            {"broker_class": "shop.brokers.Mine"},
+            True,
+            (),
+            "Q_CLUSTER selects the broker_class broker, which needs the 'shop.brokers' module, not installed here",
+        ),
+        (
+            {"orm": "queue"},
+            True,
+            (),
+            "Q_CLUSTER['orm'] names the database 'queue', which is not in DATABASES (default)",
+        ),
+        ([("orm", "default")], True, (), "Q_CLUSTER must be a dict, got list"),
+    ],
+)
+def test_a_cluster_that_cannot_run_tasks_is_an_error(
+    q_cluster: object, installed: bool, modules: tuple[str, ...], error: str
+) -> None:
     assert problems(q_cluster, installed=installed, modules=modules) == ([error], [])
 
 
@@ -96,7 +123,8 @@ def test_e003_when_django_q_is_not_installed() -> None:
     without = [app for app in settings.INSTALLED_APPS if app != "django_q"]
     with override_settings(INSTALLED_APPS=without):
         assert [(m.id, m.msg.split(": ", 1)[1]) for m in check_fan_out()] == [
-            ("pgflow.E003", "'django_q' is not in INSTALLED_APPS, so nothing can run its tasks")]
+            ("pgflow.E003", "'django_q' is not in INSTALLED_APPS, so nothing can run its tasks")
+        ]
         assert check_fan_out()[0].hint.startswith("pgflow hands @fan_out tasks to django-q2: add 'django_q'")
 
 
@@ -116,8 +144,8 @@ def test_e002_of_a_refused_declaration_names_the_class_once(tmp_path: Path, monk
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "workflows.py").write_text(
-        "import pgflow\n\nclass Checkout(pgflow.Workflow):\n"
-        "    @pgflow.step(bogus=1)\n    def a(self):\n        pass\n")
+        "import pgflow\n\nclass Checkout(pgflow.Workflow):\n    @pgflow.step(bogus=1)\n    def a(self):\n        pass\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     [message] = discover([SimpleNamespace(name="brokenorders")])
     assert message.id == "pgflow.E002"

@@ -22,8 +22,9 @@ def test_add_records_dotted_paths_with_their_arguments():
     assert batch.size == 2
     assert batch.members == (
         Member(func="tests.fanout_tasks.double", args=(1,), kwargs={}),
-        Member(func="tests.fanout_tasks.mark", args=("/tmp/x",), kwargs={"text": "hi", "timeout": 30,
-                                                                          "cluster": "other"}),
+        Member(
+            func="tests.fanout_tasks.mark", args=("/tmp/x",), kwargs={"text": "hi", "timeout": 30, "cluster": "other"}
+        ),
     )
 
 
@@ -33,7 +34,10 @@ def test_a_callable_is_stored_as_its_module_and_qualname():
     batch.add(fanout_tasks.Tasks.tripled, 3)
     batch.add(fanout_tasks.Tasks.halved, 4)
     assert [m.func for m in batch.members] == [
-        "tests.fanout_tasks.double", "tests.fanout_tasks.Tasks.tripled", "tests.fanout_tasks.Tasks.halved"]
+        "tests.fanout_tasks.double",
+        "tests.fanout_tasks.Tasks.tripled",
+        "tests.fanout_tasks.Tasks.halved",
+    ]
 
 
 def local_function_factory():
@@ -79,8 +83,11 @@ def test_paths_are_checked_the_way_the_django_q2_worker_resolves_them():
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [
-        ((datetime(2024, 1, 1),), {}, "argument 1 must be JSON-serialisable .* got datetime: Object of type "
-                                      "datetime is not JSON serializable"),
+        (
+            (datetime(2024, 1, 1),),
+            {},
+            "argument 1 must be JSON-serialisable .* got datetime: Object of type datetime is not JSON serializable",
+        ),
         ((1, {"when": {1, 2}}), {}, "argument 2 must be JSON-serialisable .* got dict: Object of type set"),
         ((), {"ratio": math.nan}, "keyword argument 'ratio' must be JSON-serialisable .* got float"),
         ((), {"user": object()}, "keyword argument 'user' must be JSON-serialisable .* got object"),
@@ -112,15 +119,21 @@ def test_a_task_cannot_carry_its_own_callback(name):
 
 @pytest.mark.parametrize("name", ["group", "task_name", "save", "cached", "sync", "ack_failure", "q_options"])
 def test_options_pgflow_sets_are_refused_naming_the_accepted_ones(name):
-    with pytest.raises(TypeError, match=rf"{name}= is set by pgflow for every fan_out task; the django-q2 options "
-                                        r"a task may take are timeout=, cluster="):
+    with pytest.raises(
+        TypeError,
+        match=rf"{name}= is set by pgflow for every fan_out task; the django-q2 options "
+        r"a task may take are timeout=, cluster=",
+    ):
         BatchBuilder().add("tests.fanout_tasks.double", 1, **{name: True})
 
 
 def test_django_q2_options_are_checked():
     batch = BatchBuilder()
-    with pytest.raises(ValueError, match=r"timeout= \(django-q2's\) must be a positive whole number of seconds, "
-                                         r"got 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"timeout= \(django-q2's\) must be a positive whole number of seconds, "
+        r"got 0",
+    ):
         batch.add("tests.fanout_tasks.double", 1, timeout=0)
     with pytest.raises(ValueError, match=r"cluster= \(django-q2's\) must be a cluster name, got ''"):
         batch.add("tests.fanout_tasks.double", 1, cluster="")
@@ -135,7 +148,8 @@ def test_a_sealed_builder_refuses_adds():
     batch = BatchBuilder()
     batch.add("tests.fanout_tasks.double", 1)
     batch.seal()
-    with pytest.raises(RuntimeError, match="this fan_out batch has already opened; add its tasks inside the "
-                                           "fan_out body"):
+    with pytest.raises(
+        RuntimeError, match="this fan_out batch has already opened; add its tasks inside the fan_out body"
+    ):
         batch.add("tests.fanout_tasks.double", 2)
     assert batch.size == 1

@@ -13,8 +13,7 @@ from pgflow.core import jsonvalue
     ("value", "error", "message"),
     [
         ({"when": {1}}, TypeError, "payload must be JSON-serialisable: Object of type set is not JSON serializable"),
-        ([math.inf], ValueError, "payload must be JSON-serialisable: Out of range float values are not JSON "
-                                 "compliant"),
+        ([math.inf], ValueError, "payload must be JSON-serialisable: Out of range float values are not JSON compliant"),
         ({"a": "x\x00y"}, ValueError, "payload holds a NUL character (\\x00), which PostgreSQL cannot store"),
     ],
 )
@@ -55,5 +54,8 @@ def test_text_problem_names_nul_and_lone_surrogates():
 
 def test_storable_makes_recorded_text_writable_and_keeps_it_readable():
     assert jsonvalue.storable({"error_message": "bad\x00 \ud800", "error_causes": [{"m": "\udcff"}], "n": 3}) == {
-        "error_message": "bad\\x00 \\ud800", "error_causes": [{"m": "\\udcff"}], "n": 3}
+        "error_message": "bad\\x00 \\ud800",
+        "error_causes": [{"m": "\\udcff"}],
+        "n": 3,
+    }
     assert jsonvalue.storable("fine") == "fine"

@@ -18,13 +18,45 @@ ROOT = Path(__file__).resolve().parents[2]
 # Bottom first. A module belongs to the layer of its longest matching prefix.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("pgflow.core", "pgflow.exceptions")),
-    ("foundations", ("pgflow.models", "pgflow.conf", "pgflow.registry", "pgflow.evaluation", "pgflow.migrations",
-                     "pgflow.observability", "pgflow.observability.metrics", "pgflow.observability.tracing")),
+    (
+        "foundations",
+        (
+            "pgflow.models",
+            "pgflow.conf",
+            "pgflow.registry",
+            "pgflow.evaluation",
+            "pgflow.migrations",
+            "pgflow.observability",
+            "pgflow.observability.metrics",
+            "pgflow.observability.tracing",
+        ),
+    ),
     ("store", ("pgflow.store",)),
-    ("features", ("pgflow.workflow", "pgflow.signals", "pgflow.fanout", "pgflow.failures", "pgflow.rollup",
-                  "pgflow.schedules", "pgflow.observability.alerts")),
-    ("runtime", ("pgflow", "pgflow.runtime", "pgflow.testing", "pgflow.management", "pgflow.checks",
-                 "pgflow.apps", "pgflow.observability.views", "pgflow.observability.urls")),
+    (
+        "features",
+        (
+            "pgflow.workflow",
+            "pgflow.signals",
+            "pgflow.fanout",
+            "pgflow.failures",
+            "pgflow.rollup",
+            "pgflow.schedules",
+            "pgflow.observability.alerts",
+        ),
+    ),
+    (
+        "runtime",
+        (
+            "pgflow",
+            "pgflow.runtime",
+            "pgflow.testing",
+            "pgflow.management",
+            "pgflow.checks",
+            "pgflow.apps",
+            "pgflow.observability.views",
+            "pgflow.observability.urls",
+        ),
+    ),
     ("dashboard", ("pgflow_dashboard",)),
 ]
 RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
@@ -56,7 +88,8 @@ def _is_package_module(dotted: str) -> bool:
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def top_level_imports(path: Path) -> list[tuple[int, str]]:
@@ -119,13 +152,17 @@ def upward_imports(path: Path) -> list[str]:
 def test_every_module_imports_only_its_own_layer_and_those_below():
     problems = [problem for path in modules() for problem in upward_imports(path)]
     assert not problems, "upward imports (import inside a function, saying why, or move the code):\n" + "\n".join(
-        problems)
+        problems
+    )
 
 
 def test_core_imports_no_django():
-    offenders = [f"{path.relative_to(ROOT)}:{line} imports {target}"
-                 for path in (ROOT / "pgflow" / "core").rglob("*.py")
-                 for line, target in top_level_imports(path) if target.split(".")[0] == "django"]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for path in (ROOT / "pgflow" / "core").rglob("*.py")
+        for line, target in top_level_imports(path)
+        if target.split(".")[0] == "django"
+    ]
     assert not offenders, offenders
 
 
@@ -139,13 +176,21 @@ def test_an_upward_import_added_on_purpose_is_caught(tmp_path, monkeypatch):
         rogue.unlink()
     assert problems == [
         "pgflow/store/zz_layer_probe.py:1: pgflow.store.zz_layer_probe (store) imports pgflow.runtime.worker "
-        "(runtime), a higher layer"]
+        "(runtime), a higher layer"
+    ]
 
 
-@pytest.mark.parametrize(("module", "layer"), [
-    ("pgflow.core.states", "core"), ("pgflow.models", "foundations"), ("pgflow.store.claims", "store"),
-    ("pgflow.fanout", "features"), ("pgflow.runtime.worker", "runtime"), ("pgflow", "runtime"),
-    ("pgflow_dashboard.mcp.server", "dashboard"),
-])
+@pytest.mark.parametrize(
+    ("module", "layer"),
+    [
+        ("pgflow.core.states", "core"),
+        ("pgflow.models", "foundations"),
+        ("pgflow.store.claims", "store"),
+        ("pgflow.fanout", "features"),
+        ("pgflow.runtime.worker", "runtime"),
+        ("pgflow", "runtime"),
+        ("pgflow_dashboard.mcp.server", "dashboard"),
+    ],
+)
 def test_layer_of(module, layer):
     assert layer_of(module) == layer

@@ -14,21 +14,33 @@ NOW = datetime(2025, 3, 4, 10, 16, tzinfo=UTC)  # a Tuesday
 
 
 def test_redact_masks_matching_keys_at_any_depth_and_keeps_the_rest():
-    value = {"plan": "pro", "Card_Number": "4242", "nested": [{"db-password": "x", "ok": 1}, ("token", 2)],
-             "deep": {"a": {"b": {"API_KEY": "k"}}}, 3: "int key"}
+    value = {
+        "plan": "pro",
+        "Card_Number": "4242",
+        "nested": [{"db-password": "x", "ok": 1}, ("token", 2)],
+        "deep": {"a": {"b": {"API_KEY": "k"}}},
+        3: "int key",
+    }
     assert redact(value, DEFAULTS["REDACT"]) == {
-        "plan": "pro", "Card_Number": MASK, "nested": [{"db-password": MASK, "ok": 1}, ["token", 2]],
-        "deep": {"a": {"b": {"API_KEY": MASK}}}, 3: "int key"}
+        "plan": "pro",
+        "Card_Number": MASK,
+        "nested": [{"db-password": MASK, "ok": 1}, ["token", 2]],
+        "deep": {"a": {"b": {"API_KEY": MASK}}},
+        3: "int key",
+    }
     assert value["Card_Number"] == "4242"  # the input is not changed
     assert redact("password", ["password"]) == "password"  # values are never matched, only keys
     assert redact({"password": 1}, []) == {"password": 1}
 
 
-@pytest.mark.parametrize(("raw", "problem"), [
-    ({"REDACT": "password"}, "PGFLOW['REDACT'] must be a list of key names"),
-    ({"REDACT": ["password", ""]}, "PGFLOW['REDACT'] must be a list of key names"),
-    ({"REDACT": [1]}, "PGFLOW['REDACT'] must be a list of key names"),
-])
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ({"REDACT": "password"}, "PGFLOW['REDACT'] must be a list of key names"),
+        ({"REDACT": ["password", ""]}, "PGFLOW['REDACT'] must be a list of key names"),
+        ({"REDACT": [1]}, "PGFLOW['REDACT'] must be a list of key names"),
+    ],
+)
 def test_redact_setting_is_validated(raw, problem):
     assert any(problem in message for message in validate(raw))
 
@@ -42,48 +54,98 @@ def _at(hours: int, minutes: int = 0) -> datetime:
 
 
 def test_explain_a_step_queued_with_no_live_worker():
-    facts = {"status": "running", "open_step": {"step_name": "send", "status": "scheduled", "queue": "mail",
-                                                "scheduled_at": NOW - timedelta(minutes=14)}, "live_queues": {}}
+    facts = {
+        "status": "running",
+        "open_step": {
+            "step_name": "send",
+            "status": "scheduled",
+            "queue": "mail",
+            "scheduled_at": NOW - timedelta(minutes=14),
+        },
+        "live_queues": {},
+    }
     assert explain(facts, now=NOW) == ["step send queued 14 min: no live worker serves queue 'mail'"]
     facts["live_queues"] = {"mail": 2}
-    assert explain(facts, now=NOW) == ["step send queued 14 min on queue 'mail', which 2 live workers serve "
-                                       "(they may be busy)"]
+    assert explain(facts, now=NOW) == [
+        "step send queued 14 min on queue 'mail', which 2 live workers serve (they may be busy)"
+    ]
 
 
 def test_explain_a_signal_wait_with_its_deadline():
-    facts = {"status": "running", "open_step": {
-        "step_name": "charge", "status": "waiting", "wait_for": "payment_received", "on_timeout": "cancel",
-        "created_at": _at(10, 1), "waiting_since": _at(10, 2), "deadline_at": _at(10, 2) + timedelta(days=7),
-        "queue": "workflows", "scheduled_at": _at(10, 1), "batch": None}}
+    facts = {
+        "status": "running",
+        "open_step": {
+            "step_name": "charge",
+            "status": "waiting",
+            "wait_for": "payment_received",
+            "on_timeout": "cancel",
+            "created_at": _at(10, 1),
+            "waiting_since": _at(10, 2),
+            "deadline_at": _at(10, 2) + timedelta(days=7),
+            "queue": "workflows",
+            "scheduled_at": _at(10, 1),
+            "batch": None,
+        },
+    }
     assert explain(facts, now=NOW) == [
-        "waiting for signal 'payment_received' since 10:02, times out at 2025-03-11 10:02 (then: cancel)"]
+        "waiting for signal 'payment_received' since 10:02, times out at 2025-03-11 10:02 (then: cancel)"
+    ]
     facts["open_step"]["deadline_at"] = _at(10, 2) + timedelta(days=1)
     assert explain(facts, now=NOW)[0].endswith("times out at 10:02 on Wednesday (then: cancel)")
 
 
 def test_explain_a_run_paused_by_its_policy():
-    facts = {"status": "paused", "paused_at": _at(9, 12), "paused_reason": "whatever", "last_error": {
-        "step_name": "charge", "attempt": 2, "error_class": "shop.errors.PaymentDeclined",
-        "error_message": "card declined\nmore lines", "outcome": "paused"}}
-    assert explain(facts, now=NOW)[0] == ("paused since 09:12: step charge (attempt 2) failed with "
-                                          "PaymentDeclined: card declined (policy: pause)")
+    facts = {
+        "status": "paused",
+        "paused_at": _at(9, 12),
+        "paused_reason": "whatever",
+        "last_error": {
+            "step_name": "charge",
+            "attempt": 2,
+            "error_class": "shop.errors.PaymentDeclined",
+            "error_message": "card declined\nmore lines",
+            "outcome": "paused",
+        },
+    }
+    assert explain(facts, now=NOW)[0] == (
+        "paused since 09:12: step charge (attempt 2) failed with PaymentDeclined: card declined (policy: pause)"
+    )
 
 
 def test_explain_a_finished_run_names_where_its_time_went():
-    facts = {"status": "finished", "created_at": NOW - timedelta(seconds=3.2), "finished_at": NOW,
-             "phases": {"waited": 0.0, "queued": 2.9, "ran": 0.3, "waiting": 0.0}}
+    facts = {
+        "status": "finished",
+        "created_at": NOW - timedelta(seconds=3.2),
+        "finished_at": NOW,
+        "phases": {"waited": 0.0, "queued": 2.9, "ran": 0.3, "waiting": 0.0},
+    }
     assert explain(facts, now=NOW) == ["finished in 3.2 s; most time queued (2.9 s)"]
 
 
 def test_explain_a_cancelled_run_and_a_lost_lease():
     cancelled = {"status": "cancelled", "finished_at": _at(8), "end_reason": "cancelled by user:ada"}
     assert explain(cancelled, now=NOW) == ["cancelled at 08:00: cancelled by user:ada"]
-    running = {"status": "running", "open_step": {"step_name": "nap", "status": "in_progress", "worker": "w1",
-                                                  "started_at": _at(10), "lease_expires_at": _at(10, 1)}}
+    running = {
+        "status": "running",
+        "open_step": {
+            "step_name": "nap",
+            "status": "in_progress",
+            "worker": "w1",
+            "started_at": _at(10),
+            "lease_expires_at": _at(10, 1),
+        },
+    }
     assert explain(running, now=NOW) == [
-        "step nap running for 16 min on worker w1, whose lease ran out at 10:01 (the sweep runs it again)"]
+        "step nap running for 16 min on worker w1, whose lease ran out at 10:01 (the sweep runs it again)"
+    ]
 
 
 def test_span_reads_like_speech():
     assert [span(s) for s in (0.25, 59.9, 60, 3600, 3660, 86400 + 7200)] == [
-        "0.2 s", "59.9 s", "1 min", "1 h", "1 h 1 min", "1 d 2 h"]
+        "0.2 s",
+        "59.9 s",
+        "1 min",
+        "1 h",
+        "1 h 1 min",
+        "1 d 2 h",
+    ]

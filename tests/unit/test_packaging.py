@@ -34,14 +34,23 @@ def test_django_environ_is_for_the_example_project_only():
     assert "environ" not in config["options"]["install_requires"]
     extras = config["options.extras_require"]
     assert "django-environ" in extras["dev"] and "django-environ" in extras["demo"]
-    library = [path for folder in ("pgflow", "pgflow_dashboard") for path in (ROOT / folder).rglob("*.py")
-               if re.search(r"^\s*(import|from) environ\b", path.read_text(), re.M)]
+    library = [
+        path
+        for folder in ("pgflow", "pgflow_dashboard")
+        for path in (ROOT / folder).rglob("*.py")
+        if re.search(r"^\s*(import|from) environ\b", path.read_text(), re.M)
+    ]
     assert library == []
 
 
 def test_nothing_shipped_points_at_files_outside_the_repository():
-    shipped = [*ROOT.glob("*.md"), *(ROOT / "docs").glob("*.md"),
-               *(ROOT / "pgflow").rglob("*.py"), *(ROOT / "pgflow_dashboard").rglob("*.py")]
-    offenders = [str(path.relative_to(ROOT)) for path in shipped
-                 if re.search(r"\b(API|DESIGN)\.md\b", path.read_text())]
+    shipped = [
+        *ROOT.glob("*.md"),
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "pgflow").rglob("*.py"),
+        *(ROOT / "pgflow_dashboard").rglob("*.py"),
+    ]
+    offenders = [
+        str(path.relative_to(ROOT)) for path in shipped if re.search(r"\b(API|DESIGN)\.md\b", path.read_text())
+    ]
     assert offenders == []

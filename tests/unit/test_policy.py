@@ -93,7 +93,11 @@ def test_matching_forms() -> None:
     # A list reads like the same classes given one by one, however nested (the reference's flatten).
     assert OnException([KeyError, ValueError], action="skip").matching == (KeyError, ValueError)
     assert OnException([KeyError, [ValueError, ("Declined",)]], TypeError, action="skip").matching == (
-        KeyError, ValueError, "Declined", TypeError)
+        KeyError,
+        ValueError,
+        "Declined",
+        TypeError,
+    )
     assert OnException((), action="skip").matching is None
 
 

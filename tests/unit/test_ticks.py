@@ -24,8 +24,9 @@ def local_ticks(rule: Rule, start: datetime, end: datetime, zone: ZoneInfo) -> l
     raise AssertionError("unreachable")
 
 
-@pytest.mark.parametrize(("zone", "day"), [("Europe/Amsterdam", datetime(2025, 3, 30)),
-                                           ("America/New_York", datetime(2025, 3, 9))])
+@pytest.mark.parametrize(
+    ("zone", "day"), [("Europe/Amsterdam", datetime(2025, 3, 30)), ("America/New_York", datetime(2025, 3, 9))]
+)
 def test_spring_forward_day_runs_a_2am_job_once(zone, day):
     tz = ZoneInfo(zone)
     rule = Rule(cron="0 2 * * *", timezone=zone)
@@ -37,8 +38,9 @@ def test_spring_forward_day_runs_a_2am_job_once(zone, day):
     assert [t.hour for t in found] == [3, 2, 2]
 
 
-@pytest.mark.parametrize(("zone", "day"), [("Europe/Amsterdam", datetime(2025, 10, 26)),
-                                           ("America/New_York", datetime(2025, 11, 2))])
+@pytest.mark.parametrize(
+    ("zone", "day"), [("Europe/Amsterdam", datetime(2025, 10, 26)), ("America/New_York", datetime(2025, 11, 2))]
+)
 def test_fall_back_day_runs_a_job_in_the_repeated_hour_once(zone, day):
     tz = ZoneInfo(zone)
     hour = 2 if zone == "Europe/Amsterdam" else 1  # the hour that happens twice
@@ -72,8 +74,10 @@ def test_bad_declarations_name_the_field():
         pgflow.Schedule(name="nightly", cron="61 * * * *")
     with pytest.raises(pgflow.DefinitionError, match="timezone must be an IANA time zone name.*'Mars/Base'"):
         pgflow.Schedule(name="n", cron="0 3 * * *", timezone="Mars/Base")
-    with pytest.raises(pgflow.DefinitionError, match="overlap must be one of 'allow', 'skip', 'buffer_one', "
-                                                     "'cancel_previous', got 'queue'"):
+    with pytest.raises(
+        pgflow.DefinitionError,
+        match="overlap must be one of 'allow', 'skip', 'buffer_one', 'cancel_previous', got 'queue'",
+    ):
         pgflow.Schedule(name="n", every=timedelta(hours=1), overlap="queue")
     with pytest.raises(pgflow.DefinitionError, match="cron= or every=, exactly one"):
         pgflow.Schedule(name="n", cron="0 3 * * *", every=timedelta(hours=1))
@@ -123,22 +127,27 @@ def test_limit_leaves_the_rest_due():
     assert result.next_tick == T0 + timedelta(minutes=10)
 
 
-@pytest.mark.parametrize(("overlap", "previous_open", "buffered", "action"), [
-    ("skip", False, False, ticks.START),
-    ("skip", True, False, ticks.SKIP),
-    ("allow", True, False, ticks.START),
-    ("buffer_one", True, False, ticks.BUFFER),
-    ("buffer_one", True, True, ticks.SKIP),
-    ("cancel_previous", True, False, ticks.CANCEL_AND_START),
-    ("cancel_previous", False, False, ticks.START),
-])
+@pytest.mark.parametrize(
+    ("overlap", "previous_open", "buffered", "action"),
+    [
+        ("skip", False, False, ticks.START),
+        ("skip", True, False, ticks.SKIP),
+        ("allow", True, False, ticks.START),
+        ("buffer_one", True, False, ticks.BUFFER),
+        ("buffer_one", True, True, ticks.SKIP),
+        ("cancel_previous", True, False, ticks.CANCEL_AND_START),
+        ("cancel_previous", False, False, ticks.START),
+    ],
+)
 def test_overlap_actions(overlap, previous_open, buffered, action):
     assert ticks.overlap_action(overlap, previous_open=previous_open, buffered=buffered) == action
 
 
 def test_cron_rule_describes_itself_in_words():
-    assert Rule(cron="30 9 * * 1-5", timezone="Europe/Amsterdam").describe() == \
-        "At 09:30 on Monday through Friday (Europe/Amsterdam)"
+    assert (
+        Rule(cron="30 9 * * 1-5", timezone="Europe/Amsterdam").describe()
+        == "At 09:30 on Monday through Friday (Europe/Amsterdam)"
+    )
 
 
 def test_schedules_on_a_class_are_validated_and_not_inherited():
@@ -154,13 +163,18 @@ def test_schedules_on_a_class_are_validated_and_not_inherited():
     assert [s.name for s in Nightly._pgflow_schedules] == ["nightly"]
     assert Child._pgflow_schedules == ()
     with pytest.raises(pgflow.DefinitionError, match="'nightly' is used more than once"):
+
         class Twice(pgflow.Workflow):
-            schedules = [pgflow.Schedule(name="nightly", cron="0 3 * * *"),
-                         pgflow.Schedule(name="nightly", every=timedelta(hours=1))]
+            schedules = [
+                pgflow.Schedule(name="nightly", cron="0 3 * * *"),
+                pgflow.Schedule(name="nightly", every=timedelta(hours=1)),
+            ]
 
             @pgflow.step
             def work(self): ...
+
     with pytest.raises(pgflow.DefinitionError, match="schedules must be a list of pgflow.Schedule"):
+
         class Loose(pgflow.Workflow):
             schedules = ["0 3 * * *"]
 

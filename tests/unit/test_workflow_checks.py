@@ -127,12 +127,16 @@ def test_e002_reports_every_problem() -> None:
 @pytest.mark.parametrize(
     ("matcher", "warning"),
     [
-        ("nowhere_pkg.errors.Missing",
-         "OnException matcher 'nowhere_pkg.errors.Missing' does not import as a class: it only matches an error "
-         "whose class, or a base, has the qualified name 'nowhere_pkg.errors.Missing'; check the module path"),
-        ("pgflow.conf.DEFAULTS",
-         "OnException matcher 'pgflow.conf.DEFAULTS' does not import as a class: it only matches an error "
-         "whose class, or a base, has the qualified name 'pgflow.conf.DEFAULTS'; check the module path"),
+        (
+            "nowhere_pkg.errors.Missing",
+            "OnException matcher 'nowhere_pkg.errors.Missing' does not import as a class: it only matches an error "
+            "whose class, or a base, has the qualified name 'nowhere_pkg.errors.Missing'; check the module path",
+        ),
+        (
+            "pgflow.conf.DEFAULTS",
+            "OnException matcher 'pgflow.conf.DEFAULTS' does not import as a class: it only matches an error "
+            "whose class, or a base, has the qualified name 'pgflow.conf.DEFAULTS'; check the module path",
+        ),
     ],
 )
 def test_w001_warns_about_a_name_matcher_that_never_matches(matcher: str, warning: str) -> None:
@@ -164,8 +168,10 @@ def test_w001_accepts_names_that_resolve_to_themselves() -> None:
 
 def test_w001_lists_a_name_once() -> None:
     class Flow(Workflow):
-        on_exception = [OnException("nowhere_pkg.Missing", action="cancel"),
-                        OnException("nowhere_pkg.Missing", action="skip")]
+        on_exception = [
+            OnException("nowhere_pkg.Missing", action="cancel"),
+            OnException("nowhere_pkg.Missing", action="skip"),
+        ]
 
         @step(on_exception=OnException("nowhere_pkg.Missing", action="skip"))
         def a(self) -> None:

@@ -345,10 +345,16 @@ WRONG: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
         lambda: {"on_exception": [OnException(handler=lambda w: None)], "a": step(fresh())},
         "on_exception: OnException handler <lambda> must take (workflow, error), got (w)",
     ),
-    ("an empty queue", lambda: {"queue": "", "a": step(fresh())},
-     "queue must be None or 1-100 letters, digits, '_', '.', ':' or '-', got ''"),
-    ("a queue that is no string", lambda: {"queue": 5},
-     "queue must be None or 1-100 letters, digits, '_', '.', ':' or '-', got 5"),
+    (
+        "an empty queue",
+        lambda: {"queue": "", "a": step(fresh())},
+        "queue must be None or 1-100 letters, digits, '_', '.', ':' or '-', got ''",
+    ),
+    (
+        "a queue that is no string",
+        lambda: {"queue": 5},
+        "queue must be None or 1-100 letters, digits, '_', '.', ':' or '-', got 5",
+    ),
     (
         "a priority that is no int",
         lambda: {"priority": "high"},
@@ -716,9 +722,25 @@ def test_importing_the_module_touches_no_models() -> None:
 # -- the user's namespace ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["run", "subject", "input", "outputs", "step_name", "attempt", "skip",
-                                  "pause", "cancel", "finish", "reattempt", "start", "runs",
-                                  "definition_digest"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "run",
+        "subject",
+        "input",
+        "outputs",
+        "step_name",
+        "attempt",
+        "skip",
+        "pause",
+        "cancel",
+        "finish",
+        "reattempt",
+        "start",
+        "runs",
+        "definition_digest",
+    ],
+)
 def test_an_attribute_shadowing_the_documented_api_is_refused(name: str) -> None:
     with pytest.raises(DefinitionError) as raised:
         type("Shadowing", (Workflow,), {name: fresh(), "only": step(fresh())})
@@ -739,8 +761,9 @@ def test_a_plain_value_or_a_mixin_shadowing_the_api_is_refused() -> None:
         type("Mixed", (Mixin, Workflow), {"only": step(fresh())})
 
 
-@pytest.mark.parametrize("name", ["should_skip", "should_cancel", "delay_seconds", "invoke", "evaluate", "decide",
-                                  "prepare", "helper"])
+@pytest.mark.parametrize(
+    "name", ["should_skip", "should_cancel", "delay_seconds", "invoke", "evaluate", "decide", "prepare", "helper"]
+)
 def test_helpers_outside_the_documented_api_are_the_users(name: str) -> None:
     flow = type("Helpers", (Workflow,), {name: fresh(returns=name), "only": step(fresh(returns="ok"))})
     assert getattr(flow(run=None), name)() == name
@@ -777,7 +800,11 @@ def test_class_wide_wait_applies_to_every_step_that_sets_none() -> None:
 
     steps = Reminders.steps()
     assert [(d.name, d.wait, d.wait_until) for d in steps] == [
-        ("first", 3600.0, None), ("own_wait", 0.0, None), ("own_wait_until", None, "tomorrow"), ("fan", 3600.0, None)]
+        ("first", 3600.0, None),
+        ("own_wait", 0.0, None),
+        ("own_wait_until", None, "tomorrow"),
+        ("fan", 3600.0, None),
+    ]
     now = datetime(2030, 1, 1, tzinfo=UTC)
     assert evaluation.delay_seconds(Reminders(run=None), steps.get("first"), now) == 3600.0  # type: ignore[arg-type]
 
@@ -786,16 +813,22 @@ def test_class_wide_wait_applies_to_every_step_that_sets_none() -> None:
         wait_until = "tomorrow"
 
     assert [(d.name, d.wait, d.wait_until) for d in Later.steps()] == [
-        ("first", None, "tomorrow"), ("own_wait", 0.0, None), ("own_wait_until", None, "tomorrow"),
-        ("fan", None, "tomorrow")]
+        ("first", None, "tomorrow"),
+        ("own_wait", 0.0, None),
+        ("own_wait_until", None, "tomorrow"),
+        ("fan", None, "tomorrow"),
+    ]
     assert Reminders.steps().get("first").wait == 3600.0  # type: ignore[union-attr]  # the parent is unchanged
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"wait": True}, "class-wide options: wait must be a timedelta, a number of seconds, a method name or a "
-                         "callable returning either, got True"),
+        (
+            {"wait": True},
+            "class-wide options: wait must be a timedelta, a number of seconds, a method name or a "
+            "callable returning either, got True",
+        ),
         ({"wait": -1}, "class-wide options: wait must be 0 or more seconds, got -1"),
         ({"wait": 5, "wait_until": "later"}, "class-wide options: takes wait or wait_until, not both"),
         ({"wait": "nope"}, "step 'only': wait 'nope' names no method of Waits (expected def nope(self))"),

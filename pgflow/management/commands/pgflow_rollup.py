@@ -25,14 +25,21 @@ def days(value: str) -> int:
 
 
 class Command(BaseCommand):
-    help = ("Roll every closed hour the sweep has not rolled yet into the insights' rollup; with --rebuild, "
-            "count the rolled hours again first (after rows were written into the past).")
+    help = (
+        "Roll every closed hour the sweep has not rolled yet into the insights' rollup; with --rebuild, "
+        "count the rolled hours again first (after rows were written into the past)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--rebuild", action="store_true",
-                            help="count again the hours already rolled (of the last --days days)")
-        parser.add_argument("--days", type=days, default=None,
-                            help="with --rebuild: how many days back (default: RETENTION, or all when it is None)")
+        parser.add_argument(
+            "--rebuild", action="store_true", help="count again the hours already rolled (of the last --days days)"
+        )
+        parser.add_argument(
+            "--days",
+            type=days,
+            default=None,
+            help="with --rebuild: how many days back (default: RETENTION, or all when it is None)",
+        )
 
     def handle(self, *args: Any, rebuild: bool, days: int | None, **options: Any) -> None:
         if days is not None and not rebuild:

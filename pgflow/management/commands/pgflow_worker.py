@@ -69,18 +69,35 @@ class Command(BaseCommand):
     help = "Run pgflow workflow steps: claim due steps, run them, heartbeat, sweep."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--queues", type=queue_list, default=None,
-                            help="comma-separated queues to take steps from (default: PGFLOW['QUEUE'])")
-        parser.add_argument("--concurrency", type=concurrency, default=4,
-                            help="steps run at once, each in its own thread (default: 4)")
-        parser.add_argument("--burst", action="store_true",
-                            help="run until no step is due, then exit 0")
+        parser.add_argument(
+            "--queues",
+            type=queue_list,
+            default=None,
+            help="comma-separated queues to take steps from (default: PGFLOW['QUEUE'])",
+        )
+        parser.add_argument(
+            "--concurrency", type=concurrency, default=4, help="steps run at once, each in its own thread (default: 4)"
+        )
+        parser.add_argument("--burst", action="store_true", help="run until no step is due, then exit 0")
         parser.add_argument("--name", default=None, help="worker name in logs and leases (default: host:pid:random)")
-        parser.add_argument("--metrics-port", type=port_number, default=None,
-                            help="serve this worker's Prometheus metrics on this port (needs django-pgflow[metrics])")
+        parser.add_argument(
+            "--metrics-port",
+            type=port_number,
+            default=None,
+            help="serve this worker's Prometheus metrics on this port (needs django-pgflow[metrics])",
+        )
 
-    def handle(self, *args: Any, queues: list[str] | None, concurrency: int, burst: bool, name: str | None,
-               metrics_port: int | None = None, verbosity: int = 1, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        queues: list[str] | None,
+        concurrency: int,
+        burst: bool,
+        name: str | None,
+        metrics_port: int | None = None,
+        verbosity: int = 1,
+        **options: Any,
+    ) -> None:
         pgflow_logger = logging.getLogger("pgflow")
         if not pgflow_logger.handlers and not logging.getLogger().handlers:
             handler = logging.StreamHandler(sys.stderr)
@@ -90,11 +107,16 @@ class Command(BaseCommand):
         missing = unapplied_migrations()
         if missing:
             # Claiming would fail on every poll for ever: say what to do and stop.
-            raise CommandError(f"the database lacks {len(missing)} migration(s) ({', '.join(missing)}): "
-                               f"run `python manage.py migrate`, then start the worker again")
+            raise CommandError(
+                f"the database lacks {len(missing)} migration(s) ({', '.join(missing)}): "
+                f"run `python manage.py migrate`, then start the worker again"
+            )
         if settings.DEBUG:
-            pgflow_logger.warning("DEBUG is on: Django records every query the worker sends, which slows it "
-                                  "down; run workers with DEBUG = False", extra={"action": "worker_debug"})
+            pgflow_logger.warning(
+                "DEBUG is on: Django records every query the worker sends, which slows it "
+                "down; run workers with DEBUG = False",
+                extra={"action": "worker_debug"},
+            )
         if metrics_port is not None:
             if not metrics.available():
                 raise CommandError("--metrics-port needs prometheus_client: pip install 'django-pgflow[metrics]'")

@@ -20,8 +20,11 @@ class Command(BaseCommand):
     help = "Print the workflow insights of a window: runs, failures, per class and step figures, errors, stuck runs."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--window", default=WorkflowWindow.DEFAULT,
-                            help=f"one of {', '.join(WorkflowWindow.CHOICES)} (default {WorkflowWindow.DEFAULT})")
+        parser.add_argument(
+            "--window",
+            default=WorkflowWindow.DEFAULT,
+            help=f"one of {', '.join(WorkflowWindow.CHOICES)} (default {WorkflowWindow.DEFAULT})",
+        )
         parser.add_argument("--json", action="store_true", dest="as_json", help="print one JSON document, for machines")
 
     def handle(self, *args: Any, window: str, as_json: bool, **options: Any) -> None:
@@ -39,8 +42,10 @@ class Command(BaseCommand):
 def report(figures: dict[str, Any]) -> list[str]:
     """The figures as lines of plain text."""
     window = figures["window"]
-    lines = [f"pgflow insights: window {window['name']} ({window['since']:%Y-%m-%d %H:%M} to "
-             f"{window['now']:%Y-%m-%d %H:%M %Z}, buckets of {duration(window['bucket_seconds'])})"]
+    lines = [
+        f"pgflow insights: window {window['name']} ({window['since']:%Y-%m-%d %H:%M} to "
+        f"{window['now']:%Y-%m-%d %H:%M %Z}, buckets of {duration(window['bucket_seconds'])})"
+    ]
     if window["capped"]:
         lines.append(f"  capped to {duration(window['seconds'])} by PGFLOW['RETENTION']")
     runs = figures["runs_per_bucket"]
@@ -49,26 +54,36 @@ def report(figures: dict[str, Any]) -> list[str]:
     cancelled, failed = sum(b["cancelled"] for b in runs), sum(b["failures"] for b in failures)
     lines.append(f"runs: {started} started, {finished} finished, {cancelled} cancelled; failed attempts: {failed}")
     lines.append("")
-    lines.append("workflows (started in the window, of those running and paused now; finished, cancelled, success "
-                 "and durations of the runs that ended in the window):")
+    lines.append(
+        "workflows (started in the window, of those running and paused now; finished, cancelled, success "
+        "and durations of the runs that ended in the window):"
+    )
     for row in figures["workflows"]:
         rate = "—" if row["success_rate"] is None else f"{row['success_rate'] * 100:.1f}%"
-        lines.append(f"  {row['workflow_class']}: {row['started']} started, {row['running']} running, "
-                     f"{row['paused']} paused, {row['finished']} finished, {row['cancelled']} cancelled; "
-                     f"success {rate}; p50 {duration(row['p50_seconds'])}, p95 {duration(row['p95_seconds'])}")
+        lines.append(
+            f"  {row['workflow_class']}: {row['started']} started, {row['running']} running, "
+            f"{row['paused']} paused, {row['finished']} finished, {row['cancelled']} cancelled; "
+            f"success {rate}; p50 {duration(row['p50_seconds'])}, p95 {duration(row['p95_seconds'])}"
+        )
     if not figures["workflows"]:
         lines.append("  none")
     lines.append("")
     lines.append("steps (attempts that ended in the window; p50/p95 waited, queued, ran):")
     for row in figures["steps"]:
-        phases = ", ".join(f"{phase} {duration(row[f'{phase}_p50_seconds'])}/{duration(row[f'{phase}_p95_seconds'])}"
-                           for phase in ("waited", "queued", "ran"))
-        lines.append(f"  {row['workflow_class']}.{row['step_name']}: {row['attempts']} attempts, "
-                     f"{row['failures']} failed; {phases}")
+        phases = ", ".join(
+            f"{phase} {duration(row[f'{phase}_p50_seconds'])}/{duration(row[f'{phase}_p95_seconds'])}"
+            for phase in ("waited", "queued", "ran")
+        )
+        lines.append(
+            f"  {row['workflow_class']}.{row['step_name']}: {row['attempts']} attempts, "
+            f"{row['failures']} failed; {phases}"
+        )
     if not figures["steps"]:
         lines.append("  none")
-    lines.append(f"(p50/p95 from log-scale histograms: within {figures['percentiles']['max_relative_error']:.1%} "
-                 f"of the exact value)")
+    lines.append(
+        f"(p50/p95 from log-scale histograms: within {figures['percentiles']['max_relative_error']:.1%} "
+        f"of the exact value)"
+    )
     lines.append("")
     lines.append("top errors:")
     for row in figures["errors"]:
@@ -78,9 +93,13 @@ def report(figures: dict[str, Any]) -> list[str]:
     lines.append("")
     stuck = figures["stuck"]
     lines.append("stuck now:")
-    for key, label in (("paused", "runs paused"), ("overdue", "steps overdue"),
-                       ("lease_expired", "attempts past their lease"), ("deadline_passed", "waits past their deadline"),
-                       ("definition_changed", "open runs on a changed definition")):
+    for key, label in (
+        ("paused", "runs paused"),
+        ("overdue", "steps overdue"),
+        ("lease_expired", "attempts past their lease"),
+        ("deadline_passed", "waits past their deadline"),
+        ("definition_changed", "open runs on a changed definition"),
+    ):
         group = stuck[key]
         lines.append(f"  {label}: {group['count']}")
         for row in group["rows"][:10]:

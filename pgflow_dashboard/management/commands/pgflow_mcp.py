@@ -12,8 +12,9 @@ class Command(BaseCommand):
     help = "Serve pgflow's MCP tools over stdio (for an MCP client that launches this command)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--user", required=True,
-                            help="the username whose permissions apply and who is named in the audit trail")
+        parser.add_argument(
+            "--user", required=True, help="the username whose permissions apply and who is named in the audit trail"
+        )
 
     def handle(self, *args: Any, user: str, **options: Any) -> None:
         try:

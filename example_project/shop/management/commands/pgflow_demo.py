@@ -36,9 +36,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--runs", type=int, default=12, help="example runs to start (default 12)")
-        parser.add_argument("--history", type=int, default=3000,
-                            help="historical runs written once, on a fresh database, for the dashboard "
-                                 "(default 3000; 0 for none)")
+        parser.add_argument(
+            "--history",
+            type=int,
+            default=3000,
+            help="historical runs written once, on a fresh database, for the dashboard (default 3000; 0 for none)",
+        )
         parser.add_argument("--no-serve", action="store_true", help="set up, start the runs, and exit")
 
     def handle(self, *args: Any, port: int, runs: int, history: int, no_serve: bool, **options: Any) -> None:
@@ -54,8 +57,10 @@ class Command(BaseCommand):
             self.set_up(runs, history)
             children = self.start_children(port)
             self.say(f"admin: http://127.0.0.1:{port}/admin/  login: {USERNAME} / {PASSWORD}")
-            self.say("Ctrl-C (or SIGTERM) stops the worker, the django-q2 cluster, the web server"
-                     + (" and the private PostgreSQL" if pgcluster.started_here else ""))
+            self.say(
+                "Ctrl-C (or SIGTERM) stops the worker, the django-q2 cluster, the web server"
+                + (" and the private PostgreSQL" if pgcluster.started_here else "")
+            )
             self.supervise(children)
         except KeyboardInterrupt:
             self.say("stopping")
