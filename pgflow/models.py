@@ -147,6 +147,13 @@ class WorkflowRun(models.Model):
 
         return store.rerun_from(self.pk, step_name, input=input, actor=actor)
 
+    def rerun_plan(self, step_name: str) -> dict[str, Any]:
+        """What ``rerun_from(step_name)`` would copy (``copied``: ``{name: output}``), what it
+        has nothing to copy for (``not_copied``), and ``definition_changed``; writes nothing."""
+        from . import store
+
+        return store.rerun_plan(self, step_name)
+
     @property
     def outputs(self) -> dict[str, Any]:
         """``{step_name: output}`` of the run's completed attempts (the latest of each step wins)."""
