@@ -180,3 +180,15 @@ def test_children_are_linked_on_the_started_event():
     child = parent.children.get()
     assert Event.objects.get(run=child, event="started").details["parent"] == parent.pk
     assert Step.objects.filter(run=parent, step_name="collect", status="completed").exists()
+
+
+def test_the_mcp_search_filters_by_parent():
+    from pgflow_dashboard.mcp import reads
+
+    parent = run_workflow(cw.Parent.start(input={"n": 2}))
+    other = run_workflow(cw.Parent.start(input={"n": 1}))
+    found = reads.search_runs(parent=parent.pk)
+    assert sorted(row["run_id"] for row in found["runs"]) == sorted(parent.children.values_list("pk", flat=True))
+    assert other.pk not in [row["run_id"] for row in found["runs"]]
+    with pytest.raises(reads.Refused, match="parent must be a run id"):
+        reads.search_runs(parent="x")
