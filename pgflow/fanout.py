@@ -53,6 +53,7 @@ from .models import Batch, BatchMember, Event, Step
 
 if TYPE_CHECKING:
     from .store import Prepared
+    from .workflow import Workflow
 
 logger = logging.getLogger("pgflow")
 
@@ -99,9 +100,11 @@ FUNC_LIMIT = 256  # django-q2's Task.func column
 class Member:
     """One recorded ``batch.add``: what django-q2 will be asked to run."""
 
-    func: str  # a dotted path: django-q2's worker imports it with pydoc.locate
+    func: str  # a dotted path: django-q2's worker imports it with pydoc.locate (a child: its class's)
     args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
+    kwargs: Mapping[str, Any]  # a child: its input and key
+    workflow: type[Workflow] | None = None  # batch.add_run: the child run's class
+    subject: Any = None  # batch.add_run: the child run's subject
 
 
 class BatchBuilder:
@@ -133,9 +136,49 @@ class BatchBuilder:
             _check_json(value, f"keyword argument {name!r}", path)
         self._members.append(Member(func=path, args=tuple(args), kwargs=dict(kwargs)))
 
+    def add_run(
+        self, workflow: type[Workflow], /, *, subject: Any = None, input: Any = None, key: str | None = None
+    ) -> None:
+        """Add a child run of ``workflow`` (a Workflow subclass) as a member: it starts when the
+        batch opens, as ``workflow.start(subject=..., input=..., key=...)`` would, and counts
+        as succeeded when it finishes, failed when it is cancelled. ``key`` makes it
+        idempotent: a resumed or reattempted fan_out that adds the same key links the run
+        started the first time. No django-q2 cluster is needed for child runs."""
+        if self._sealed:
+            raise RuntimeError("this fan_out batch has already opened; add its runs inside the fan_out body")
+        from .models import WorkflowRun
+        from .workflow import Workflow
+
+        if not (isinstance(workflow, type) and issubclass(workflow, Workflow)) or not workflow.steps():
+            raise TypeError(
+                f"batch.add_run() takes a Workflow subclass with at least one step (as Workflow.start does), "
+                f"got {workflow!r}"
+            )
+        what = f"batch.add_run({workflow.__qualname__})"
+        if input is not None and not isinstance(input, dict):
+            raise TypeError(f"{what}: input must be a dict (JSON object) or None, got {type(input).__name__}")
+        reason = jsonvalue.problem(input)
+        if reason is not None:
+            raise TypeError(f"{what}: input must be JSON-serialisable, got {reason}")
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            raise ValueError(f"{what}: key must be a non-empty string of at most 255 characters or None, got {key!r}")
+        if subject is not None and (
+            isinstance(subject, WorkflowRun) or getattr(subject, "pk", None) is None or not hasattr(subject, "_meta")
+        ):
+            raise TypeError(f"{what}: subject must be a saved model instance or None, got {subject!r}")
+        self._members.append(
+            Member(
+                func=workflow.workflow_path(),
+                args=(),
+                kwargs={"input": input, "key": key},
+                workflow=workflow,
+                subject=subject,
+            )
+        )
+
     @property
     def size(self) -> int:
-        """How many tasks have been added."""
+        """How many members (tasks and child runs) have been added."""
         return len(self._members)
 
     @property
@@ -300,7 +343,7 @@ def enqueue(batch_id: uuid.UUID) -> int:
     enqueued = 0
     members = list(
         BatchMember.objects.filter(
-            batch_id=batch_id, status=BatchMember.Status.PENDING, enqueued_at__isnull=True
+            batch_id=batch_id, status=BatchMember.Status.PENDING, enqueued_at__isnull=True, child__isnull=True
         ).order_by("position")
     )
     for member in members:
@@ -574,7 +617,9 @@ def _count_stuck(at: datetime, grace: timedelta) -> int:
     cutoff = at - stuck_after(grace)
     progressed = BatchMember.objects.filter(batch=OuterRef("batch"), finished_at__gte=cutoff)
     candidates = (
-        BatchMember.objects.filter(status=BatchMember.Status.PENDING, batch__status=Batch.Status.OPEN)
+        BatchMember.objects.filter(
+            status=BatchMember.Status.PENDING, batch__status=Batch.Status.OPEN, child__isnull=True
+        )
         .filter(Q(enqueued_at__lt=cutoff) | Q(enqueued_at__isnull=True, batch__created_at__lt=cutoff))
         .exclude(Exists(progressed))
         # A batch opened by pgflow.testing runs its members inline; nothing enqueues them.
@@ -614,8 +659,13 @@ def run_inline(step: Step) -> bool:
     """Run a waiting step's pending members here, in order, then resolve the step (for
     ``pgflow.testing.run_workflow``). Returns True when the step moved on."""
     if step.batch_id is not None:
+        from .testing import run_workflow
+
         pending = BatchMember.objects.filter(batch_id=step.batch_id, status=BatchMember.Status.PENDING)
         for member in pending.order_by("position"):
+            if member.child_id is not None:
+                run_workflow(member.child_id)  # its end counts the member (a paused child keeps it pending)
+                continue
             succeeded, error = _call(member)
             member_finished(member.batch_id, member.position, succeeded=succeeded, error=error)
     if Step.objects.filter(pk=step.pk, status=StepStatus.WAITING).exists():

@@ -57,6 +57,10 @@ class WorkflowRun(models.Model):
     paused_reason = models.TextField(blank=True, default="")
     # The W3C traceparent current when start() was called: every attempt's span joins that trace.
     traceparent = models.CharField(max_length=55, null=True, blank=True)
+    # run.rerun_from(): the run this one re-runs (its outputs before the re-run step were copied).
+    rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns")
+    # batch.add_run() in a fan_out: the run whose step waits on this one as a batch member.
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
 
     objects = WorkflowRunQuerySet.as_manager()
 
@@ -133,6 +137,32 @@ class WorkflowRun(models.Model):
         from . import store
 
         return store.skip_step(self.pk, actor=actor, into=self)
+
+    def rerun_from(self, step_name: str, *, input: Any = None, actor: Any = None) -> WorkflowRun:
+        """A new run of the same class and subject, linked by ``rerun_of``, starting at
+        ``step_name`` with the outputs of the steps before it copied from this run;
+        ``input=None`` keeps this run's input. This run must be finished, cancelled or
+        paused (a paused one is cancelled, "re-run as #N")."""
+        from . import store
+
+        return store.rerun_from(self.pk, step_name, input=input, actor=actor)
+
+    def rerun_plan(self, step_name: str) -> dict[str, Any]:
+        """What ``rerun_from(step_name)`` would copy (``copied``: ``{name: output}``), what it
+        has nothing to copy for (``not_copied``), and ``definition_changed``; writes nothing."""
+        from . import store
+
+        return store.rerun_plan(self, step_name)
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """``{step_name: output}`` of the run's completed attempts (the latest of each step wins)."""
+        rows = (
+            self.step_set.filter(status=StepStatus.COMPLETED)
+            .order_by("created_at", "id")
+            .values_list("step_name", "output")
+        )
+        return dict(rows)
 
 
 class Step(models.Model):
@@ -307,6 +337,9 @@ class BatchMember(models.Model):
     enqueued_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(null=True, blank=True)
+    # batch.add_run(): the child run this member stands for (no django-q2 task then). It
+    # counts when the child finishes (succeeded) or is cancelled (failed).
+    child = models.ForeignKey(WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:
         db_table = "pgflow_batch_member"

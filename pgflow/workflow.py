@@ -204,6 +204,9 @@ class Workflow(metaclass=WorkflowType):
     removed_steps: ClassVar[Sequence[str]] = ()
     # pgflow.Schedule declarations: this class started on a cron or an interval. Not inherited.
     schedules: ClassVar[Sequence[Any]] = ()
+    # A run of this class started by a fan_out's batch.add_run: "cancel" (cancelled with its
+    # parent) or "abandon" (runs on). On a parent's class, "abandon" leaves all its children be.
+    on_parent_cancel: ClassVar[str] = "cancel"
 
     # Built for each class by __init_subclass__; frozen, never mutated.
     _pgflow_steps: ClassVar[StepList] = StepList()
@@ -346,6 +349,28 @@ class Workflow(metaclass=WorkflowType):
         """The running attempt's number, 1-based."""
         return self._attempt
 
+    def children(self, step_name: str) -> list[Any]:
+        """The child runs (``batch.add_run``) of the fan_out ``step_name``'s latest completed
+        attempt, in the order they were added; each ``WorkflowRun``'s ``outputs`` holds its
+        steps' outputs. Empty when that step has not completed."""
+        from .models import BatchMember, Step, WorkflowRun
+
+        latest = (
+            Step.objects.filter(run=self._run, step_name=step_name, status="completed", batch__isnull=False)
+            .order_by("-created_at", "-id")
+            .values_list("batch_id", flat=True)
+            .first()
+        )
+        if latest is None:
+            return []
+        ids = list(
+            BatchMember.objects.filter(batch_id=latest, child__isnull=False)
+            .order_by("position")
+            .values_list("child_id", flat=True)
+        )
+        runs = WorkflowRun.objects.in_bulk(ids)
+        return [runs[i] for i in ids if i in runs]
+
     # -- flow-control verbs: each ends the step at once -----------------------------------
 
     def pause(self) -> NoReturn:
@@ -381,6 +406,7 @@ RESERVED_NAMES = frozenset(
         "subject",
         "input",
         "outputs",
+        "children",
         "step_name",
         "attempt",
         "pause",
@@ -574,6 +600,8 @@ def definition_problems(workflow: type[Workflow]) -> list[str]:
         check_priority(workflow.priority, DefinitionError)
     except DefinitionError as exc:
         problems.append(str(exc))
+    if workflow.on_parent_cancel not in ("cancel", "abandon"):
+        problems.append(f'on_parent_cancel must be "cancel" or "abandon", got {workflow.on_parent_cancel!r}')
     removed = workflow.removed_steps
     if isinstance(removed, list | tuple | set | frozenset):
         for name in sorted(n for n in removed if isinstance(n, str) and n in steps):

@@ -15,6 +15,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet, Subquery
@@ -92,6 +93,42 @@ class ErrorClassFilter(admin.SimpleListFilter):
         return queryset.filter(Exists(failed))
 
 
+class ParentFilter(admin.SimpleListFilter):
+    """The children of one run (``?parent=<id>``): where a run page's children link to."""
+
+    title = "parent run"
+    parameter_name = "parent"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, f"#{value}")] if value else []
+
+    def has_output(self) -> bool:
+        return bool(self.value())
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = (self.value() or "").removeprefix("#")
+        if not value:
+            return queryset
+        return queryset.filter(parent_id=int(value)) if value.isdigit() and len(value) < 19 else queryset.none()
+
+
+def _failed_step(run: WorkflowRun) -> tuple[str | None, str]:
+    """The step a bulk re-run starts from: the step of the run's latest failed attempt, or
+    (None, why not)."""
+    if run.status not in ("finished", "cancelled", "paused"):
+        return None, f"it is {run.status} (pause or cancel it first)"
+    failed = run.step_set.filter(status="failed").order_by("-created_at", "-id").values_list("step_name", flat=True)
+    name = failed.first()
+    if name is None:
+        return None, "no attempt of it failed"
+    try:
+        run.rerun_plan(name)
+    except PgflowError as exc:
+        return None, str(exc)
+    return name, ""
+
+
 @admin.register(WorkflowRun)
 class WorkflowRunAdmin(admin.ModelAdmin):
     list_display = (
@@ -104,15 +141,17 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         "duration_label",
     )
     list_display_links = ("id",)
-    list_filter = ("status", WorkflowClassFilter, "created_at", ErrorClassFilter)
+    list_filter = ("status", WorkflowClassFilter, "created_at", ErrorClassFilter, ParentFilter)
     search_fields = ("id", "key", "subject_id")  # searched by get_search_results below
-    search_help_text = "A run id, an idempotency key (or part of one), or a subject id."
+    search_help_text = (
+        'A run id, an idempotency key (or part of one), a subject id, or "parent:<run id>" for its children.'
+    )
     list_select_related = ("subject_type",)
     list_per_page = 50
     ordering = ("-created_at", "-id")
     # A filtered list would count the whole table a second time for "N total".
     show_full_result_count = False
-    actions = ("pause_runs", "resume_runs", "cancel_runs")
+    actions = ("pause_runs", "resume_runs", "cancel_runs", "rerun_failed_runs")
     change_list_template = "admin/pgflow_dashboard/change_list.html"
 
     class Media:
@@ -155,6 +194,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             return queryset, False
         if jsonvalue.text_problem(term):
             return queryset.none(), False  # no key or subject id holds a NUL or a lone surrogate
+        if term.startswith("parent:"):  # the children of a run: "parent:12"
+            number = term.removeprefix("parent:").strip().removeprefix("#")
+            ok = number.isdigit() and len(number) < 19
+            return (queryset.filter(parent_id=int(number)) if ok else queryset.none()), False
         match = Q(key__icontains=term) | Q(subject_id=term)
         number = term.removeprefix("#")
         if number.isdigit() and len(number) < 19:  # a bigint
@@ -207,6 +250,48 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
         self._control_each(request, queryset, CONTROLS["cancel"])
 
+    @admin.action(description="Re-run from the failed step…", permissions=["change"])
+    def rerun_failed_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> HttpResponse | None:
+        """A dry run first: a page counting what would be re-run (and what not, and why); the
+        re-runs start only when that page is confirmed (``confirm=yes``)."""
+        selected = queryset.count()
+        if selected > MAX_BULK_RUNS:
+            self.message_user(
+                request,
+                f"Nothing re-run: {selected:,} runs are selected and one action takes at most {MAX_BULK_RUNS:,}.",
+                messages.ERROR,
+            )
+            return None
+        plan = [(run, *_failed_step(run)) for run in queryset.order_by("pk")]
+        if request.POST.get("confirm") != "yes":
+            request.current_app = self.admin_site.name
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Re-run from the failed step: dry run",
+                "opts": self.opts,
+                "would": [(run, step) for run, step, why in plan if step],
+                "would_not": [(run, why) for run, step, why in plan if not step],
+                "selected": [run.pk for run, _step, _why in plan],
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            }
+            return TemplateResponse(request, "admin/pgflow_dashboard/rerun_bulk.html", context)
+        started, refused = [], []
+        for run, step, why in plan:
+            if not step:
+                refused.append(f"run {run.pk}: {why}")
+                continue
+            try:
+                new = run.rerun_from(step, actor=request.user)
+            except (PgflowError, WorkflowRun.DoesNotExist) as exc:
+                refused.append(f"run {run.pk}: {exc}")
+            else:
+                started.append(f"#{run.pk} as #{new.pk}")
+        if started:
+            self.message_user(request, f"Re-ran {_runs(len(started))}: {', '.join(started)}.", messages.SUCCESS)
+        if refused:
+            self.message_user(request, f"Not re-run: {'; '.join(refused[:MAX_LISTED_REFUSALS])}.", messages.WARNING)
+        return None
+
     def _control_each(self, request: HttpRequest, queryset: QuerySet[WorkflowRun], control: Control) -> None:
         """Apply one control to each selected run, each in its own transaction, and say per
         run what applied and what did not (and why)."""
@@ -252,6 +337,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 name=f"{prefix}_timeline",
             ),
             path("<path:object_id>/control/", self.admin_site.admin_view(self.control_view), name=f"{prefix}_control"),
+            path("<path:object_id>/rerun/", self.admin_site.admin_view(self.rerun_view), name=f"{prefix}_rerun"),
         ]
         # Before the stock ones: their "<path:object_id>/" redirect would match these too.
         return own + super().get_urls()
@@ -288,6 +374,14 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         if not self.has_change_permission(request, run):
             raise PermissionDenied
         return views.control(self, request, run)
+
+    def rerun_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if request.method not in ("GET", "HEAD", "POST"):
+            return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
+        run = self._run_or_404(request, object_id)
+        if not self.has_change_permission(request, run):
+            raise PermissionDenied
+        return views.rerun(self, request, run)
 
     def _run_or_404(self, request: HttpRequest, object_id: str) -> WorkflowRun:
         run = self.get_object(request, unquote(object_id))

@@ -46,3 +46,31 @@ class SignalForm(forms.Form):
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed in JSON")
+
+
+class RerunForm(forms.Form):
+    """The re-run confirmation page: the new run's input, as JSON (a JSON object)."""
+
+    input = forms.CharField(
+        required=False,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 8, "cols": 80, "spellcheck": "false"}),
+        help_text='a JSON object, e.g. {"amount": 10}; empty keeps {}',
+    )
+
+    def clean_input(self) -> Any:
+        text = self.cleaned_data["input"]
+        if not text:
+            return {}
+        try:
+            value = json.loads(text, parse_constant=_refuse_constant)
+        except ValueError as exc:
+            raise forms.ValidationError(f"the input is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise forms.ValidationError("the input is nested too deeply to read as JSON") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError(f"the input must be a JSON object ({{...}}), got a {type(value).__name__}")
+        why = jsonvalue.problem(value)
+        if why:
+            raise forms.ValidationError(f"the input cannot be stored: {why}")
+        return value

@@ -232,7 +232,39 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
         "legend": timeline.legend(),
         "limits": {"attempts": MAX_ATTEMPTS, "events": MAX_EVENTS, "errors": MAX_ERRORS},
         "started_by_schedule": started_by_schedule(run),
+        "rerun_steps": rerun_steps(run),
+        **family(run, now=now),
     }
+
+
+MAX_RELATED = 200  # children and re-runs listed on a run page
+RERUNNABLE = ("finished", "cancelled", "paused")
+
+
+def family(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
+    """The runs linked to ``run``: the run it re-runs and its re-runs, its parent and its
+    children (status, duration)."""
+    children = [
+        {"run": child, "duration": duration((child.finished_at or now) - child.created_at)}
+        for child in run.children.order_by("id")[:MAX_RELATED]
+    ]
+    return {
+        "rerun_of": run.rerun_of,
+        "reruns": list(run.reruns.order_by("id")[:MAX_RELATED]),
+        "parent_run": run.parent,
+        "children": children,
+        "children_count": run.children.count() if len(children) == MAX_RELATED else len(children),
+    }
+
+
+def rerun_steps(run: WorkflowRun) -> list[str]:
+    """The steps the run can be re-run from (its class's current steps), or none while it runs."""
+    if run.status not in RERUNNABLE:
+        return []
+    try:
+        return list(resolve(run.workflow_class).steps().names())
+    except WorkflowNotFound:
+        return []
 
 
 def started_by_schedule(run: WorkflowRun) -> ScheduleTick | None:

@@ -8,6 +8,7 @@ page with ``json_script``. ``now`` is read once per request.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
@@ -24,7 +25,7 @@ from pgflow.models import WorkflowRun
 from pgflow.signals import signal
 
 from . import insights, runpage
-from .forms import SignalForm
+from .forms import RerunForm, SignalForm
 from .site import INSIGHTS_JSON_URL_NAME, INSIGHTS_URL_NAME
 from .timeline import SERIES
 from .window import WorkflowWindow
@@ -118,6 +119,45 @@ def control(model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRu
     else:
         messages.success(request, f"Run {run.pk} {control.done}.")
     return redirect(_url(model_admin, "change", run))
+
+
+def rerun(model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRun) -> HttpResponse:
+    """The "Re-run from here" confirmation page (GET) and the re-run itself (POST): the outputs
+    it copies, the input (editable JSON), whether the class's steps changed since the run began."""
+    step_name = request.GET.get("step") or request.POST.get("step") or ""
+    try:
+        plan = run.rerun_plan(step_name)
+    except PgflowError as exc:
+        messages.error(request, str(exc))
+        return redirect(_url(model_admin, "change", run))
+    if request.method == "POST":
+        form = RerunForm(request.POST)
+        if form.is_valid():
+            try:
+                new = run.rerun_from(step_name, input=form.cleaned_data["input"], actor=request.user)
+            except (PgflowError, ValueError, TypeError) as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Run {run.pk} re-run from step {step_name} as run {new.pk}.")
+                return redirect(_url(model_admin, "change", new))
+    else:
+        form = RerunForm(initial={"input": json.dumps(run.input, indent=2, ensure_ascii=False)})
+    site = model_admin.admin_site
+    request.current_app = site.name
+    context = {
+        **site.each_context(request),
+        "title": f"Re-run {run} from step {step_name}",
+        "opts": model_admin.opts,
+        "run": run,
+        "step_name": step_name,
+        "plan": plan,
+        "form": form,
+        "run_url": _url(model_admin, "change", run),
+        "will_cancel": run.status == "paused",
+    }
+    return TemplateResponse(
+        request, "admin/pgflow_dashboard/rerun.html", context, status=400 if form.is_bound and form.errors else 200
+    )
 
 
 # --- insights -------------------------------------------------------------------------------

@@ -49,6 +49,11 @@ class EventKind(StrEnum):
     FAN_OUT_OPENED = "fan_out_opened"
     # store.batches: a fan-out's batch finished or vanished (details: counts, failures)
     FAN_OUT_FINISHED = "fan_out_finished"
+    # store.rerun.rerun_from, on the new run: it re-runs another from a step (details: original,
+    # step_name, copied, definition_changed)
+    RERUN_OF = "rerun_of"
+    # store.rerun.rerun_from, on the original: a re-run of it started (details: rerun, step_name)
+    RERUN_AS = "rerun_as"
 
     @property
     def label(self) -> str:

@@ -131,13 +131,16 @@ def _repair_waits(at: datetime) -> int:
 
 
 def _repair_fan_outs(at: datetime) -> int:
-    # Without django-q2 there are no batches to repair (the checks refuse a @fan_out), and
+    # Child runs (batch.add_run) need no django-q2: an ended child whose member was not
+    # counted, open children of a cancelled parent.
+    done = store.repair_children(at=at, grace=timedelta(seconds=pgflow_settings.seconds("FAN_OUT_GRACE")))
+    # Without django-q2 there are no task batches to repair (the checks refuse a @fan_out), and
     # its tables, which the repairs read, do not exist.
     if not apps.is_installed("django_q"):
-        return 0
+        return done
     from .. import fanout
 
-    return fanout.repair_lost(at=at)
+    return done + fanout.repair_lost(at=at)
 
 
 def purge(*, at: datetime) -> int:

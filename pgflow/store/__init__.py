@@ -18,6 +18,8 @@ One module per concept:
 - ``controls``: the operator's pause, resume, cancel and skip;
 - ``mailbox``: signals stored, taken and timed out;
 - ``batches``: a fan-out's batch opened, its members counted, its step resolved;
+- ``rerun``: a run re-run from one of its steps;
+- ``children``: child runs as a fan-out's members, counted when they end;
 - ``retention``: old runs deleted.
 
 Callers outside pgflow use the models' methods (``run.pause()`` …), ``Workflow.start()`` and
@@ -30,6 +32,7 @@ from __future__ import annotations
 from ..core.flow import HANDED_BACK, LOST
 from .attempts import Prepared, finish, prepare, quick_prepare
 from .batches import count_member, mark_enqueued, open_batch, resolve_batch_step, skip_member
+from .children import ON_PARENT_CANCEL, cancel_children, repair_children
 from .claims import Claim, claim, claim_step, hand_back, heartbeat, log_ignored, next_due, recover_lost
 from .commit import Finished, finish_many
 from .controls import cancel, pause, resume, skip_step
@@ -45,6 +48,7 @@ from .locking import (
     open_attempt,
 )
 from .mailbox import deliver, take_signal, time_out, wake_stale
+from .rerun import rerun_from, rerun_plan
 from .retention import purge_runs
 from .scheduling import WaitFailed, delay_of, outputs_of
 from .starting import start_run
@@ -56,6 +60,7 @@ __all__ = [
     "LOST",
     "SYSTEM",
     "TESTING_WORKER",
+    "ON_PARENT_CANCEL",
     "Claim",
     "Finished",
     "Prepared",
@@ -63,6 +68,7 @@ __all__ = [
     "actor_name",
     "apply",
     "cancel",
+    "cancel_children",
     "claim",
     "claim_step",
     "count_member",
@@ -88,6 +94,9 @@ __all__ = [
     "purge_runs",
     "quick_prepare",
     "recover_lost",
+    "repair_children",
+    "rerun_from",
+    "rerun_plan",
     "resolve_batch_step",
     "resume",
     "skip_member",

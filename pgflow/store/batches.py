@@ -26,6 +26,7 @@ from ..exceptions import FanOutFailed, WorkflowNotFound
 from ..models import Batch, BatchMember, Event, Step, WorkflowRun
 from .claims import Claim, held_attempt, log_ignored
 from .locking import TESTING_WORKER, event, locked, now
+from .starting import start_run
 from .transitions import apply, close_attempt, park
 
 logger = logging.getLogger("pgflow")
@@ -42,9 +43,10 @@ def open_batch(
     output: Any = None,
     enqueue: Callable[[uuid.UUID], Any],
 ) -> tuple[str, bool]:
-    """One transaction: the batch, its members (each with ``func``, ``args``, ``kwargs``), the step
-    parked on it with the body's ``output``, ``fan_out_opened``; ``enqueue(batch_id)`` runs after
-    the commit. Returns ``(outcome word, applied)``."""
+    """One transaction: the batch, its members (each with ``func``, ``args``, ``kwargs``, and
+    ``workflow`` set for a child run), the step parked on it with the body's ``output``,
+    ``fan_out_opened``, the child runs started; ``enqueue(batch_id)`` runs after the commit
+    when there are django-q2 tasks. Returns ``(outcome word, applied)``."""
     at = at or now()
     with locked(held.run_id) as run:
         step = held_attempt(run, held)
@@ -67,7 +69,7 @@ def open_batch(
             description=f"{run.workflow_class}#{step.step_name} run {run.pk}"[:400],
             properties={"run_id": run.pk, "step_id": step.pk, "step_name": step.step_name, "attempt": step.attempt},
         )
-        BatchMember.objects.bulk_create(
+        rows = BatchMember.objects.bulk_create(
             BatchMember(batch=batch, position=position, func=m.func, args=list(m.args), kwargs=dict(m.kwargs))
             for position, m in enumerate(members)
         )
@@ -77,16 +79,68 @@ def open_batch(
             # resolves; the batch's counts stay on the batch and in fan_out_finished.
             step.output = output
             step.save(update_fields=["output"])
-        event(run, EventKind.FAN_OUT_OPENED, step=step, at=at, batch_id=str(batch.pk), size=len(members))
+        children = [(row, m) for row, m in zip(rows, members, strict=True) if getattr(m, "workflow", None)]
+        event(
+            run,
+            EventKind.FAN_OUT_OPENED,
+            step=step,
+            at=at,
+            batch_id=str(batch.pk),
+            size=len(members),
+            **({"children": len(children)} if children else {}),
+        )
+        if children and _start_children(run, step, batch, children, at=at):
+            return "completed", True
         if not members:
             # Nothing to wait for: the batch finishes now and the step completes in this transaction.
             batch.status, batch.finished_at = Batch.Status.FINISHED, at
             batch.save(update_fields=["status", "finished_at"])
             _resolve(run, step, batch, at=at)
             return "completed", True
-        if step.worker != TESTING_WORKER:  # pgflow.testing runs the members inline
+        tasks = len(members) > len(children)
+        if tasks and step.worker != TESTING_WORKER:  # pgflow.testing runs the members inline
             transaction.on_commit(functools.partial(enqueue, batch.pk), robust=True)
     return "parked", True
+
+
+def _start_children(
+    run: WorkflowRun, step: Step, batch: Batch, children: list[tuple[BatchMember, Any]], *, at: datetime
+) -> bool:
+    """Start each child run (``batch.add_run``) and link its member; under the parent's lock.
+    A ``key=`` naming a run that exists already links that run; one already ended counts at
+    once. Returns True when that finished the batch (its step resolved here)."""
+    finished = False
+    for row, member in children:
+        child = start_run(
+            member.workflow,
+            subject=getattr(member, "subject", None),
+            input=member.kwargs.get("input"),
+            key=member.kwargs.get("key"),
+            parent=run,
+        )
+        if child.parent_id is None:
+            # An existing keyed run (not a child of any run yet) becomes this run's child. Never
+            # wait for its lock: the lock order is child, then parent (see pgflow.store.children).
+            existing = WorkflowRun.objects.select_for_update(skip_locked=True).filter(pk=child.pk).first()
+            if existing is not None and existing.parent_id is None:
+                existing.parent = run
+                existing.save(update_fields=["parent"])
+        row.child = child
+        row.save(update_fields=["child"])
+        status = WorkflowRun.objects.filter(pk=child.pk).values_list("status", flat=True).first()
+        if status in (RunStatus.FINISHED, RunStatus.CANCELLED):  # ended already (no steps, or an existing run)
+            _, won = count_member(
+                batch.pk,
+                row.position,
+                succeeded=status == RunStatus.FINISHED,
+                error=None if status == RunStatus.FINISHED else f"child run #{child.pk} was cancelled",
+                at=at,
+            )
+            finished = finished or won is not None
+    if finished:
+        batch.refresh_from_db()
+        _resolve(run, step, batch, at=at)
+    return finished
 
 
 def mark_enqueued(member_id: int, task_id: str) -> None:

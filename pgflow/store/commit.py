@@ -161,6 +161,23 @@ def _outputs_with(item: Finished) -> Callable[[], dict[str, Any]]:
     return lambda: {**outputs_of(item.claim.run()), item.claim.step_name: item.output}
 
 
+def _children_finishing(done: list[tuple[Finished, str]]) -> set[int]:
+    """The child runs (``batch.add_run``) among ``done`` whose step was their class's last:
+    one query, and only when some run is finishing."""
+    last = [item.claim.run_id for item, path in done if _is_last(path, item.claim.step_name)]
+    if not last:
+        return set()
+    return set(WorkflowRun.objects.filter(pk__in=last, parent__isnull=False).values_list("pk", flat=True))
+
+
+def _is_last(workflow_class: str, step_name: str) -> bool:
+    try:
+        names = resolve(workflow_class).steps().names()
+    except WorkflowNotFound:
+        return False
+    return bool(names) and names[-1] == step_name
+
+
 def _add(columns: dict[str, list[Any]], **values: Any) -> None:
     for name, value in values.items():
         columns[name].append(value)
@@ -193,6 +210,8 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
     }
     due_queues: set[str] = set()
     closing, outputs, fallback = [], [], []
+    # A child run that ends counts its member in its parent's batch: that goes through apply.
+    children = _children_finishing(done)
     for item, workflow_class in done:
         claim = item.claim
         try:
@@ -206,6 +225,9 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
             delay = delay_of(workflow, claim.run(), nxt, at, _outputs_with(item)) if nxt and nxt.waits else None
         except (StepNotFound, WorkflowNotFound, WaitFailed):
             fallback.append(item)  # apply() pauses the run, naming the failure
+            continue
+        if nxt is None and claim.run_id in children:
+            fallback.append(item)  # apply() finishes the child and counts its member
             continue
         closing.append(claim.step_id)
         outputs.append(None if item.output is None else json.dumps(item.output))

@@ -203,6 +203,10 @@ def finish_run(run: WorkflowRun, at: datetime, *, reason: str | None = None, act
     run.save(update_fields=["status", "finished_at", "updated_at", "current_step", "paused_reason"])
     details: dict[str, Any] = {"reason": reason} if reason else {}
     event(run, EventKind.FINISHED, at=at, actor=actor, **details)
+    if run.parent_id is not None:
+        from .children import child_ended  # children -> batches -> transitions -> this module
+
+        child_ended(run, at=at)
 
 
 def workflow_or_none(run: WorkflowRun) -> type[Workflow] | None:

@@ -28,9 +28,15 @@ logger = logging.getLogger("pgflow")
 
 
 def start_run(
-    workflow: type[Workflow], *, subject: Any = None, input: Any = None, key: str | None = None
+    workflow: type[Workflow],
+    *,
+    subject: Any = None,
+    input: Any = None,
+    key: str | None = None,
+    parent: WorkflowRun | None = None,
 ) -> WorkflowRun:
-    """Create a run and its first attempt in the caller's transaction (see Workflow.start)."""
+    """Create a run and its first attempt in the caller's transaction (see Workflow.start);
+    ``parent``: the run whose fan_out started it as a child (``batch.add_run``)."""
     payload = _checked_input(input)
     subject_type, subject_id = _checked_subject(subject)
     if key is not None and (not isinstance(key, str) or not key or len(key) > 255 or jsonvalue.text_problem(key)):
@@ -56,12 +62,14 @@ def start_run(
                     created_at=at,
                     updated_at=at,
                     traceparent=observability.run_starting(path),
+                    parent=parent,
                 )
         except IntegrityError:
             if key is None:
                 raise
             return WorkflowRun.objects.get(workflow_class=path, key=key)
-        event(run, EventKind.STARTED, at=at, workflow=path, key=key)
+        details: dict[str, Any] = {"parent": parent.pk} if parent else {}
+        event(run, EventKind.STARTED, at=at, workflow=path, key=key, **details)
         first = workflow.steps().first()
         if first is None:
             finish_run(run, at, reason="the workflow has no steps")

@@ -146,6 +146,11 @@ def cancel_run(
     run.paused_reason = ""
     run.save(update_fields=["status", "finished_at", "updated_at", "paused_reason"])
     event(run, EventKind.CANCELLED, step=step, at=at, actor=actor, **({"reason": reason} if reason else {}))
+    from . import children  # children -> batches -> this module
+
+    if run.parent_id is not None:
+        children.child_ended(run, at=at, reason=reason)
+    children.parent_cancelled(run)
 
 
 def park(run: WorkflowRun, step: Step, *, at: datetime, deadline: float | None = None, batch_id: Any = None) -> None:

@@ -97,6 +97,7 @@ def search_runs(
     started_after: str | None = None,
     started_before: str | None = None,
     limit: int = DEFAULT_SEARCH,
+    parent: int | None = None,
 ) -> dict[str, Any]:
     if not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH:
         raise Refused(f"limit must be a whole number from 1 to {MAX_SEARCH}, got {limit!r}")
@@ -110,6 +111,10 @@ def search_runs(
         runs = runs.filter(Q(workflow_class=workflow) | Q(workflow_class__endswith=f".{workflow}"))
     if key:
         runs = runs.filter(key=key)
+    if parent is not None:
+        if not isinstance(parent, int) or isinstance(parent, bool):
+            raise Refused(f"parent must be a run id (a whole number), got {parent!r}")
+        runs = runs.filter(parent_id=parent)
     if subject:
         runs = _by_subject(runs, subject)
     if error_class:

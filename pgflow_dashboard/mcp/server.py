@@ -75,11 +75,13 @@ def build(principal: Principal) -> MCPServer:
         started_after: str | None = None,
         started_before: str | None = None,
         limit: int = reads.DEFAULT_SEARCH,
+        parent: int | None = None,
     ) -> dict[str, Any]:
         """Runs matching every filter given, newest first, at most `limit` (1 to 200).
         status: running, paused, finished or cancelled. workflow: the class name or dotted path.
         key: the idempotency key. subject: 'app_label.model:id' or an id. error_class: runs with an attempt
-        that failed with it (name or dotted path). started_after / started_before: ISO 8601 date-times."""
+        that failed with it (name or dotted path). started_after / started_before: ISO 8601 date-times.
+        parent: a run id: its child runs (started by its fan_out's batch.add_run)."""
         return await call(
             ctx,
             VIEW,
@@ -92,6 +94,7 @@ def build(principal: Principal) -> MCPServer:
                 started_after=started_after,
                 started_before=started_before,
                 limit=limit,
+                parent=parent,
             ),
         )
 

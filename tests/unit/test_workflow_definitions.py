@@ -729,6 +729,7 @@ def test_importing_the_module_touches_no_models() -> None:
         "subject",
         "input",
         "outputs",
+        "children",
         "step_name",
         "attempt",
         "skip",
@@ -746,7 +747,7 @@ def test_an_attribute_shadowing_the_documented_api_is_refused(name: str) -> None
         type("Shadowing", (Workflow,), {name: fresh(), "only": step(fresh())})
     message = str(raised.value)
     assert f"{name!r} would shadow Workflow's own {name!r}" in message
-    assert "reserved names: attempt, cancel, cancel_conditions, definition_digest, finish" in message
+    assert "reserved names: attempt, cancel, cancel_conditions, children, definition_digest, finish" in message
 
 
 def test_a_plain_value_or_a_mixin_shadowing_the_api_is_refused() -> None:
