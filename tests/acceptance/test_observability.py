@@ -6,6 +6,7 @@ import json
 import socket
 import urllib.request
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -110,20 +111,23 @@ def _total(values: dict, name: str, **labels: str) -> float:
     return sum(value for (sample, found), value in values.items() if sample == name and wanted <= found)
 
 
-def test_metrics_of_two_workers_add_up_to_the_database_counts(start_worker):
+def test_metrics_of_two_workers_add_up_to_the_database_counts(start_worker, settings):
+    # Gauges read now, not a scrape cached by a test before this one.
+    settings.PGFLOW = {**settings.PGFLOW, "METRICS_CACHE": timedelta(0)}
+    ports = [_free_port(), _free_port()]
+    workers = [start_worker("--metrics-port", str(port), "--concurrency", "2") for port in ports]
+    # Both listening before the work arrives, or the first could take all of it.
+    wait_until(
+        lambda: all("starting: queues=" in worker.output() for worker in workers), timeout=30, what="both workers"
+    )
     for _ in range(20):
         wf.ThreeSteps.start()
     for _ in range(3):
         wf.Retrying.start()
-    ports = [_free_port(), _free_port()]
-    workers = [start_worker("--metrics-port", str(port), "--concurrency", "2") for port in ports]
     wait_until(
         lambda: WorkflowRun.objects.filter(status__in=["finished", "cancelled"]).count() == 23,
         timeout=120,
         what="23 runs to end",
-    )
-    wait_until(
-        lambda: all("starting: queues=" in worker.output() for worker in workers), timeout=30, what="both workers"
     )
     scraped = [_scrape(f"http://127.0.0.1:{port}/metrics") for port in ports]
     assert all(_total(one, "pgflow_attempts_total") > 0 for one in scraped), "both workers ran attempts"
