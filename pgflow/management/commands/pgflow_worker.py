@@ -19,6 +19,7 @@ from pgflow.observability import metrics
 from pgflow.runtime.worker import Worker
 
 MAX_CONCURRENCY = 256
+MAX_ASYNC_CONCURRENCY = 10_000  # awaiting bodies cost memory, not threads or connections
 
 
 def queue_list(value: str) -> list[str]:
@@ -38,6 +39,16 @@ def concurrency(value: str) -> int:
         number = 0
     if not 1 <= number <= MAX_CONCURRENCY:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_CONCURRENCY}, got {value!r}")
+    return number
+
+
+def async_concurrency(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_ASYNC_CONCURRENCY:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_ASYNC_CONCURRENCY}, got {value!r}")
     return number
 
 
@@ -80,7 +91,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--async-concurrency",
-            type=concurrency,
+            type=async_concurrency,
             default=100,
             help="async def step bodies awaiting at once on the worker's event loop (default: 100)",
         )
