@@ -6,7 +6,10 @@
     /tmp/venv311/bin/python benchmarks/run.py --only pgflow,celery
 
 What it starts, and stops again on the way out (Ctrl-C included): a private PostgreSQL
-(example_project/pgcluster.py, in benchmarks/.work/pg, fsync off like the tests'), a Redis
+(example_project/pgcluster.py, in benchmarks/.work/pg-durable) on PostgreSQL's durable
+defaults (fsync, synchronous_commit and full_page_writes on: every commit waits for the
+disk), or with --fsync-off the tests' cluster (benchmarks/.work/pg, all three off), whose
+figures go to a section of their own labelled as an extra; a Redis
 on a free port of 127.0.0.1 for Celery, and one virtualenv per peer under
 benchmarks/.work/peers-venv/ installed from PyPI (pinned in benchmarks/peers/venvs.py).
 
@@ -131,6 +134,11 @@ def parse_args() -> argparse.Namespace:
         help="cap on one throughput phase, seconds; a slower system is measured on what it did",
     )
     parser.add_argument(
+        "--fsync-off",
+        action="store_true",
+        help="measure on a cluster with fsync, synchronous_commit and full_page_writes off (an extra)",
+    )
+    parser.add_argument(
         "--write",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -161,7 +169,8 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.pg_dir = WORK / "pg"
+        self.pg_dir = WORK / ("pg" if args.fsync_off else "pg-durable")
+        self.heading = report.SECTION_FSYNC_OFF if args.fsync_off else report.SECTION
         self.logs = WORK / "logs"
         self.server_url = ""
         self.redis: subprocess.Popen[bytes] | None = None
@@ -185,7 +194,8 @@ class Bench:
     def start_postgres(self) -> None:
         WORK.mkdir(parents=True, exist_ok=True)
         os.chmod(WORK, 0o755)  # noqa: S103 - the postgres user must reach its data folder below it
-        say("starting PostgreSQL")
+        say("starting PostgreSQL" + (" (fsync off)" if self.args.fsync_off else " (durable: fsync on)"))
+        os.environ[pgcluster.DURABLE_ENV] = "0" if self.args.fsync_off else "1"
         self.server_url = pgcluster.ensure(self.pg_dir)
         self.pg_started = True
         binaries = pgcluster._system_binaries()
@@ -206,6 +216,16 @@ class Bench:
                 "'shared_buffers', 'max_connections')"
             ).fetchone()
             self.configs["PostgreSQL"] = str(settings[0]) if settings else ""
+            durable = conn.execute(
+                "SELECT count(*) = 3 FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', "
+                "'full_page_writes') AND setting = 'on'"
+            ).fetchone()
+        if not self.args.fsync_off and not (durable and durable[0]):
+            # A cluster left running in the folder with other settings would be reused.
+            raise pgcluster.ClusterError(
+                f"the benchmark's PostgreSQL in {self.pg_dir} is not durable ({self.configs['PostgreSQL']}): "
+                f"stop it (python example_project/pgcluster.py stop {self.pg_dir}) and run again"
+            )
 
     def start_redis(self) -> None:
         server = shutil.which("redis-server")
@@ -492,7 +512,7 @@ class Bench:
         commit = git("rev-parse", "--short", "HEAD")
         dirty = git("status", "--porcelain", "--", "pgflow")
         lines = [
-            report.SECTION,
+            self.heading,
             "",
             f"Measured {started_at:%Y-%m-%d %H:%M} UTC on {info['nproc']} cores ({info['cpu']}), {info['memory']} "
             f"of memory, Linux {info['kernel']}; load average {load_before} before, {load_after} after; "
@@ -584,9 +604,10 @@ METHOD = [
     'both. "÷ best ceiling" divides by the best ceiling figure of the run.',
     "- Every system uses the same PostgreSQL (its own database on it); Celery's broker is Redis. All log at "
     "WARNING. Each peer comes from PyPI into its own virtualenv (benchmarks/peers/venvs.py pins the versions).",
-    "- PostgreSQL is the project's private test cluster: fsync, synchronous_commit and full_page_writes off. "
-    "Commits cost almost nothing here, unlike on a durable server where each waits for a disk flush; that "
-    "flatters systems that make many small transactions, and every figure above would be lower there.",
+    "- PostgreSQL runs on its durable defaults (fsync, synchronous_commit and full_page_writes on): a commit "
+    "waits for its WAL to reach the disk, as on a production server. (With --fsync-off, the project's test "
+    "cluster, all three off: commits cost almost nothing, which flatters systems that make many small "
+    "transactions; those figures are an extra, in their own section.)",
     "- Not equal, and worth knowing: the systems do not promise the same. pgflow, DBOS, Procrastinate and "
     "django-q2 keep every step's state in PostgreSQL; Celery here keeps its messages in a Redis that saves "
     "nothing, acknowledges a task when it starts (its default) and stores no results. Worker settings are "

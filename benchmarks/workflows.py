@@ -28,3 +28,13 @@ class StampStart(pgflow.Workflow):
     @step
     def stamp(self):
         return {"t": time.time()}
+
+
+class AsyncSleep(pgflow.Workflow):
+    """One async step that awaits ``input["sleep"]`` seconds (benchmarks/async_bodies.py)."""
+
+    @step
+    async def nap(self):
+        import asyncio
+
+        await asyncio.sleep(self.input.get("sleep", 1.0))

@@ -34,6 +34,7 @@ from pathlib import Path
 
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".pgdata"
 FIRST_PORT = 54329  # away from 5432 so a system cluster is never mistaken for ours
+DURABLE_ENV = "PGFLOW_PG_DURABLE"  # "1": start with PostgreSQL's durable defaults (benchmarks/run.py)
 DATABASE = "pgflow"
 USER = "postgres"
 CHOICES = ("auto", "system", "embedded")
@@ -305,10 +306,10 @@ def _start(binaries: Binaries, pgdata: Path, log: Path, port: int | None = None)
         raise ClusterError(f"port {port} on 127.0.0.1 is in use: free it, or set DATABASE_URL")
     log.touch(exist_ok=True)
     _give_to_server(log)
-    options = (
-        f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
-        "-c max_connections=200 -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-    )
+    options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=200"
+    if os.environ.get(DURABLE_ENV) != "1":
+        # Tests need no crash safety: commits that skip the disk flush run them faster.
+        options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     argv = [
         str(binaries.folder / "pg_ctl"),
         "-D",

@@ -5,14 +5,23 @@ These live here, not on :class:`~pgflow.workflow.Workflow`, so a workflow class 
 its own helpers anything outside the documented API: a helper called ``should_skip``,
 used as ``skip_if="should_skip"``, is the user's method, never the engine's. Plain
 Python; importing this module touches neither the models nor the database.
+
+Any of them may be ``async def``. The worker awaits an async step body on its event loop
+(``runtime/loop.py``); everything else here is called from synchronous code (under a run's
+lock, or in a thread) and :func:`settle` awaits what it returned on a loop of its own, where
+Django's async ORM and ``sync_to_async`` come back to the calling thread and so to its
+transaction.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import async_to_sync
 
 from .core.definitions import StepDefinition
 from .core.flow import FlowControl
@@ -29,6 +38,27 @@ def invoke(workflow: Workflow, definition: StepDefinition, argument: Any = None)
     if definition.takes_argument:
         return body(argument)
     return body()
+
+
+def is_async(workflow_class: type[Workflow], definition: StepDefinition) -> bool:
+    """True when the step's body is an ``async def``: the worker awaits it on its loop."""
+    return inspect.iscoroutinefunction(getattr(workflow_class, definition.method, None))
+
+
+def settle(value: Any) -> Any:
+    """``value``, or what it resolves to when it is awaitable (an ``async def`` returned it).
+
+    Awaited through asgiref's ``async_to_sync``: the calling thread serves the
+    ``sync_to_async`` calls (Django's async ORM) of the coroutine, so they run in its
+    transaction, under the lock it holds.
+    """
+    if inspect.isawaitable(value):
+        return async_to_sync(_awaited)(value)
+    return value
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
 
 
 def should_skip(workflow: Workflow, definition: StepDefinition) -> bool:
@@ -80,10 +110,11 @@ def delay_seconds(workflow: Workflow, definition: StepDefinition, now: datetime)
 
 
 def evaluate(workflow: Workflow, reference: str | Callable[..., Any]) -> Any:
-    """Call a method named ``reference`` of ``workflow``, or the callable ``reference(workflow)``."""
+    """Call a method named ``reference`` of ``workflow``, or the callable ``reference(workflow)``;
+    an ``async def`` is awaited (:func:`settle`)."""
     if isinstance(reference, str):
-        return getattr(workflow, reference)()
-    return reference(workflow)
+        return settle(getattr(workflow, reference)())
+    return settle(reference(workflow))
 
 
 def describe(reference: Any) -> str:

@@ -47,7 +47,7 @@ from .core import jsonvalue
 from .core.events import EventKind
 from .core.flow import FlowControl
 from .core.states import StepStatus
-from .evaluation import invoke
+from .evaluation import invoke, settle
 from .failures import fail
 from .models import Batch, BatchMember, Event, Step
 
@@ -303,7 +303,8 @@ def execute(prepared: Prepared) -> tuple[str, bool]:
     """Run a fan_out attempt the runner prepared: ``(outcome word, applied)``."""
     builder = BatchBuilder()
     try:
-        returned = invoke(prepared.workflow, prepared.definition, builder)
+        # An async body is awaited here, in this thread: it only records its batch.add calls.
+        returned = settle(invoke(prepared.workflow, prepared.definition, builder))
     except FlowControl as control:
         applied = store.finish(prepared.claim, control.outcome)
         return (control.outcome.word if applied else "ignored"), applied

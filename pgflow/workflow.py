@@ -639,8 +639,9 @@ def _body_problems(workflow: type[Workflow], definition: StepDefinition) -> list
         return [f"{where}: the method {definition.method!r} no longer exists (list the step in removed_steps)"]
     if not inspect.isfunction(body):
         return [f"{where}: the body must be a method defined with def, got {body!r}"]
-    if inspect.iscoroutinefunction(body) or inspect.isasyncgenfunction(body):
-        return [f"{where}: the body must be a plain method, not async def"]
+    if inspect.isasyncgenfunction(body):
+        # An async def body is awaited; an async generator would hand back the generator unrun.
+        return [f"{where}: the body must return its output (def or async def), not yield it"]
     expected = _PARAMETERS[definition.kind]
     if not _accepts(body, len(expected)):
         hint = ""

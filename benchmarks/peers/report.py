@@ -9,7 +9,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SECTION = "## Peers, side by side"
+SECTION = "## Peers, side by side"  # measured on PostgreSQL's durable defaults
+SECTION_FSYNC_OFF = "## Peers, side by side, fsync off (an extra)"  # run.py --fsync-off
 
 
 @dataclass
@@ -117,14 +118,16 @@ def load_average() -> str:
 
 
 def replace_section(path: Path, body: str) -> None:
-    """Put ``body`` (which starts with SECTION) in place of that section, keeping every other one.
+    """Put ``body`` (which starts with a section's heading) in place of that section, keeping
+    every other one.
 
     The file is read right before it is written, so a section another engineer added while
     the benchmark ran is kept.
     """
     text = path.read_text() if path.exists() else "# Benchmark results\n"
     lines = text.splitlines(keepends=True)
-    start = next((index for index, line in enumerate(lines) if line.rstrip() == SECTION), None)
+    heading = body.splitlines()[0].rstrip()
+    start = next((index for index, line in enumerate(lines) if line.rstrip() == heading), None)
     if start is None:
         new = text.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n"
     else:

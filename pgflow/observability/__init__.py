@@ -9,7 +9,7 @@ not installed or not configured, and none of them raises into the engine.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from . import metrics, tracing
@@ -32,6 +32,15 @@ def attempt(held: Claim, *, worker: str, execute: Callable[[Claim], Result]) -> 
     """Run one claimed attempt (``execute``) inside its span, ended with the outcome."""
     with tracing.attempt(held, worker=worker) as span:
         result = execute(held)
+        if span is not None:
+            span.ended(result.outcome)
+    return result
+
+
+async def attempt_async(held: Claim, *, worker: str, execute: Callable[[Claim], Awaitable[Result]]) -> Result:
+    """``attempt`` for an async body: the span is current in its task while it awaits."""
+    with tracing.attempt(held, worker=worker) as span:
+        result = await execute(held)
         if span is not None:
             span.ended(result.outcome)
     return result

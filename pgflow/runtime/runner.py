@@ -3,10 +3,16 @@ then the outcome under the lock again.
 
 The body may run more than once (a lost worker, a timeout); the transitions around it
 happen once, because each is checked against the attempt's claim token.
+
+An ``async def`` body goes through :meth:`Runner.execute_async` on the worker's event loop:
+the same steps, with the queries of the prepare and of a failure sent to asgiref's shared
+thread (``sync_to_async``) and a timeout cancelling the body's task.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -16,13 +22,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
 from .. import observability, store
 from ..core import jsonvalue
 from ..core.flow import COMPLETE, FlowControl, Outcome
-from ..evaluation import invoke
-from ..exceptions import StepTimeout
+from ..evaluation import invoke, is_async, settle
+from ..exceptions import StepTimeout, WorkflowNotFound
 from ..failures import fail
+from ..registry import resolve
 from ..store import Claim, Prepared
+from .loop import cancel
 
 logger = logging.getLogger("pgflow")
 
@@ -67,6 +77,7 @@ class Runner:
         # Attempts whose outcome was handed over (the body's, or a timeout's): the first wins,
         # so a body returning just as its timeout fires never has both applied.
         self._handed: set[Any] = set()
+        self._tasks: dict[Any, asyncio.Task[Any]] = {}  # async bodies' tasks, cancelled by a timeout
         self._lock = threading.Lock()
         self._finish = finish or _finish_one
         self._finish_later = finish_later
@@ -76,8 +87,7 @@ class Runner:
         prepared = store.quick_prepare(held) or store.prepare(held)
         if prepared is None:
             return self._result(held, "ended_before_body", started)
-        with self._lock:
-            self._active[held.token] = prepared
+        self._track(prepared)
         try:
             if prepared.definition.fans_out:
                 from .. import fanout
@@ -85,27 +95,75 @@ class Runner:
                 word, applied = fanout.execute(prepared)
                 return self._result(held, word, started, applied=applied)
             outcome, output, error = run_body(prepared)
-            if not self._hand_over(held.token):  # the timeout was handed over first
-                store.log_ignored(held, "its timeout was applied first")
-                return self._result(held, "ignored", started, applied=False)
-            if error is not None:
-                return self._fail(prepared, error, started)
-            finished = store.Finished(claim=held, outcome=outcome, output=output)
-            if self._finish_later is not None:
-                return Result(
-                    claim=held,
-                    outcome=outcome.word,
-                    applied=False,
-                    seconds=time.monotonic() - started,
-                    pending=self._finish_later(finished),
-                )
-            applied = self._finish(finished)
-            return self._result(held, outcome.word if applied else "ignored", started, applied=applied)
+            return self._conclude(prepared, outcome, output, error, started)
         finally:
-            with self._lock:
-                self._active.pop(held.token, None)
-                self._timed_out.discard(held.token)
-                self._handed.discard(held.token)
+            self._untrack(held.token)
+
+    async def execute_async(self, held: Claim) -> Result:
+        """``execute`` for an ``async def`` body, awaited on the worker's loop."""
+        started = time.monotonic()
+        prepared = store.quick_prepare(held) or await sync_to_async(store.prepare)(held)
+        if prepared is None:
+            return self._result(held, "ended_before_body", started)
+        self._track(prepared, asyncio.current_task())
+        try:
+            # self.outputs reads the database: read now, so the body may use it on the loop.
+            await sync_to_async(lambda: prepared.workflow.outputs)()
+            outcome, output, error = await run_body_async(prepared)
+            if error is None and self._finish_later is not None and self._hand_over(held.token):
+                return self._pending(held, outcome, output, started)
+            # A failure, an outcome the timeout overtook, or a commit to wait for: queries.
+            return await sync_to_async(self._conclude)(prepared, outcome, output, error, started)
+        finally:
+            self._untrack(held.token)
+
+    @staticmethod
+    def is_async(held: Claim) -> bool:
+        """True when the claimed step's body is an ``async def`` (a fan_out's runs in a thread)."""
+        try:
+            workflow_class = resolve(held.run_fields.get("workflow_class", ""))
+        except WorkflowNotFound:
+            return False
+        definition = workflow_class.steps().get(held.step_name)
+        return definition is not None and not definition.fans_out and is_async(workflow_class, definition)
+
+    def _track(self, prepared: Prepared, task: asyncio.Task[Any] | None = None) -> None:
+        with self._lock:
+            self._active[prepared.claim.token] = prepared
+            if task is not None:
+                self._tasks[prepared.claim.token] = task
+
+    def _untrack(self, token: Any) -> None:
+        with self._lock:
+            self._active.pop(token, None)
+            self._tasks.pop(token, None)
+            self._timed_out.discard(token)
+            self._handed.discard(token)
+
+    def _conclude(
+        self, prepared: Prepared, outcome: Outcome, output: Any, error: BaseException | None, started: float
+    ) -> Result:
+        """Apply what the body ended with, unless its timeout was applied first."""
+        held = prepared.claim
+        if not self._hand_over(held.token):  # the timeout was handed over first
+            store.log_ignored(held, "its timeout was applied first")
+            return self._result(held, "ignored", started, applied=False)
+        if error is not None:
+            return self._fail(prepared, error, started)
+        if self._finish_later is not None:
+            return self._pending(held, outcome, output, started)
+        applied = self._finish(store.Finished(claim=held, outcome=outcome, output=output))
+        return self._result(held, outcome.word if applied else "ignored", started, applied=applied)
+
+    def _pending(self, held: Claim, outcome: Outcome, output: Any, started: float) -> Result:
+        assert self._finish_later is not None
+        return Result(
+            claim=held,
+            outcome=outcome.word,
+            applied=False,
+            seconds=time.monotonic() - started,
+            pending=self._finish_later(store.Finished(claim=held, outcome=outcome, output=output)),
+        )
 
     def overdue(self, at: datetime) -> list[Any]:
         """Tokens of running attempts past their step's ``timeout``."""
@@ -122,8 +180,11 @@ class Runner:
         """Fail a running attempt that passed its ``timeout``; its body's late return is ignored."""
         with self._lock:
             prepared = self._active.get(token)
+            task = self._tasks.get(token)
         if prepared is None or not self._hand_over(token):
             return None  # the body ended first: its outcome is the one applied
+        if task is not None:
+            cancel(task)  # an async body stops at its next await; a thread's cannot be stopped
         seconds = prepared.definition.timeout
         error = StepTimeout(f"step {prepared.step.step_name!r} ran past its timeout of {seconds:g}s")
         return self._fail(prepared, error, time.monotonic())
@@ -165,15 +226,34 @@ def _finish_one(item: store.Finished) -> bool:
 
 
 def run_body(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
-    """Call the step body; returns (outcome, output, error). Never raises for the body's sake."""
+    """Call the step body; returns (outcome, output, error). Never raises for the body's sake.
+    An ``async def`` body is awaited here (``pgflow.testing`` runs every body this way)."""
     try:
         returned = invoke(prepared.workflow, prepared.definition, prepared.signal)
+        if inspect.isawaitable(returned):
+            prepared.workflow.outputs  # noqa: B018 - read here: a query cannot run in the body's loop
+            returned = settle(returned)
     except FlowControl as control:  # first: a flow-control verb is not a failure
         return control.outcome, None, None
     except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt… fail the attempt too
         # A body's SystemExit is not the worker's: left to escape, the attempt would stay
         # in progress until its lease ran out and be taken for a lost worker.
         return Outcome(kind=COMPLETE), None, exc
+    return _output(prepared, returned)
+
+
+async def run_body_async(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
+    """``run_body`` for an ``async def`` body, awaited on the running loop."""
+    try:
+        returned = await invoke(prepared.workflow, prepared.definition, prepared.signal)
+    except FlowControl as control:
+        return control.outcome, None, None
+    except BaseException as exc:  # noqa: BLE001 - a cancelled body (its timeout) included
+        return Outcome(kind=COMPLETE), None, exc
+    return _output(prepared, returned)
+
+
+def _output(prepared: Prepared, returned: Any) -> tuple[Outcome, Any, BaseException | None]:
     try:
         jsonvalue.encode(returned, f"the output of step {prepared.definition.name!r}")
     except (TypeError, ValueError) as exc:

@@ -1,4 +1,5 @@
-"""The worker: claim due attempts, run them in a thread pool, heartbeat, sweep, shut down.
+"""The worker: claim due attempts, run them in a thread pool (``async def`` bodies on an
+event loop beside it), heartbeat, sweep, shut down.
 
 Life cycle: start the listener, the heartbeat and the sweep threads → claim and run until
 stopped → drain within the grace period → hand back what is still running. The main
@@ -30,6 +31,7 @@ from ..conf import pgflow_settings
 from ..store import Claim
 from . import presence, sweep
 from .committer import MAX_BATCH, Committer
+from .loop import EventLoop
 from .runner import Result, Runner
 
 logger = logging.getLogger("pgflow")
@@ -51,12 +53,21 @@ def default_name() -> str:
 
 class Worker:
     def __init__(
-        self, *, queues: list[str] | None = None, concurrency: int = 4, burst: bool = False, name: str | None = None
+        self,
+        *,
+        queues: list[str] | None = None,
+        concurrency: int = 4,
+        async_concurrency: int = 100,
+        burst: bool = False,
+        name: str | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be a positive whole number, got {concurrency!r}")
+        if async_concurrency < 1:
+            raise ValueError(f"async_concurrency must be a positive whole number, got {async_concurrency!r}")
         self.queues = queues or [pgflow_settings.QUEUE]
         self.concurrency = concurrency
+        self.async_concurrency = async_concurrency
         self.burst = burst
         self.name = name or default_name()
         self.committer: Committer | None = None
@@ -68,6 +79,13 @@ class Worker:
         # those whose body is still running: they take the concurrency slots.
         self._running: dict[Any, Claim] = {}
         self._bodies: set[Any] = set()
+        # Async bodies awaiting on the loop: they take the async slots instead.
+        self._awaiting: set[Any] = set()
+        # Async slots are offered to the claim only while async steps come back from it
+        # (one probe slot otherwise): a claim of sync steps beyond the free threads would
+        # leave them waiting here for a thread while other workers could run them.
+        self._claiming_async = False
+        self.loop: EventLoop | None = None
         self._running_lock = threading.Lock()
         self._signals = 0
         self._db_down_since: float | None = None
@@ -81,10 +99,11 @@ class Worker:
         if install_signals:
             self._install_signals()
         logger.info(
-            "worker %s starting: queues=%s concurrency=%d%s",
+            "worker %s starting: queues=%s concurrency=%d async_concurrency=%d%s",
             self.name,
             ",".join(self.queues),
             self.concurrency,
+            self.async_concurrency,
             " burst" if self.burst else "",
             extra={"action": "worker_start"},
         )
@@ -92,6 +111,7 @@ class Worker:
         self.committer = Committer()
         self.runner = Runner(finish=self.committer.submit, finish_later=self.committer.submit_later)
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pgflow-step")
+        self.loop = EventLoop()
         threads = [
             threading.Thread(target=self._listen, name="pgflow-listen", daemon=True),
             threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True),
@@ -105,6 +125,7 @@ class Worker:
         finally:
             self._stopping.set()
             handed = self._drain(pool)
+            self.loop.stop()
             self.committer.stop()
             self._unregister()
             logger.info(
@@ -192,22 +213,37 @@ class Worker:
                 self._wake.wait(wait)
 
     def _free(self) -> int:
-        """Slots for new claims: bodies running take one each, and attempts whose outcome
-        waits for the group commit are bounded by one more batch."""
+        """Slots for new claims: bodies running take one each (a thread, or an async slot),
+        and attempts whose outcome waits for the group commit are bounded by one more batch."""
         with self._running_lock:
-            return max(0, min(self.concurrency - len(self._bodies), self.concurrency + MAX_BATCH - len(self._running)))
+            threads = self.concurrency - len(self._bodies)
+            awaiting = self.async_concurrency - len(self._awaiting)
+            if not (self._claiming_async or self._awaiting):
+                awaiting = min(awaiting, 1)
+            held = self.concurrency + len(self._awaiting) + MAX_BATCH - len(self._running)
+            return max(0, min(max(threads, 0) + awaiting, held))
 
     def _claim_and_submit(self, pool: ThreadPoolExecutor) -> int:
         free = self._free()
         if free <= 0:
             return 0
         claims = store.claim(worker=self.name, queues=self.queues, limit=free)
+        assert self.loop is not None
+        found_async = False
         for held in claims:
+            is_async = self.runner.is_async(held)
+            found_async = found_async or is_async
             with self._running_lock:
                 self._running[held.token] = held
-                self._bodies.add(held.token)
-            future = pool.submit(self._execute, held)
+                (self._awaiting if is_async else self._bodies).add(held.token)
+            future: Future[Result]
+            if is_async:
+                future = self.loop.submit(self._execute_async(held))
+            else:
+                future = pool.submit(self._execute, held)
             future.add_done_callback(functools.partial(self._done, held))
+        if claims:
+            self._claiming_async = found_async
         return len(claims)
 
     def _execute(self, held: Claim) -> Result:
@@ -219,12 +255,16 @@ class Worker:
             connection.close()
             raise
 
+    async def _execute_async(self, held: Claim) -> Result:
+        return await observability.attempt_async(held, worker=self.name, execute=self.runner.execute_async)
+
     def _done(self, held: Claim, future: Future[Result]) -> None:
         """The body is over: its slot is free; the attempt stays held until its commit answered."""
         exc = future.exception()
         result = None if exc is not None else future.result()
         with self._running_lock:
             self._bodies.discard(held.token)
+            self._awaiting.discard(held.token)
             if result is None or result.pending is None:
                 self._running.pop(held.token, None)
         if exc is not None:
@@ -331,7 +371,7 @@ class Worker:
                     tokens = [held.token for held in self._running.values()]
                 store.heartbeat(tokens)
                 with self._running_lock:
-                    in_progress = len(self._bodies)
+                    in_progress = len(self._bodies) + len(self._awaiting)
                 presence.beat(
                     name=self.name,
                     queues=self.queues,

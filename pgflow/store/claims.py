@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -149,11 +150,28 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
     lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
     # One statement is its own transaction: no BEGIN and COMMIT round trips around it.
     with connection.cursor() as cursor:
+        _claims_without_flush_wait(cursor)
         cursor.execute(
             CLAIM_SQL, {"queues": queues, "now": at, "limit": limit, "worker": worker, "lease_until": lease_until}
         )
         rows = cursor.fetchall()
     return _claims(rows)
+
+
+# The claim's commit does not wait for the WAL flush (docs/reliability.md, "The claim's
+# commit"): a claim lost with the server's last ~0.6 s of commits leaves its attempt
+# scheduled, to be claimed again, which at-least-once allows; any later durable commit (the
+# attempt's outcome) flushes the claim before itself, as the WAL is written in order. Set
+# once per connection: the worker's claim loop has its own, which writes nothing else that
+# must be durable first (a lost hand-back is taken over after the lease).
+_NO_FLUSH_WAIT: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _claims_without_flush_wait(cursor: Any) -> None:
+    raw = connection.connection
+    if raw is not None and raw not in _NO_FLUSH_WAIT:
+        cursor.execute("SET synchronous_commit = off")
+        _NO_FLUSH_WAIT.add(raw)
 
 
 # The earliest scheduled attempt of each queue (one probe each of pgflow_step_due), then the

@@ -162,8 +162,8 @@ def _property(value: bool) -> property:
     return property(lambda self: value)
 
 
-async def _async_body(self: Any) -> None:
-    pass
+async def _async_gen_body(self: Any) -> Any:
+    yield None
 
 
 WRONG: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
@@ -309,9 +309,9 @@ WRONG: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
         "step 'n': a fan_out takes (self, batch), got n(self, batch, *, extra)",
     ),
     (
-        "an async step",
-        lambda: {"a": step(_async_body)},
-        "step 'a': the body must be a plain method, not async def",
+        "an async generator step",
+        lambda: {"a": step(_async_gen_body)},
+        "step 'a': the body must return its output (def or async def), not yield it",
     ),
     ("a reserved step name", lambda: {"run": step(fresh())}, "a step cannot be named 'run'"),
     ("another reserved step name", lambda: {"start": step(fresh())}, "a step cannot be named 'start'"),
@@ -578,7 +578,10 @@ def test_a_redeclaration_may_change_the_kind_in_place() -> None:
             lambda: {"two": fresh("self, extra")},
             "step 'two': a step without wait_for takes (self), got two(self, extra)",
         ),
-        (lambda: {"two": _async_body}, "step 'two': the body must be a plain method, not async def"),
+        (
+            lambda: {"two": _async_gen_body},
+            "step 'two': the body must return its output (def or async def), not yield it",
+        ),
         (
             lambda: {"one": cancel_if(fresh())},
             "'one' cannot be both a step and a cancel_if condition; give a cancel_if condition its own name",

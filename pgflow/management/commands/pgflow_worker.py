@@ -19,6 +19,7 @@ from pgflow.observability import metrics
 from pgflow.runtime.worker import Worker
 
 MAX_CONCURRENCY = 256
+MAX_ASYNC_CONCURRENCY = 10_000  # awaiting bodies cost memory, not threads or connections
 
 
 def queue_list(value: str) -> list[str]:
@@ -38,6 +39,16 @@ def concurrency(value: str) -> int:
         number = 0
     if not 1 <= number <= MAX_CONCURRENCY:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_CONCURRENCY}, got {value!r}")
+    return number
+
+
+def async_concurrency(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_ASYNC_CONCURRENCY:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_ASYNC_CONCURRENCY}, got {value!r}")
     return number
 
 
@@ -78,6 +89,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--concurrency", type=concurrency, default=4, help="steps run at once, each in its own thread (default: 4)"
         )
+        parser.add_argument(
+            "--async-concurrency",
+            type=async_concurrency,
+            default=100,
+            help="async def step bodies awaiting at once on the worker's event loop (default: 100)",
+        )
         parser.add_argument("--burst", action="store_true", help="run until no step is due, then exit 0")
         parser.add_argument("--name", default=None, help="worker name in logs and leases (default: host:pid:random)")
         parser.add_argument(
@@ -93,6 +110,7 @@ class Command(BaseCommand):
         queues: list[str] | None,
         concurrency: int,
         burst: bool,
+        async_concurrency: int = 100,
         name: str | None,
         metrics_port: int | None = None,
         verbosity: int = 1,
@@ -124,7 +142,13 @@ class Command(BaseCommand):
                 metrics.serve(metrics_port)
             except OSError as exc:
                 raise CommandError(f"--metrics-port {metrics_port}: cannot listen there ({exc})") from exc
-        worker = Worker(queues=queues or [pgflow_settings.QUEUE], concurrency=concurrency, burst=burst, name=name)
+        worker = Worker(
+            queues=queues or [pgflow_settings.QUEUE],
+            concurrency=concurrency,
+            async_concurrency=async_concurrency,
+            burst=burst,
+            name=name,
+        )
         code = worker.run()
         if code:
             sys.exit(code)
