@@ -113,6 +113,9 @@ _ROOM = "k.size - CASE WHEN k.name LIKE 'r:%%' THEN cardinality(recent.starts) E
 # shared by several groups is cut to its room by rank. A singleton's open run passes its own
 # gate. The merge takes every group's first attempt before any group's second, least
 # recently served gate first (round-robin across keys), and the gates record what passed.
+# An attempt let through a place that came free at ``freed_at`` (an attempt's finish, a rate's
+# window end, stamped by another process's clock) starts no earlier: its own times then show
+# it never overlapped what it replaced. It was throttled from its due time until then.
 CLAIM_SQL = (
     """
 WITH RECURSIVE open_queues AS (
@@ -193,16 +196,17 @@ WITH RECURSIVE open_queues AS (
     SELECT * FROM ranked
     WHERE (gate = '' OR owner OR c_rank <= c_room) AND (rate_gate = '' OR r_rank <= r_room)
 ), due AS (
-    SELECT id, NULL::timestamptz AS throttled_until, priority, 1::bigint AS turn, scheduled_at AS served_at,
-           scheduled_at
+    SELECT id, %(now)s::timestamptz AS started_at, NULL::timestamptz AS throttled_until, priority, 1::bigint AS turn,
+           scheduled_at AS served_at, scheduled_at
     FROM candidates
     UNION ALL
-    SELECT id, least(%(now)s::timestamptz, greatest(scheduled_at, freed_at)), priority, turn, served_at, scheduled_at
+    SELECT id, greatest(%(now)s::timestamptz, freed_at), greatest(scheduled_at, freed_at), priority, turn, served_at,
+           scheduled_at
     FROM allowed
     ORDER BY priority DESC, turn, served_at NULLS FIRST, scheduled_at, id
     LIMIT %(limit)s
 ), taken AS (
-    SELECT a.id, a.run_id, a.gate, a.rate_gate, a.owner FROM allowed AS a WHERE a.id IN (SELECT id FROM due)
+    SELECT a.id, a.run_id, a.gate, a.rate_gate, a.owner, due.started_at FROM allowed AS a JOIN due ON due.id = a.id
 ), passed AS (
     UPDATE pgflow_gate AS k
     SET holders = CASE
@@ -211,7 +215,7 @@ WITH RECURSIVE open_queues AS (
                 || ARRAY(SELECT DISTINCT t.run_id FROM taken AS t WHERE t.gate = k.name AND NOT t.owner)
             ELSE r.holders || ARRAY(SELECT t.id FROM taken AS t WHERE t.gate = k.name) END,
         starts = CASE WHEN k.name LIKE 'r:%%'
-            THEN r.starts || ARRAY(SELECT %(now)s::timestamptz FROM taken AS t WHERE t.rate_gate = k.name)
+            THEN r.starts || ARRAY(SELECT t.started_at FROM taken AS t WHERE t.rate_gate = k.name)
             ELSE k.starts END,
         served_at = %(now)s
     FROM room AS r
@@ -219,7 +223,7 @@ WITH RECURSIVE open_queues AS (
     RETURNING 1
 ), claimed AS (
     UPDATE pgflow_step AS s
-    SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
+    SET status = 'in_progress', started_at = due.started_at, worker = %(worker)s, claim_token = gen_random_uuid(),
         lease_expires_at = %(lease_until)s, throttled_until = due.throttled_until
     FROM due WHERE s.id = due.id
     RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection
 
 from .. import evaluation
-from ..core.limits import NO_GATES, Gates
 from ..core.events import EventKind
+from ..core.limits import NO_GATES, Gates
 from ..core.states import RunStatus, StepStatus
 from ..exceptions import PgflowError, StepNotFound, WorkflowNotFound
 from ..models import Step, WorkflowRun
