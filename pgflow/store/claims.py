@@ -111,7 +111,8 @@ _ROOM = "k.size - CASE WHEN k.name LIKE 'r:%%' THEN cardinality(recent.starts) E
 # gate's last place (a gate another claim holds is skipped this round, never waited for).
 # Each group then gives at most its room of due attempts, in its own index order; a gate
 # shared by several groups is cut to its room by rank. A singleton's open run passes its own
-# gate. The merge takes every group's first attempt before any group's second, least
+# gate without taking a place, so that needs no lock (a run leaves the holders only once it
+# ended, when it has no attempt left). The merge takes every group's first attempt before any group's second, least
 # recently served gate first (round-robin across keys), and the gates record what passed.
 # An attempt let through a place that came free at ``freed_at`` (an attempt's finish, a rate's
 # window end, stamped by another process's clock) starts no earlier: its own times then show
@@ -180,12 +181,13 @@ WITH RECURSIVE open_queues AS (
     WHERE (g.gate = '' OR fc.name IS NOT NULL) AND (g.rate_gate = '' OR fr.name IS NOT NULL)
     UNION ALL
     SELECT s.id, s.priority, s.scheduled_at, s.run_id, true, s.gate, s.rate_gate,
-           coalesce(fc.served_at, fr.served_at), greatest(fc.freed_at, fr.freed_at), fc.room, fr.room
-    FROM room AS fc
-    JOIN pgflow_step AS s ON s.run_id = ANY(fc.holders) AND s.gate = fc.name
+           coalesce(k.served_at, fr.served_at), fr.freed_at, 0, fr.room
+    FROM pgflow_gate AS k
+    JOIN pgflow_step AS s ON s.run_id = ANY(k.holders) AND s.gate = k.name
     LEFT JOIN room AS fr ON fr.name = s.rate_gate
-    WHERE fc.name LIKE 's:%%' AND s.status = 'scheduled' AND s.scheduled_at <= %(now)s
-        AND s.queue IN (SELECT name FROM open_queues) AND (s.rate_gate = '' OR fr.name IS NOT NULL)
+    WHERE k.name IN (SELECT gate FROM groups WHERE gate LIKE 's:%%') AND s.status = 'scheduled'
+        AND s.scheduled_at <= %(now)s AND s.queue IN (SELECT name FROM open_queues)
+        AND (s.rate_gate = '' OR fr.name IS NOT NULL)
 ), ranked AS (
     SELECT p.*,
            row_number() OVER (PARTITION BY p.gate, p.owner ORDER BY p.priority DESC, p.scheduled_at, p.id) AS c_rank,
