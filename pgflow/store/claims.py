@@ -290,11 +290,23 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
     lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
     # One statement is its own transaction: no BEGIN and COMMIT round trips around it.
     with connection.cursor() as cursor:
+        _without_jit(cursor)
         cursor.execute(
             CLAIM_SQL, {"queues": queues, "now": at, "limit": limit, "worker": worker, "lease_until": lease_until}
         )
         rows = cursor.fetchall()
     return _claims(rows)
+
+
+def _without_jit(cursor: Any) -> None:
+    """Turn JIT off on this connection, once. The planner cannot know how few gated groups and
+    places there are, estimates the claim's window functions over a million rows and JIT-compiles
+    it: 1.4 s a claim instead of under 1 ms (benchmarks/RESULTS.md, flow control)."""
+    marker = (id(connection.connection), "pgflow_jit_off")
+    if getattr(connection, "_pgflow_jit_off", None) == marker:
+        return
+    cursor.execute("SET jit = off")
+    connection._pgflow_jit_off = marker  # type: ignore[attr-defined]
 
 
 # The earliest scheduled attempt of each queue (one probe each of pgflow_step_due), then the
