@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .core.flow import FlowControl
+from .core.limits import Limit, Rate, Singleton
 from .core.policy import OnException
 from .core.ticks import Schedule
 from .exceptions import (
@@ -17,6 +18,7 @@ from .exceptions import (
     InputTooLarge,
     InvalidTransition,
     PgflowError,
+    SingletonConflict,
     StepNotFound,
     StepTimeout,
     WorkflowNotFound,
@@ -32,15 +34,21 @@ __all__ = [
     "FlowControl",
     "InputTooLarge",
     "InvalidTransition",
+    "Limit",
     "OnException",
     "PgflowError",
+    "Rate",
     "Schedule",
+    "Singleton",
+    "SingletonConflict",
     "StepNotFound",
     "StepTimeout",
     "Workflow",
     "WorkflowNotFound",
     "cancel_if",
     "fan_out",
+    "pause_queue",
+    "resume_queue",
     "signal",
     "step",
 ]
@@ -56,3 +64,18 @@ def signal(run_or_id: WorkflowRun | int, name: str, payload: Any = None, *, acto
     from .signals import signal as deliver  # models load only once Django is set up
 
     return deliver(run_or_id, name, payload, actor=actor)
+
+
+def pause_queue(queue: str, *, actor: Any = None) -> Any:
+    """Stop the workers claiming ``queue``'s attempts; they stay scheduled and their runs keep
+    their state until ``resume_queue``. Returns the queue's ``QueueState`` row."""
+    from .queues import pause_queue as pause  # models load only once Django is set up
+
+    return pause(queue, actor=actor)
+
+
+def resume_queue(queue: str, *, actor: Any = None) -> Any:
+    """Let the workers claim ``queue``'s attempts again."""
+    from .queues import resume_queue as resume
+
+    return resume(queue, actor=actor)

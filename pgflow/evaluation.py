@@ -25,6 +25,7 @@ from asgiref.sync import async_to_sync
 
 from .core.definitions import StepDefinition
 from .core.flow import FlowControl
+from .core.limits import NO_GATES, Gates, gates_of, key_value
 from .exceptions import DefinitionError
 
 if TYPE_CHECKING:
@@ -131,3 +132,30 @@ def _returned(workflow: Workflow, reference: str | Callable[..., Any], what: str
             f"{what} {describe(reference)} called a flow-control verb ({control.outcome.kind}); "
             "it must return the wait, not end the step"
         ) from None
+
+
+def gates_for(instance: Workflow, definition: StepDefinition) -> Gates:
+    """The gates an attempt of ``definition`` must pass at the claim (keys computed now)."""
+    cls = type(instance)
+    singleton = cls.singleton
+    queued = None
+    if singleton is not None and singleton.on_conflict == "queue":
+        queued = instance.run.singleton_key
+    if not definition.limited and queued is None:
+        return NO_GATES
+    return gates_of(
+        instance,
+        workflow_path=cls.workflow_path(),
+        step_name=definition.name,
+        concurrency=definition.concurrency,
+        rate=definition.rate,
+        singleton=queued,
+    )
+
+
+def singleton_key(instance: Workflow) -> str | None:
+    """The run's singleton key (its class's Singleton), None when it has none or the key is None."""
+    singleton = type(instance).singleton
+    if singleton is None:
+        return None
+    return key_value(instance, singleton.key, "*")

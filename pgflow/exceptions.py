@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PgflowError(Exception):
     """Root of every exception pgflow raises on purpose."""
@@ -33,3 +35,12 @@ class StepNotFound(PgflowError):
 
 class InputTooLarge(PgflowError, ValueError):
     """``start()`` was given an input larger than ``PGFLOW["MAX_INPUT_BYTES"]``."""
+
+
+class SingletonConflict(PgflowError):
+    """``start()`` of a class with ``singleton=pgflow.Singleton(on_conflict="skip")`` while a run
+    with the same key is open. ``open_run`` is that run."""
+
+    def __init__(self, message: str, *, open_run: Any) -> None:
+        super().__init__(message)
+        self.open_run = open_run

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
@@ -61,6 +62,8 @@ class WorkflowRun(models.Model):
     rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns")
     # batch.add_run() in a fan_out: the run whose step waits on this one as a batch member.
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    # The class's pgflow.Singleton key for this run (None: no singleton, or its key was None).
+    singleton_key = models.CharField(max_length=200, null=True, blank=True)
 
     objects = WorkflowRunQuerySet.as_manager()
 
@@ -78,6 +81,11 @@ class WorkflowRun(models.Model):
             models.Index(fields=["workflow_class", "created_at"], name="pgflow_run_class_created"),
             models.Index(fields=["finished_at"], name="pgflow_run_finished", condition=Q(finished_at__isnull=False)),
             models.Index(fields=["subject_type", "subject_id"], name="pgflow_run_subject"),
+            models.Index(
+                fields=["workflow_class", "singleton_key"],
+                name="pgflow_run_singleton",
+                condition=Q(singleton_key__isnull=False, status__in=["running", "paused"]),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -197,6 +205,16 @@ class Step(models.Model):
     error_causes = models.JSONField(null=True, blank=True)
     batch = models.ForeignKey("Batch", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     signal = models.ForeignKey("Signal", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Flow control (pgflow.core.limits): the gates the claim must let the attempt through,
+    # worked out when it was scheduled; '' for none. ``gated`` splits the claim's indexes.
+    gated = models.BooleanField(default=False, db_default=False)
+    gate = models.CharField(max_length=320, blank=True, default="", db_default="")
+    gate_max = models.PositiveIntegerField(default=0, db_default=0)
+    rate_gate = models.CharField(max_length=320, blank=True, default="", db_default="")
+    rate_limit = models.PositiveIntegerField(default=0, db_default=0)
+    rate_per = models.FloatField(default=0, db_default=0.0)
+    # When a limit let the due attempt through: throttled from scheduled_at until then, queued after.
+    throttled_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "pgflow_step"
@@ -212,7 +230,19 @@ class Step(models.Model):
                 models.F("scheduled_at"),
                 models.F("id"),
                 name="pgflow_step_claim",
-                condition=Q(status=StepStatus.SCHEDULED),
+                condition=Q(status=StepStatus.SCHEDULED, gated=False),
+            ),
+            # The gated due rows, one group per (queue, gate, rate_gate): the claim walks the
+            # groups (a loose scan) and takes as many of each as its gates let through.
+            models.Index(
+                models.F("queue"),
+                models.F("gate"),
+                models.F("rate_gate"),
+                models.F("priority").desc(),
+                models.F("scheduled_at"),
+                models.F("id"),
+                name="pgflow_step_gated",
+                condition=Q(status=StepStatus.SCHEDULED, gated=True),
             ),
             # Scheduled rows of a queue by due time, for the next-due lookup (one probe) and the
             # claim's count of what is due (so its ordered scan stops there instead of walking
@@ -245,6 +275,43 @@ class Step(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status in OPEN_STEP
+
+
+class Gate(models.Model):
+    """One key of a limit (pgflow.core.limits names the kinds), written only by the claim:
+    locked ``FOR UPDATE SKIP LOCKED`` it reads its latest version, so two claims never both
+    fill its last place. ``holders``: the attempts (a singleton's runs) let through that may
+    still hold a place; ``starts``: a rate's recent starts. Rows are created when an attempt
+    needing them is scheduled."""
+
+    name = models.CharField(max_length=320, primary_key=True)
+    size = models.PositiveIntegerField(default=1)  # max in progress, or starts per window
+    per = models.FloatField(default=0)  # a rate's window, seconds
+    holders = ArrayField(models.BigIntegerField(), default=list)
+    starts = ArrayField(models.DateTimeField(), default=list)
+    served_at = models.DateTimeField(null=True, blank=True)  # the last claim through it: round-robin
+
+    class Meta:
+        db_table = "pgflow_gate"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueState(models.Model):
+    """A queue an operator paused (``pgflow.pause_queue``): its steps are not claimed. The row
+    stays after a resume as the record of who did what last."""
+
+    queue = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False)
+    changed_at = models.DateTimeField()
+    changed_by = models.CharField(max_length=200, default="system")
+
+    class Meta:
+        db_table = "pgflow_queue_state"
+
+    def __str__(self) -> str:
+        return f"{self.queue} ({'paused' if self.paused else 'running'})"
 
 
 class Event(models.Model):

@@ -29,6 +29,7 @@ neither the models nor the database.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from .core.definitions import (
 )
 from .core.durations import seconds
 from .core.flow import FlowControl, Outcome
+from .core.limits import Limit, Rate, Singleton, checked
 from .core.policy import OnException, coerce_all, imported_class
 from .core.ticks import Schedule
 from .evaluation import describe
@@ -207,6 +209,11 @@ class Workflow(metaclass=WorkflowType):
     # A run of this class started by a fan_out's batch.add_run: "cancel" (cancelled with its
     # parent) or "abandon" (runs on). On a parent's class, "abandon" leaves all its children be.
     on_parent_cancel: ClassVar[str] = "cancel"
+    # Flow control: a class-wide pgflow.Limit / pgflow.Rate for every step that sets none
+    # itself, and a pgflow.Singleton (one open run per key).
+    concurrency: ClassVar[Any] = None
+    rate: ClassVar[Any] = None
+    singleton: ClassVar[Any] = None
 
     # Built for each class by __init_subclass__; frozen, never mutated.
     _pgflow_steps: ClassVar[StepList] = StepList()
@@ -219,6 +226,7 @@ class Workflow(metaclass=WorkflowType):
         try:
             steps, policies, conditions = _build(cls)
             steps = with_class_waits(steps, *parse_waits(cls.wait, cls.wait_until, _class_wide))
+            steps = _with_class_limits(cls, steps)
             cls._pgflow_steps = steps
             cls._pgflow_policies = policies
             cls._pgflow_cancel_conditions = conditions
@@ -505,6 +513,30 @@ def _taken(name: str, what: str, others: Sequence[str]) -> str:
     return f"{what} cannot be named {name!r}: the name is part of Workflow's own API"
 
 
+def _with_class_limits(cls: type[Workflow], steps: StepList) -> StepList:
+    """``steps`` with the class-wide ``concurrency`` / ``rate`` given to every step that sets
+    none itself (a step's own wins)."""
+    try:
+        concurrency = checked(cls.concurrency, Limit, "concurrency")
+        rate = checked(cls.rate, Rate, "rate")
+        singleton = checked(cls.singleton, Singleton, "singleton")
+    except DefinitionError as exc:
+        raise _class_wide(str(exc)) from None
+    changed = steps
+    for definition in steps:
+        if concurrency is not None and definition.concurrency is None:
+            definition = dataclasses.replace(definition, concurrency=concurrency)
+        if rate is not None and definition.rate is None:
+            definition = dataclasses.replace(definition, rate=rate)
+        if singleton is not None and singleton.on_conflict == "queue" and definition.concurrency is not None:
+            raise DefinitionError(
+                f"step {definition.name!r}: a Singleton(on_conflict='queue') holds each run's steps at the claim "
+                "and cannot be combined with a concurrency Limit on the same class; use a Rate, or on_conflict='skip'"
+            )
+        changed = changed.replace(definition)
+    return changed
+
+
 def _class_wide(message: str) -> DefinitionError:
     return DefinitionError(f"class-wide options: {message}")
 
@@ -581,6 +613,12 @@ def definition_problems(workflow: type[Workflow]) -> list[str]:
                 problem = _reference_problem(workflow, reference, 1, "(self)", "(workflow)")
                 if problem:
                     problems.append(f"step {definition.name!r}: {option} {problem}")
+        for option in ("concurrency", "rate"):
+            declared = getattr(definition, option)
+            if declared is not None and declared.key is not None:
+                problem = _reference_problem(workflow, declared.key, 1, "(self)", "(workflow)")
+                if problem:
+                    problems.append(f"step {definition.name!r}: {option} key {problem}")
         for policy in definition.on_exception:
             problem = _handler_problem(workflow, policy)
             if problem:
@@ -593,6 +631,11 @@ def definition_problems(workflow: type[Workflow]) -> list[str]:
         problem = _reference_problem(workflow, condition, 1, "(self)", "(workflow)")
         if problem:
             problems.append(f"cancel_if {problem}")
+    singleton = workflow.singleton
+    if isinstance(singleton, Singleton) and singleton.key is not None:
+        problem = _reference_problem(workflow, singleton.key, 1, "(self)", "(workflow)")
+        if problem:
+            problems.append(f"singleton key {problem}")
     queue = workflow.queue
     if queue is not None and not valid_queue(queue):
         problems.append(f"queue must be None or {QUEUE_RULE}, got {queue!r}")

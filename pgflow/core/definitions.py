@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..exceptions import DefinitionError, StepNotFound
 from .durations import seconds
 from .flow import TERMINAL_ACTIONS, normalize_action
+from .limits import Limit, Rate, checked
 from .policy import coerce_all
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ STEP_OPTIONS = (
     "wait_for",
     "wait_timeout",
     "on_timeout",
+    "concurrency",
+    "rate",
 )
 SIGNAL_ONLY_OPTIONS = ("wait_for", "wait_timeout", "on_timeout")
 FAN_OUT_OPTIONS = (*(o for o in STEP_OPTIONS if o not in SIGNAL_ONLY_OPTIONS), "on_batch_failure")
@@ -80,6 +83,8 @@ class StepDefinition:
     wait_timeout: float | None = None  # seconds
     on_timeout: str = "pause"
     on_batch_failure: str | None = None  # "pause" by default for a fan_out
+    concurrency: Limit | None = None  # pgflow.Limit: attempts in progress at once, by key
+    rate: Rate | None = None  # pgflow.Rate: attempts started per window, by key
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -107,6 +112,12 @@ class StepDefinition:
     def waits(self) -> bool:
         """Whether the step has a ``wait`` or ``wait_until`` to work out before it is due."""
         return self.wait is not None or self.wait_until is not None
+
+    @property
+    def limited(self) -> bool:
+        """Whether the step has a concurrency limit or a rate: its attempts carry gates the
+        claim enforces, worked out when each is scheduled (``store.schedule_attempt``)."""
+        return self.concurrency is not None or self.rate is not None
 
     @property
     def fans_out(self) -> bool:
@@ -204,6 +215,12 @@ def declare(name: str, *, fan_out: bool = False, method: str | None = None, **op
     except DefinitionError as exc:
         raise fail(str(exc)) from None
 
+    try:
+        concurrency = checked(options.get("concurrency"), Limit, "concurrency")
+        rate = checked(options.get("rate"), Rate, "rate")
+    except DefinitionError as exc:
+        raise fail(str(exc)) from None
+
     kind = FAN_OUT if fan_out else (SIGNAL if wait_for is not None else STEP)
     return StepDefinition(
         name=name,
@@ -220,6 +237,8 @@ def declare(name: str, *, fan_out: bool = False, method: str | None = None, **op
         wait_timeout=wait_timeout,
         on_timeout=on_timeout or "pause",
         on_batch_failure=on_batch_failure,
+        concurrency=concurrency,
+        rate=rate,
     )
 
 

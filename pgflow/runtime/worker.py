@@ -37,6 +37,7 @@ from .runner import Result, Runner
 logger = logging.getLogger("pgflow")
 
 RECONNECT_DELAY = 1.0  # seconds between attempts while the database is away
+THROTTLED_POLL = 0.2  # seconds: how soon an idle worker looks again at due attempts a limit held
 TIMEOUT_TICK = 0.5  # seconds between checks for steps past their timeout
 _LISTEN_KEYS = ("dbname", "user", "password", "host", "port", "sslmode", "options", "sslrootcert", "sslcert", "sslkey")
 
@@ -304,7 +305,12 @@ class Worker:
         nxt = store.next_due(self.queues)
         if nxt is None:
             return poll
-        return max(0.0, min(poll, (nxt - store.now()).total_seconds()))
+        wait = (nxt - store.now()).total_seconds()
+        if wait <= 0 and not claimed:
+            # Due but not claimable: held by a limit (pgflow.Limit, Rate, Singleton), whose
+            # place frees without a NOTIFY. Look again soon instead of spinning.
+            return min(poll, THROTTLED_POLL)
+        return max(0.0, min(poll, wait))
 
     def _due_soon(self) -> bool:
         nxt = store.next_due(self.queues)

@@ -66,14 +66,69 @@ _RETURNING = "RETURNING " + _CLAIMED
 # the statement ends. The runs are joined to the claimed rows only: joined inside the
 # UPDATE, a planner working from stale statistics (a table just truncated or filled) drove
 # the claim from every run instead.
+# A gate's place in words of SQL, on a row ``k`` of pgflow_gate: the holders that may still
+# hold a place (an attempt not yet ended, a singleton's run still open; a row this statement
+# cannot see was claimed after its snapshot, so it holds too), a rate's starts inside the
+# window, when the last place came free, and how many places are free now.
+_GATE_ROOM = """
+    LATERAL (
+        SELECT coalesce(array_agg(h.id) FILTER (WHERE h.held), '{}') AS holders,
+               max(h.ended) FILTER (WHERE NOT h.held) AS freed_at
+        FROM (SELECT u.id,
+                     CASE WHEN k.name LIKE 's:%%' THEN coalesce(r.status IN ('running', 'paused'), true)
+                          ELSE coalesce(s.status IN ('scheduled', 'in_progress'), true) END AS held,
+                     CASE WHEN k.name LIKE 's:%%' THEN r.finished_at ELSE s.finished_at END AS ended
+              FROM unnest(k.holders) AS u(id)
+              LEFT JOIN pgflow_step AS s ON s.id = u.id AND k.name NOT LIKE 's:%%'
+              LEFT JOIN pgflow_run AS r ON r.id = u.id AND k.name LIKE 's:%%') AS h
+    ) AS kept,
+    LATERAL (
+        SELECT coalesce(array_agg(t) FILTER (WHERE t > %(now)s::timestamptz - make_interval(secs => k.per)), '{}')
+                   AS starts,
+               max(t) FILTER (WHERE t <= %(now)s::timestamptz - make_interval(secs => k.per))
+                   + make_interval(secs => k.per) AS freed_at
+        FROM unnest(k.starts) AS t
+    ) AS recent
+"""
+_ROOM = "k.size - CASE WHEN k.name LIKE 'r:%%' THEN cardinality(recent.starts) ELSE cardinality(kept.holders) END"
+
+# The claim, one statement. Paused queues are left out first.
+#
+# Ungated attempts (no limit): each queue's due attempts in its own ordered scan of the claim
+# index (LATERAL), merged and cut to the limit. With ``queue = ANY(...)`` the claim index
+# cannot give the order across queues, so PostgreSQL would read and sort every due row of the
+# queues: ~60 ms a claim behind a backlog of 100,000 due attempts instead of ~2. Each scan
+# stops at the number due (counted, up to the limit, on pgflow_step_due): past the due rows of
+# a priority lie its delayed ones, and a scan asked for more than are due walks them all.
+# SKIP LOCKED sits in the per-queue scans; a candidate cut by the merge is unlocked when the
+# statement ends. The runs are joined to the claimed rows only: joined inside the UPDATE, a
+# planner working from stale statistics (a table just truncated or filled) drove the claim
+# from every run instead.
+#
+# Gated attempts (pgflow.Limit, Rate, Singleton): a loose scan of pgflow_step_gated lists the
+# groups (queue, gate, rate_gate) with scheduled attempts, one probe each. The gate rows with
+# room in this statement's snapshot are locked FOR UPDATE SKIP LOCKED, which reads their
+# latest version: their room is worked out again from it, so two claims never both fill a
+# gate's last place (a gate another claim holds is skipped this round, never waited for).
+# Each group then gives at most its room of due attempts, in its own index order; a gate
+# shared by several groups is cut to its room by rank. A singleton's open run passes its own
+# gate without taking a place, so that needs no lock (a run leaves the holders only once it
+# ended, when it has no attempt left). The merge takes every group's first attempt before any group's second, least
+# recently served gate first (round-robin across keys), and the gates record what passed.
+# An attempt let through a place that came free at ``freed_at`` (an attempt's finish, a rate's
+# window end, stamped by another process's clock) starts no earlier: its own times then show
+# it never overlapped what it replaced. It was throttled from its due time until then.
 CLAIM_SQL = (
     """
-WITH candidates AS (
+WITH RECURSIVE open_queues AS (
+    SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+    WHERE NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = q.name AND p.paused)
+), candidates AS (
     SELECT c.id, c.priority, c.scheduled_at
-    FROM unnest(%(queues)s::text[]) AS q(name),
+    FROM open_queues AS q,
     LATERAL (
         SELECT id, priority, scheduled_at FROM pgflow_step
-        WHERE status = 'scheduled' AND queue = q.name AND scheduled_at <= %(now)s
+        WHERE status = 'scheduled' AND NOT gated AND queue = q.name AND scheduled_at <= %(now)s
         ORDER BY priority DESC, scheduled_at, id
         LIMIT least(%(limit)s, (SELECT count(*) FROM (
             SELECT 1 FROM pgflow_step WHERE status = 'scheduled' AND queue = q.name
@@ -81,12 +136,98 @@ WITH candidates AS (
             ORDER BY timezone('UTC', scheduled_at) LIMIT %(limit)s) AS due_now))
         FOR UPDATE SKIP LOCKED
     ) AS c
+), groups(queue, gate, rate_gate) AS (
+    SELECT f.queue, f.gate, f.rate_gate FROM open_queues AS q,
+    LATERAL (SELECT queue, gate, rate_gate FROM pgflow_step
+             WHERE status = 'scheduled' AND gated AND queue = q.name
+             ORDER BY gate, rate_gate LIMIT 1) AS f
+    UNION ALL
+    SELECT n.queue, n.gate, n.rate_gate FROM groups AS g,
+    LATERAL (SELECT queue, gate, rate_gate FROM pgflow_step
+             WHERE status = 'scheduled' AND gated AND queue = g.queue AND (gate, rate_gate) > (g.gate, g.rate_gate)
+             ORDER BY gate, rate_gate LIMIT 1) AS n
+), worth AS (
+    SELECT k.name FROM pgflow_gate AS k,"""
+    + _GATE_ROOM
+    + """
+    WHERE k.name IN (SELECT gate FROM groups UNION SELECT rate_gate FROM groups) AND """
+    + _ROOM
+    + """ > 0
+), locked AS (
+    SELECT k.name, k.size, k.per, k.holders, k.starts, k.served_at FROM pgflow_gate AS k
+    WHERE k.name IN (SELECT name FROM worth) ORDER BY k.name FOR UPDATE SKIP LOCKED
+), room AS (
+    SELECT k.name, k.served_at, kept.holders, recent.starts, greatest(kept.freed_at, recent.freed_at) AS freed_at,
+           """
+    + _ROOM
+    + """ AS room
+    FROM locked AS k,"""
+    + _GATE_ROOM
+    + """
+), pool AS (
+    SELECT c.id, c.priority, c.scheduled_at, c.run_id, false AS owner, g.gate, g.rate_gate,
+           coalesce(fc.served_at, fr.served_at) AS served_at, greatest(fc.freed_at, fr.freed_at) AS freed_at,
+           fc.room AS c_room, fr.room AS r_room
+    FROM groups AS g
+    LEFT JOIN room AS fc ON fc.name = g.gate
+    LEFT JOIN room AS fr ON fr.name = g.rate_gate
+    CROSS JOIN LATERAL (
+        SELECT s.id, s.priority, s.scheduled_at, s.run_id FROM pgflow_step AS s
+        WHERE s.status = 'scheduled' AND s.gated AND s.queue = g.queue AND s.gate = g.gate
+            AND s.rate_gate = g.rate_gate AND s.scheduled_at <= %(now)s
+        ORDER BY s.priority DESC, s.scheduled_at, s.id
+        LIMIT least(%(limit)s, greatest(coalesce(fc.room, %(limit)s), 0), greatest(coalesce(fr.room, %(limit)s), 0))
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE (g.gate = '' OR fc.name IS NOT NULL) AND (g.rate_gate = '' OR fr.name IS NOT NULL)
+    UNION ALL
+    SELECT s.id, s.priority, s.scheduled_at, s.run_id, true, s.gate, s.rate_gate,
+           coalesce(k.served_at, fr.served_at), fr.freed_at, 0, fr.room
+    FROM pgflow_gate AS k
+    JOIN pgflow_step AS s ON s.run_id = ANY(k.holders) AND s.gate = k.name
+    LEFT JOIN room AS fr ON fr.name = s.rate_gate
+    WHERE k.name IN (SELECT gate FROM groups WHERE gate LIKE 's:%%') AND s.status = 'scheduled'
+        AND s.scheduled_at <= %(now)s AND s.queue IN (SELECT name FROM open_queues)
+        AND (s.rate_gate = '' OR fr.name IS NOT NULL)
+), ranked AS (
+    SELECT p.*,
+           row_number() OVER (PARTITION BY p.gate, p.owner ORDER BY p.priority DESC, p.scheduled_at, p.id) AS c_rank,
+           row_number() OVER (PARTITION BY p.rate_gate ORDER BY p.priority DESC, p.scheduled_at, p.id) AS r_rank,
+           row_number() OVER (PARTITION BY p.gate, p.rate_gate ORDER BY p.priority DESC, p.scheduled_at, p.id) AS turn
+    FROM pool AS p
+), allowed AS (
+    SELECT * FROM ranked
+    WHERE (gate = '' OR owner OR c_rank <= c_room) AND (rate_gate = '' OR r_rank <= r_room)
 ), due AS (
-    SELECT id FROM candidates ORDER BY priority DESC, scheduled_at, id LIMIT %(limit)s
+    SELECT id, %(now)s::timestamptz AS started_at, NULL::timestamptz AS throttled_until, priority, 1::bigint AS turn,
+           scheduled_at AS served_at, scheduled_at
+    FROM candidates
+    UNION ALL
+    SELECT id, greatest(%(now)s::timestamptz, freed_at), greatest(scheduled_at, freed_at), priority, turn, served_at,
+           scheduled_at
+    FROM allowed
+    ORDER BY priority DESC, turn, served_at NULLS FIRST, scheduled_at, id
+    LIMIT %(limit)s
+), taken AS (
+    SELECT a.id, a.run_id, a.gate, a.rate_gate, a.owner, due.started_at FROM allowed AS a JOIN due ON due.id = a.id
+), passed AS (
+    UPDATE pgflow_gate AS k
+    SET holders = CASE
+            WHEN k.name LIKE 'r:%%' THEN k.holders
+            WHEN k.name LIKE 's:%%' THEN r.holders
+                || ARRAY(SELECT DISTINCT t.run_id FROM taken AS t WHERE t.gate = k.name AND NOT t.owner)
+            ELSE r.holders || ARRAY(SELECT t.id FROM taken AS t WHERE t.gate = k.name) END,
+        starts = CASE WHEN k.name LIKE 'r:%%'
+            THEN r.starts || ARRAY(SELECT t.started_at FROM taken AS t WHERE t.rate_gate = k.name)
+            ELSE k.starts END,
+        served_at = %(now)s
+    FROM room AS r
+    WHERE k.name = r.name AND EXISTS (SELECT 1 FROM taken AS t WHERE t.gate = k.name OR t.rate_gate = k.name)
+    RETURNING 1
 ), claimed AS (
     UPDATE pgflow_step AS s
-    SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
-        lease_expires_at = %(lease_until)s
+    SET status = 'in_progress', started_at = due.started_at, worker = %(worker)s, claim_token = gen_random_uuid(),
+        lease_expires_at = %(lease_until)s, throttled_until = due.throttled_until
     FROM due WHERE s.id = due.id
     RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
               s.waiting_since, s.queue
@@ -150,7 +291,7 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
     lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
     # One statement is its own transaction: no BEGIN and COMMIT round trips around it.
     with connection.cursor() as cursor:
-        _claims_without_flush_wait(cursor)
+        _claim_session(cursor)
         cursor.execute(
             CLAIM_SQL, {"queues": queues, "now": at, "limit": limit, "worker": worker, "lease_until": lease_until}
         )
@@ -158,29 +299,35 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
     return _claims(rows)
 
 
-# The claim's commit does not wait for the WAL flush (docs/reliability.md, "The claim's
-# commit"): a claim lost with the server's last ~0.6 s of commits leaves its attempt
-# scheduled, to be claimed again, which at-least-once allows; any later durable commit (the
-# attempt's outcome) flushes the claim before itself, as the WAL is written in order. Set
-# once per connection: the worker's claim loop has its own, which writes nothing else that
-# must be durable first (a lost hand-back is taken over after the lease).
-_NO_FLUSH_WAIT: weakref.WeakSet[Any] = weakref.WeakSet()
+# The claiming connection's session, set once per connection (the worker's claim loop has its
+# own, which writes nothing else that must be durable first):
+# - its commits do not wait for the WAL flush (docs/reliability.md, "The claim's commit"): a
+#   claim lost with the server's last ~0.6 s of commits leaves its attempt scheduled, to be
+#   claimed again, which at-least-once allows; any later durable commit (the attempt's
+#   outcome) flushes the claim before itself, as the WAL is written in order; a lost
+#   hand-back is taken over after the lease;
+# - JIT is off: the planner cannot know how few gated groups and places there are, estimates
+#   the claim's window functions over a million rows and JIT-compiles it, 1.4 s a claim
+#   instead of under 1 ms (benchmarks/RESULTS.md, flow control).
+_CLAIM_SESSION: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def _claims_without_flush_wait(cursor: Any) -> None:
+def _claim_session(cursor: Any) -> None:
     raw = connection.connection
-    if raw is not None and raw not in _NO_FLUSH_WAIT:
+    if raw is not None and raw not in _CLAIM_SESSION:
         cursor.execute("SET synchronous_commit = off")
-        _NO_FLUSH_WAIT.add(raw)
+        cursor.execute("SET jit = off")
+        _CLAIM_SESSION.add(raw)
 
 
 # The earliest scheduled attempt of each queue (one probe each of pgflow_step_due), then the
-# earliest of those.
+# earliest of those; a paused queue has none.
 NEXT_DUE_SQL = """
 SELECT min(first.scheduled_at)
 FROM unnest(%(queues)s::text[]) AS q(name),
 LATERAL (SELECT scheduled_at FROM pgflow_step WHERE status = 'scheduled' AND queue = q.name
          ORDER BY timezone('UTC', scheduled_at) LIMIT 1) AS first
+WHERE NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = q.name AND p.paused)
 """
 
 

@@ -229,6 +229,9 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
         if nxt is None and claim.run_id in children:
             fallback.append(item)  # apply() finishes the child and counts its member
             continue
+        if nxt is not None and (nxt.limited or workflow.singleton is not None):
+            fallback.append(item)  # its gates' keys are worked out by schedule_attempt
+            continue
         closing.append(claim.step_id)
         outputs.append(None if item.output is None else json.dumps(item.output))
         _add(advance, event_runs=claim.run_id, event_steps=claim.step_id, events=EventKind.STEP_COMPLETED.value)

@@ -8,8 +8,11 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.db import connection
+
 from .. import evaluation
 from ..core.events import EventKind
+from ..core.limits import NO_GATES, Gates
 from ..core.states import RunStatus, StepStatus
 from ..exceptions import PgflowError, StepNotFound, WorkflowNotFound
 from ..models import Step, WorkflowRun
@@ -40,6 +43,7 @@ def schedule_attempt(
         attempt = Step.objects.filter(run=run, step_name=definition.name).count() + 1
     queue = workflow.queue_for(definition.name)
     due = at + timedelta(seconds=delay) if delay else at
+    gates = gates_of_attempt(run, workflow, definition, attempt)
     step = Step.objects.create(
         run=run,
         step_name=definition.name,
@@ -49,12 +53,66 @@ def schedule_attempt(
         created_at=at,
         scheduled_at=due,
         signal_id=signal_id,
+        gated=gates.any,
+        gate=gates.gate,
+        gate_max=gates.gate_max,
+        rate_gate=gates.rate_gate,
+        rate_limit=gates.rate_limit,
+        rate_per=gates.rate_per,
     )
     run.current_step = definition.name
     run.updated_at = at
     if due <= at:
         notify(queue)
     return step
+
+
+def gates_of_attempt(run: WorkflowRun, workflow: type[Workflow], definition: StepDefinition, attempt: int) -> Gates:
+    """The attempt's gates, with the gate rows the claim will lock created. A key method that
+    fails limits the attempt under the step's own key rather than not at all."""
+    if not definition.limited and workflow.singleton is None:
+        return NO_GATES
+    instance = workflow(run=run, step_name=definition.name, attempt=attempt, outputs=lambda: outputs_of(run))
+    try:
+        gates = evaluation.gates_for(instance, definition)
+    except Exception as exc:
+        logger.error(
+            "run=%s step=%s: its limit's key failed (%s: %s); limited under the step's own key",
+            run.pk,
+            definition.name,
+            type(exc).__name__,
+            exc,
+            extra={"action": "limit_key_failed", "run_id": run.pk},
+        )
+        gates = evaluation.gates_for(instance, replace_keys(definition))
+    ensure_gates(gates)
+    return gates
+
+
+def replace_keys(definition: StepDefinition) -> StepDefinition:
+    from dataclasses import replace
+
+    return replace(
+        definition,
+        concurrency=replace(definition.concurrency, key=None) if definition.concurrency else None,
+        rate=replace(definition.rate, key=None) if definition.rate else None,
+    )
+
+
+def ensure_gates(gates: Gates) -> None:
+    """Create the gate rows an attempt needs (an existing row is left as it is: no lock taken)."""
+    rows = [(gates.gate, gates.gate_max, 0.0)] if gates.gate else []
+    if gates.rate_gate:
+        rows.append((gates.rate_gate, gates.rate_limit, gates.rate_per))
+    if not rows:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgflow_gate (name, size, per, holders, starts) "
+            "SELECT name, size, per, '{}', '{}' FROM unnest(%s::text[], %s::int[], %s::float8[]) AS v(name, size, per) "
+            "ON CONFLICT (name) DO NOTHING",
+            [[r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]],
+        )
 
 
 def reschedule_same(run: WorkflowRun, step: Step, *, at: datetime, delay: float | None = None) -> Step | None:

@@ -7,14 +7,14 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.contenttypes.models import ContentType
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Model
 
-from .. import observability
+from .. import evaluation, observability
 from ..conf import pgflow_settings
 from ..core import jsonvalue
 from ..core.events import EventKind
-from ..exceptions import InputTooLarge
+from ..exceptions import InputTooLarge, SingletonConflict
 from ..models import WorkflowRun
 from .locking import event, now
 from .scheduling import delay_of, finish_run, schedule_attempt
@@ -73,6 +73,8 @@ def start_run(
                 if key is None:
                     raise
                 run = None
+            if run is not None and workflow.singleton is not None:
+                _take_singleton(workflow, run)
         if run is None:
             return WorkflowRun.objects.get(workflow_class=path, key=key)
         details: dict[str, Any] = {"parent": parent.pk} if parent else {}
@@ -83,6 +85,34 @@ def start_run(
         # The run's row already names its first step (set above): no UPDATE after this insert.
         schedule_attempt(run, workflow, first, at=at, delay=delay_of(workflow, run, first, at, dict), attempt=1)
     return run
+
+
+def _take_singleton(workflow: type[Workflow], run: WorkflowRun) -> None:
+    """Give the new run its singleton key. With ``on_conflict="skip"`` another open run of the
+    key refuses it (checked under a lock on the key, so two racing starts cannot both pass);
+    with ``"queue"`` its attempts wait at the claim for the key's gate."""
+    key = evaluation.singleton_key(workflow(run=run))
+    if key is None:
+        return
+    run.singleton_key = key
+    run.save(update_fields=["singleton_key"])
+    if workflow.singleton.on_conflict != "skip":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 20))", [f"{run.workflow_class}:{key}"])
+    other = (
+        WorkflowRun.objects.open()
+        .filter(workflow_class=run.workflow_class, singleton_key=key)
+        .exclude(pk=run.pk)
+        .order_by("id")
+        .first()
+    )
+    if other is not None:
+        raise SingletonConflict(
+            f"{workflow.__name__} is a singleton per key and run #{other.pk} with key {key!r} is still "
+            f"{other.status}; this start was refused (Singleton on_conflict='skip')",
+            open_run=other,
+        )
 
 
 def _checked_input(value: Any) -> dict[str, Any]:

@@ -147,7 +147,7 @@ STEP_ERRORS = [
     (
         {"bogus": 1},
         "step 'a': unknown option 'bogus' (accepted: wait, wait_until, skip_if, timeout, on_exception, queue, "
-        "priority, before_step, after_step, wait_for, wait_timeout, on_timeout)",
+        "priority, before_step, after_step, wait_for, wait_timeout, on_timeout, concurrency, rate)",
     ),
     ({"on_batch_failure": "pause"}, "step 'a': unknown option 'on_batch_failure' (accepted: wait,"),
     ({"timeout": 0}, "step 'a': timeout must be more than 0 seconds, got 0"),
@@ -214,7 +214,7 @@ FAN_OUT_ERRORS = [
     (
         {"bogus": 1},
         "fan_out 'n': unknown option 'bogus' (accepted: wait, wait_until, skip_if, timeout, on_exception, queue, "
-        "priority, before_step, after_step, on_batch_failure)",
+        "priority, before_step, after_step, concurrency, rate, on_batch_failure)",
     ),
     ({"timeout": -1}, "fan_out 'n': timeout must be more than 0 seconds, got -1"),
 ]

@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pgflow.failures",
             "pgflow.rollup",
             "pgflow.schedules",
+            "pgflow.queues",
             "pgflow.observability.alerts",
         ),
     ),

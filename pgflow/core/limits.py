@@ -1,0 +1,164 @@
+"""Flow control as declared: concurrency limits, rate limits and singletons by key. Pure.
+
+Each attempt of a limited step carries the names of the gates it must pass (computed when
+the attempt is scheduled, see :func:`gates_of`); the claim enforces them in SQL. A gate's
+name says its kind: ``c:`` a concurrency limit (holders are attempts), ``r:`` a rate (the
+starts of its window), ``s:`` a queued singleton (holders are runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from ..exceptions import DefinitionError
+from .durations import seconds
+
+Key = str | Callable[..., Any] | None
+ON_CONFLICT = ("queue", "skip")
+MAX_KEY = 200  # characters of a computed key kept in a gate's name
+
+
+def _check_key(key: Any, what: str) -> None:
+    if key is not None and not isinstance(key, str) and not callable(key):
+        raise DefinitionError(
+            f"{what}: key must be the name of a method, a callable taking the workflow and returning a "
+            f"string (or None for no limit), or left out; got {key!r}"
+        )
+    if isinstance(key, str) and not key.isidentifier():
+        raise DefinitionError(f"{what}: key {key!r} is not a method name")
+
+
+def _check_count(value: Any, what: str, option: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise DefinitionError(f"{what}: {option} must be a whole number of 1 or more, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """At most ``max`` attempts sharing the key in progress at once, across every worker.
+
+    ``key``: a method name or a callable taking the workflow, returning a string (``None``:
+    this attempt is not limited); left out, the limit is per step.
+    """
+
+    max: int
+    key: Key = None
+
+    def __post_init__(self) -> None:
+        _check_count(self.max, repr(self), "max")
+        _check_key(self.key, repr(self))
+
+
+@dataclass(frozen=True)
+class Rate:
+    """At most ``limit`` attempts sharing the key start in any window of ``per``."""
+
+    limit: int
+    per: timedelta | float
+    key: Key = None
+
+    def __post_init__(self) -> None:
+        _check_count(self.limit, repr(self), "limit")
+        try:
+            seconds(self.per, "per", positive=True)
+        except ValueError as exc:
+            raise DefinitionError(f"{self!r}: {exc}") from None
+        _check_key(self.key, repr(self))
+
+    @property
+    def seconds(self) -> float:
+        return seconds(self.per, "per", positive=True)
+
+
+@dataclass(frozen=True)
+class Singleton:
+    """One open run per key. A second ``start()`` with the key of an open run waits its
+    turn (``on_conflict="queue"``: its steps are held until the open run ends) or is refused
+    (``"skip"``: ``SingletonConflict`` naming the open run)."""
+
+    key: Key = None
+    on_conflict: str = "queue"
+
+    def __post_init__(self) -> None:
+        if self.on_conflict not in ON_CONFLICT:
+            raise DefinitionError(
+                f"{self!r}: on_conflict must be one of {', '.join(map(repr, ON_CONFLICT))}, got {self.on_conflict!r}"
+            )
+        _check_key(self.key, repr(self))
+
+
+def checked(value: Any, kind: type, option: str) -> Any:
+    """``value`` if it is None or a ``kind``, else a DefinitionError naming what is accepted."""
+    if value is not None and not isinstance(value, kind):
+        raise DefinitionError(f"{option} must be a pgflow.{kind.__name__}(...) or None, got {value!r}")
+    return value
+
+
+def key_value(instance: Any, key: Key, default: str) -> str | None:
+    """The key a declaration gives for ``instance``: ``default`` without one, None when the
+    method or callable returns None (not limited)."""
+    if key is None:
+        return default
+    value = getattr(instance, key)() if isinstance(key, str) else key(instance)
+    if value is None:
+        return None
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        raise TypeError(f"a limit's key must be a string or None, got {value!r}")
+    return str(value)[:MAX_KEY]
+
+
+@dataclass(frozen=True)
+class Gates:
+    """What an attempt must pass at the claim: its gate names ('' for none) and their sizes."""
+
+    gate: str = ""  # c:<key> or s:<class>:<key>
+    gate_max: int = 0
+    rate_gate: str = ""  # r:<key>
+    rate_limit: int = 0
+    rate_per: float = 0.0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.gate or self.rate_gate)
+
+
+NO_GATES = Gates()
+
+
+def gates_of(
+    instance: Any,
+    *,
+    workflow_path: str,
+    step_name: str,
+    concurrency: Limit | None,
+    rate: Rate | None,
+    singleton: str | None,
+) -> Gates:
+    """The gates of one attempt: ``singleton`` is the run's queued-singleton key, if any."""
+    gate, gate_max = "", 0
+    if singleton is not None:
+        gate, gate_max = f"s:{workflow_path}:{singleton}", 1
+    elif concurrency is not None:
+        key = key_value(instance, concurrency.key, f"{workflow_path}.{step_name}")
+        if key is not None:
+            gate, gate_max = f"c:{key}", concurrency.max
+    rate_gate, rate_limit, rate_per = "", 0, 0.0
+    if rate is not None:
+        key = key_value(instance, rate.key, f"{workflow_path}.{step_name}")
+        if key is not None:
+            rate_gate, rate_limit, rate_per = f"r:{key}", rate.limit, rate.seconds
+    return Gates(gate=gate, gate_max=gate_max, rate_gate=rate_gate, rate_limit=rate_limit, rate_per=rate_per)
+
+
+def describe_gate(name: str, size: int, per: float = 0.0) -> str:
+    """A gate in words, for the run page: which limit and which key."""
+    kind, _, key = name.partition(":")
+    if kind == "c":
+        return f"concurrency limit {size} for key {key!r}"
+    if kind == "r":
+        return f"rate limit {size} per {per:g}s for key {key!r}"
+    path, _, singleton = key.rpartition(":")
+    return f"singleton {path.rsplit('.', 1)[-1]} for key {singleton!r}"

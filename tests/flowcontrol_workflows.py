@@ -1,0 +1,78 @@
+"""Workflows with limits, for the flow-control tests (importable by worker subprocesses)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pgflow
+from pgflow import step
+
+
+class PerTenant(pgflow.Workflow):
+    """At most two attempts of a tenant in progress at once; no tenant: unlimited."""
+
+    queue = "limits"
+    concurrency = pgflow.Limit(max=2, key="tenant")
+
+    def tenant(self):
+        return self.input.get("tenant")
+
+    @step
+    def work(self):
+        time.sleep(self.input.get("sleep", 0.2))
+
+
+class Wide(pgflow.Workflow):
+    """A wide limit per tenant, for round-robin: the limit is not what holds a tenant back."""
+
+    queue = "fair"
+
+    def tenant(self):
+        return self.input["tenant"]
+
+    @step(concurrency=pgflow.Limit(max=1000, key="tenant"))
+    def work(self):
+        time.sleep(0.05)
+
+
+class Throttled(pgflow.Workflow):
+    """Three starts a second per tenant."""
+
+    queue = "limits"
+
+    @step(rate=pgflow.Rate(limit=3, per=timedelta(seconds=1), key=lambda workflow: workflow.input["tenant"]))
+    def call_api(self):
+        time.sleep(0.01)
+
+
+class OnePerAccount(pgflow.Workflow):
+    """One open run per account; a second start waits its turn."""
+
+    queue = "limits"
+    singleton = pgflow.Singleton(key="account")
+
+    def account(self):
+        return self.input["account"]
+
+    @step
+    def first(self):
+        time.sleep(0.1)
+
+    @step
+    def second(self):
+        time.sleep(0.1)
+
+
+class OnlyOne(pgflow.Workflow):
+    """One open run per account; a second start is refused."""
+
+    queue = "limits"
+    singleton = pgflow.Singleton(key="account", on_conflict="skip")
+
+    def account(self):
+        return self.input["account"]
+
+    @step
+    def only(self):
+        time.sleep(0.1)

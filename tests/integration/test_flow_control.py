@@ -1,0 +1,41 @@
+"""Paused queues and the claim's gates, against the real database (no worker processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+import pgflow
+from pgflow import store
+from pgflow.models import QueueState, Step, WorkflowRun
+from tests import flowcontrol_workflows as fc
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_paused_queue_is_not_claimed_and_its_runs_keep_their_state(admin_user):
+    run = fc.PerTenant.start(input={"sleep": 0})
+    pgflow.pause_queue("limits", actor=admin_user)
+    assert store.claim(worker="w", queues=["limits"], limit=4) == []
+    assert store.next_due(["limits"]) is None  # an idle worker does not spin on it
+    run.refresh_from_db()
+    assert run.status == "running"
+    assert Step.objects.get(run=run).status == "scheduled"
+    state = QueueState.objects.get(queue="limits")
+    assert (state.paused, state.changed_by) == (True, admin_user.get_username())
+    pgflow.resume_queue("limits")
+    assert [c.run_id for c in store.claim(worker="w", queues=["limits"], limit=4)] == [run.pk]
+    assert QueueState.objects.get(queue="limits").changed_by == "system"
+
+
+def test_pause_queue_names_a_bad_queue():
+    with pytest.raises(ValueError, match=r"queue must be 1-100 letters.*got 'no spaces'"):
+        pgflow.pause_queue("no spaces")
+
+
+def test_a_saturated_key_never_blocks_another_key_in_the_same_claim():
+    busy = [fc.PerTenant.start(input={"tenant": "busy"}) for _ in range(10)]
+    quiet = fc.PerTenant.start(input={"tenant": "quiet"})
+    first = store.claim(worker="w", queues=["limits"], limit=10)
+    assert sorted(c.run_id for c in first) == sorted([busy[0].pk, busy[1].pk, quiet.pk])
+    assert store.claim(worker="w", queues=["limits"], limit=10) == []  # both keys are full
+    assert WorkflowRun.objects.count() == 11

@@ -1,0 +1,61 @@
+"""Limit, Rate and Singleton given wrong are DefinitionErrors naming the value and what is accepted."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+import pgflow
+from pgflow import DefinitionError, Limit, Rate, Singleton, step
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Limit(max=0), "max must be a whole number of 1 or more, got 0"),
+        (lambda: Limit(max=True), "max must be a whole number of 1 or more, got True"),
+        (lambda: Rate(limit=5, per=timedelta(seconds=-1)), "per must be more than 0 seconds"),
+        (lambda: Rate(limit=5, per=0), "per must be more than 0 seconds, got 0"),
+        (lambda: Rate(limit=0, per=1), "limit must be a whole number of 1 or more, got 0"),
+        (lambda: Singleton(on_conflict="wait"), "on_conflict must be one of 'queue', 'skip', got 'wait'"),
+        (lambda: Limit(max=2, key=42), "key must be the name of a method, a callable"),
+    ],
+)
+def test_a_wrong_value_is_refused(make, message):
+    with pytest.raises(DefinitionError, match=message):
+        make()
+
+
+def test_an_unknown_key_method_is_refused_when_the_class_is_created():
+    with pytest.raises(DefinitionError, match=r"step 'send': concurrency key 'tenant' names no method of Mailer"):
+
+        class Mailer(pgflow.Workflow):
+            @step(concurrency=Limit(max=2, key="tenant"))
+            def send(self): ...
+
+
+def test_a_class_option_of_the_wrong_type_is_refused():
+    with pytest.raises(DefinitionError, match=r"concurrency must be a pgflow.Limit\(...\) or None, got 3"):
+
+        class Mailer(pgflow.Workflow):
+            concurrency = 3
+
+            @step
+            def send(self): ...
+
+
+def test_a_class_wide_limit_applies_to_steps_without_their_own():
+    own = Limit(max=1)
+
+    class Mailer(pgflow.Workflow):
+        concurrency = Limit(max=5)
+
+        @step
+        def send(self): ...
+
+        @step(concurrency=own)
+        def report(self): ...
+
+    assert Mailer.steps().get("send").concurrency == Limit(max=5)
+    assert Mailer.steps().get("report").concurrency is own
