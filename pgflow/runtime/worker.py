@@ -28,6 +28,8 @@ from django.db import InterfaceError as DjangoInterfaceError
 
 from .. import observability, schedules, store
 from ..conf import pgflow_settings
+from ..evaluation import is_async
+from ..registry import registered
 from ..store import Claim
 from . import presence, sweep
 from .committer import MAX_BATCH, Committer
@@ -83,9 +85,11 @@ class Worker:
         # Async bodies awaiting on the loop: they take the async slots instead.
         self._awaiting: set[Any] = set()
         # Async slots are offered to the claim only while async steps come back from it
-        # (one probe slot otherwise): a claim of sync steps beyond the free threads would
-        # leave them waiting here for a thread while other workers could run them.
+        # (one probe slot otherwise, and none when no registered class has an async step): a
+        # claim of sync steps beyond the free threads would leave them waiting here for a
+        # thread while other workers could run them, and past a SIGTERM.
         self._claiming_async = False
+        self._may_claim_async = _registered_async_steps()
         self.loop: EventLoop | None = None
         self._running_lock = threading.Lock()
         self._signals = 0
@@ -220,7 +224,7 @@ class Worker:
             threads = self.concurrency - len(self._bodies)
             awaiting = self.async_concurrency - len(self._awaiting)
             if not (self._claiming_async or self._awaiting):
-                awaiting = min(awaiting, 1)
+                awaiting = min(awaiting, 1 if self._may_claim_async else 0)
             held = self.concurrency + len(self._awaiting) + MAX_BATCH - len(self._running)
             return max(0, min(max(threads, 0) + awaiting, held))
 
@@ -457,3 +461,14 @@ class Worker:
             logging.shutdown()
             os._exit(0)
         return handed
+
+
+def _registered_async_steps() -> bool:
+    """Whether any registered workflow class has an ``async def`` step (a fan_out's runs in a
+    thread). A class first imported by a claim later still runs: it is claimed into a free
+    thread's slot, and then ``_claiming_async`` offers the async slots."""
+    return any(
+        not definition.fans_out and is_async(workflow, definition)
+        for workflow in registered()
+        for definition in workflow.steps()
+    )
