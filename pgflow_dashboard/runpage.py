@@ -17,7 +17,7 @@ from django.db.models import Count, Q
 from django.urls import NoReverseMatch, reverse
 
 from pgflow.core.events import PAUSE_ENDS, EventKind
-from pgflow.core.states import CONTROLS, OPEN_RUN, Control, control_error
+from pgflow.core.states import CONTROLS, OPEN_RUN, RERUNNABLE_RUN, Control, control_error
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.models import Batch, BatchMember, Event, ScheduleTick, Signal, Step, WorkflowRun
 from pgflow.registry import resolve
@@ -255,7 +255,7 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
 
 
 MAX_RELATED = 200  # children and re-runs listed on a run page
-RERUNNABLE = ("finished", "cancelled", "paused")
+RERUNNABLE = RERUNNABLE_RUN
 
 
 def family(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
