@@ -13,12 +13,13 @@ from typing import Any
 
 from django.contrib.admin import AdminSite
 from django.contrib.admin.utils import quote
+from django.db.models import Count, Q
 from django.urls import NoReverseMatch, reverse
 
 from pgflow.core.events import PAUSE_ENDS, EventKind
-from pgflow.core.states import CONTROLS, OPEN_RUN, Control, control_error
+from pgflow.core.states import CONTROLS, OPEN_RUN, RERUNNABLE_RUN, Control, control_error
 from pgflow.exceptions import WorkflowNotFound
-from pgflow.models import Batch, Event, ScheduleTick, Signal, Step, WorkflowRun
+from pgflow.models import Batch, BatchMember, Event, ScheduleTick, Signal, Step, WorkflowRun
 from pgflow.registry import resolve
 
 from . import timeline
@@ -69,6 +70,7 @@ TIMELINE_FIELDS = (
     "started_at",
     "finished_at",
     "waiting_since",
+    "batch_id",
 )
 
 # The buttons, in the order they are shown: form action -> the control (core.states.CONTROLS).
@@ -95,8 +97,23 @@ def chart(run: WorkflowRun, *, now: datetime, steps: tuple[list[dict], int] | No
         .order_by("-created_at", "-id")
         .values("event", "created_at")[:MAX_EVENTS]
     )
-    payload = timeline.chart(rows, list(events), status=run.status, now=now)
+    payload = timeline.chart(with_children(rows), list(events), status=run.status, now=now)
     return {**payload, "status": run.status, "now": timeline.millis(now), "attempts": total}
+
+
+def with_children(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with ``children`` (``{"total", "ended"}``) on each attempt whose batch holds
+    child runs, for the timeline's child-batch series: one query for all the batches."""
+    batch_ids = {row["batch_id"] for row in rows if row.get("batch_id")}
+    if not batch_ids:
+        return rows
+    counts = {
+        found["batch_id"]: {"total": found["total"], "ended": found["ended"]}
+        for found in BatchMember.objects.filter(batch_id__in=batch_ids, child__isnull=False)
+        .values("batch_id")
+        .annotate(total=Count("id"), ended=Count("id", filter=~Q(status=BatchMember.Status.PENDING)))
+    }
+    return [{**row, "children": counts[row["batch_id"]]} if row.get("batch_id") in counts else row for row in rows]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,7 +255,7 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
 
 
 MAX_RELATED = 200  # children and re-runs listed on a run page
-RERUNNABLE = ("finished", "cancelled", "paused")
+RERUNNABLE = RERUNNABLE_RUN
 
 
 def family(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:

@@ -13,7 +13,9 @@ of its own, so a long gap on the chart explains itself. The run page's step tabl
 one bar row per attempt with the paused periods as bands across all rows.
 
 Pure: plain dicts with aware datetimes in, plain JSON-ready dicts out. Step dicts use the
-``Step`` field names; event dicts need ``event`` and ``created_at``.
+``Step`` field names; event dicts need ``event`` and ``created_at``. A fan-out attempt whose
+batch holds child runs also carries ``children``: ``{"total", "ended"}`` (its waiting phase is
+then drawn as its own series, and its tooltip counts them).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ SERIES: dict[str, tuple[str, str]] = {
     "ran_open": ("#2563eb", "running"),
     "ran_cancelled": ("#7c3aed", "ran: cancelled"),
     "waiting": ("#0891b2", "waiting for a signal or batch"),
+    "waiting_children": ("#0d9488", "waiting for child runs"),
     "paused": ("#f9a8d4", "run paused"),
 }
 
@@ -133,8 +136,9 @@ def chart(steps: Iterable[StepRow], events: Iterable[EventRow], *, status: str, 
 
     One row per attempt, oldest first, labelled ``"name #attempt"``. Each segment has its
     ``kind``, its ``series`` (a key of :data:`SERIES`: the kind, except that a ran phase is
-    coloured by how the attempt ended), ``from``/``to`` in epoch milliseconds and its
-    ``duration`` in words for the tooltip.
+    coloured by how the attempt ended and a child batch's waiting phase is
+    ``waiting_children``), ``from``/``to`` in epoch milliseconds and its ``duration`` in
+    words for the tooltip; a child batch's waiting phase adds a ``note`` counting them.
     """
     rows = []
     for step in sorted(steps, key=lambda step: (_utc(step["created_at"]), int(step.get("attempt") or 0))):
@@ -145,7 +149,8 @@ def chart(steps: Iterable[StepRow], events: Iterable[EventRow], *, status: str, 
                 "outcome": _plain(step.get("outcome")),
                 "error_class": _plain(step.get("error_class")),
                 "segments": [
-                    _chart_segment(segment, series_for(segment["kind"], step)) for segment in segments(step, now=now)
+                    _chart_segment(segment, series_for(segment["kind"], step), note=_note(segment["kind"], step))
+                    for segment in segments(step, now=now)
                 ],
             }
         )
@@ -158,6 +163,8 @@ def chart(steps: Iterable[StepRow], events: Iterable[EventRow], *, status: str, 
 
 def series_for(kind: str, step: StepRow) -> str:
     """The series (colour) of a phase of ``step``."""
+    if kind == "waiting" and step.get("children"):
+        return "waiting_children"
     if kind != "ran":
         return kind
     return RAN_SERIES.get(str(step.get("status")), "ran_cancelled")
@@ -174,14 +181,29 @@ def millis(moment: datetime) -> int:
     return (microseconds + 500) // 1000
 
 
-def _chart_segment(segment: Mapping[str, Any], series: str) -> dict[str, Any]:
-    return {
+def children_note(children: Mapping[str, int]) -> str:
+    """``"waiting for 3 child runs (1 ended)"``: a child batch's count, for people."""
+    total = int(children["total"])
+    return f"waiting for {total} child run{'' if total == 1 else 's'} ({int(children['ended'])} ended)"
+
+
+def _note(kind: str, step: StepRow) -> str | None:
+    # Only a child batch's waiting phase has more to say than its kind and duration.
+    children = step.get("children")
+    return children_note(children) if kind == "waiting" and children else None
+
+
+def _chart_segment(segment: Mapping[str, Any], series: str, *, note: str | None = None) -> dict[str, Any]:
+    drawn = {
         "kind": segment["kind"],
         "series": series,
         "from": millis(segment["from"]),
         "to": millis(segment["to"]),
         "duration": duration(segment["to"] - segment["from"]),
     }
+    if note is not None:
+        drawn["note"] = note
+    return drawn
 
 
 def _clip(pieces: list[tuple[str, Any, Any]], finished: datetime | None) -> list[dict[str, Any]]:

@@ -26,6 +26,8 @@ class StepStatus(StrEnum):
 # A run in one of these can still change; the others are final.
 OPEN_RUN = frozenset({RunStatus.RUNNING, RunStatus.PAUSED})
 TERMINAL_RUN = frozenset({RunStatus.FINISHED, RunStatus.CANCELLED})
+# A run in one of these can be re-run from a step (a running one is paused or cancelled first).
+RERUNNABLE_RUN = frozenset({RunStatus.FINISHED, RunStatus.CANCELLED, RunStatus.PAUSED})
 
 # An attempt in one of these is the run's open attempt (at most one per run).
 OPEN_STEP = frozenset({StepStatus.SCHEDULED, StepStatus.WAITING, StepStatus.IN_PROGRESS})

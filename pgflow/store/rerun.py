@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import observability
 from ..core.events import EventKind
-from ..core.states import RunStatus, StepStatus
+from ..core.states import RERUNNABLE_RUN, RunStatus, StepStatus
 from ..exceptions import InvalidTransition, StepNotFound
 from ..models import Step, WorkflowRun
 from .locking import event, locked, now, open_attempt
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..workflow import Workflow
 
 COPIED = "copied"  # the outcome of an attempt whose output a re-run copied from its original
-RERUNNABLE = frozenset({RunStatus.FINISHED, RunStatus.CANCELLED, RunStatus.PAUSED})
+RERUNNABLE = RERUNNABLE_RUN
 
 
 def rerun_plan(original: WorkflowRun, step_name: str) -> dict[str, Any]:

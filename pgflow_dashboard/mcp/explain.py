@@ -12,6 +12,8 @@ from typing import Any
 
 from pgflow.core.flow import ACTIONS, LOST, OUTCOME_WORDS, REATTEMPT
 
+from ..timeline import children_note
+
 # Step.outcome word -> the policy action that led to it
 POLICY_OF_OUTCOME = {**{OUTCOME_WORDS[action]: action for action in ACTIONS}, LOST: "lease lost"}
 
@@ -43,6 +45,9 @@ def explain(facts: dict[str, Any], *, now: datetime) -> list[str]:
         sentences.extend(_running(facts, now))
         if error and error.get("outcome") == OUTCOME_WORDS[REATTEMPT]:
             sentences.append(f"the last attempt {_failure(error)}")
+    rerun_of = facts.get("rerun_of")
+    if rerun_of:
+        sentences.append(f"re-run of #{rerun_of['run_id']} from step {rerun_of['step_name']}")
     if facts.get("definition_changed"):
         sentences.append("its workflow's definition changed since the run started: it may stop on a step that is gone")
     return sentences
@@ -98,6 +103,8 @@ def _running(facts: dict[str, Any], now: datetime) -> list[str]:
         if lease is not None and lease < now:
             sentence += f", whose lease ran out at {_at(lease, now)} (the sweep runs it again)"
         return [sentence]
+    if step.get("children"):
+        return [f"step {name} is {children_note(step['children'])}"]
     if step.get("batch"):
         batch = step["batch"]
         return [

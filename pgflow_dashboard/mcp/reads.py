@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from pgflow.conf import pgflow_settings
-from pgflow.core.events import RUN_ENDS
+from pgflow.core.events import RUN_ENDS, EventKind
 from pgflow.core.states import RunStatus
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.models import Batch, Event, Signal, Step, Worker, WorkflowRun
@@ -303,6 +303,7 @@ def explain_facts(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
         if open_step["batch_id"]:
             batch = Batch.objects.filter(pk=open_step["batch_id"]).values("total", "succeeded", "failed").first()
             open_step["batch"] = batch
+            open_step["children"] = runpage.with_children([open_step])[0].get("children")
     live_queues: dict[str, int] = {}
     for queues in Worker.objects.live(now).values_list("queues", flat=True):
         for queue in queues or []:
@@ -325,7 +326,16 @@ def explain_facts(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
         "open_step": open_step,
         "live_queues": live_queues,
         "definition_changed": runpage.definition(run).changed,
+        "rerun_of": _rerun_of(run),
     }
+
+
+def _rerun_of(run: WorkflowRun) -> dict[str, Any] | None:
+    """The run this one re-runs and the step it started from (its ``rerun_of`` event)."""
+    if run.rerun_of_id is None:
+        return None
+    details = Event.objects.filter(run=run, event=EventKind.RERUN_OF).values_list("details", flat=True).first() or {}
+    return {"run_id": run.rerun_of_id, "step_name": details.get("step_name", "?")}
 
 
 def _waits(run: WorkflowRun, step_name: str) -> dict[str, Any]:

@@ -31,7 +31,7 @@ SERVER_NAME = "pgflow"
 INSTRUCTIONS = (
     "pgflow runs durable, step-based workflows inside this Django project. Read tools (insights, stuck, "
     "search_runs, get_run, explain_run, workers) need the view permission on workflow runs; action tools "
-    "(pause_run, resume_run, cancel_run, skip_step, send_signal) need the change permission and default to "
+    "(pause_run, resume_run, cancel_run, skip_step, send_signal, rerun_from) need the change permission and default to "
     "dry_run=true: call again with dry_run=false to act. Every action is recorded in the run's audit trail."
 )
 
@@ -141,6 +141,18 @@ def build(principal: Principal) -> MCPServer:
         for it, or is kept until one does. dry_run (default true) only says what would happen."""
         return await call(
             ctx, CHANGE, lambda actor: actions.send_signal(run_id, name, payload, actor=actor, dry_run=dry_run)
+        )
+
+    @server.tool()
+    async def rerun_from(
+        ctx: Context, run_id: int, step_name: str, input: Any = None, dry_run: bool = True
+    ) -> dict[str, Any]:
+        """Re-run a finished, cancelled or paused run from `step_name`: a new run of the same workflow and
+        subject, linked to it, with the outputs of the steps before `step_name` copied from it (a paused run
+        is cancelled as re-run). input: a JSON object for the new run, or null to keep the run's input.
+        dry_run (default true) only says what would be copied and started."""
+        return await call(
+            ctx, CHANGE, lambda actor: actions.rerun_from(run_id, step_name, input, actor=actor, dry_run=dry_run)
         )
 
     return server

@@ -29,6 +29,7 @@ from pgflow.testing import run_workflow
 from pgflow_dashboard import insights
 from pgflow_dashboard.mcp import tokens
 from pgflow_dashboard.window import WorkflowWindow
+from tests import composition_workflows as cw
 from tests import workflows as wf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,6 +138,7 @@ def test_stdio_read_tools_answer_with_secrets_masked(users):
         "cancel_run",
         "skip_step",
         "send_signal",
+        "rerun_from",
     }
     assert "unknown window '2h'" in error(got["bad_window"])
     assert "1h, 24h, 7d, 30d" in error(got["bad_window"])
@@ -219,6 +221,62 @@ def test_stdio_actions_dry_run_first_then_act_as_the_agent_for_the_user(users):
     assert run.step_set.get(step_name="charge", status="scheduled")  # woken by the signal
 
 
+def test_stdio_rerun_from_says_what_it_would_copy_then_starts_the_linked_run(users):
+    original = run_workflow(cw.Ledger.start(input={"n": 2, "amount": 3, "fail": True}))
+    running = cw.Ledger.start(input={"amount": 1})
+    assert original.status == "paused"
+    events_before = list(original.events.values_list("event", flat=True))
+    fixed = {"n": 2, "amount": 4}
+
+    async def session(client: Client) -> dict[str, Any]:
+        call = client.call_tool
+        return {
+            "dry": await call("rerun_from", {"run_id": original.pk, "step_name": "charge", "input": fixed}),
+            "dry_same_input": await call("rerun_from", {"run_id": original.pk, "step_name": "fetch"}),
+            "unknown_step": await call("rerun_from", {"run_id": original.pk, "step_name": "chrge", "dry_run": False}),
+            "bad_input": await call(
+                "rerun_from", {"run_id": original.pk, "step_name": "charge", "input": [1], "dry_run": False}
+            ),
+            "running": await call("rerun_from", {"run_id": running.pk, "step_name": "fetch", "dry_run": False}),
+            "rerun": await call(
+                "rerun_from", {"run_id": original.pk, "step_name": "charge", "input": fixed, "dry_run": False}
+            ),
+        }
+
+    got = stdio("operator", session)
+    dry = answer(got["dry"])
+    assert (dry["dry_run"], dry["changed"], dry["status"]) == (True, False, "paused")
+    assert dry["copied"] == {"fetch": {"fetched": 2}} and dry["not_copied"] == []
+    assert dry["input"] == fixed and dry["definition_changed"] is False
+    assert dry["would"] == (
+        f"start a new run of Ledger from step charge, copying the outputs of fetch, with the input given, "
+        f"linked to run {original.pk}; run {original.pk} is paused, so it is cancelled as re-run"
+    )
+    same = answer(got["dry_same_input"])
+    assert same["copied"] == {} and same["input"] == original.input and "copying no outputs" in same["would"]
+    assert "has no step 'chrge'; its steps are fetch, charge, receipt" in error(got["unknown_step"])
+    assert "input must be a JSON object, or null to keep the run's input; got list" in error(got["bad_input"])
+    assert f"run {running.pk} is running: only a finished, cancelled or paused run" in error(got["running"])
+
+    done = answer(got["rerun"])
+    actor = f"agent:{AGENT} for user:operator"
+    rerun = WorkflowRun.objects.get(rerun_of=original)  # the dry runs and the refusals started nothing
+    assert (done["changed"], done["rerun_id"], done["status"], done["copied"]) == (
+        True,
+        rerun.pk,
+        "cancelled",
+        ["fetch"],
+    )
+    events = list(original.events.order_by("created_at", "id").values_list("event", "actor"))
+    assert [kind for kind, _ in events[: len(events_before)]] == events_before
+    assert events[len(events_before) :] == [("rerun_as", actor), ("cancelled", actor)]
+    assert rerun.events.get(event="rerun_of").actor == actor
+    rerun = run_workflow(rerun)
+    assert rerun.status == "finished" and rerun.outputs["receipt"] == {"charge": {"fetched": 2, "amount": 4}}
+    running.refresh_from_db()
+    assert running.status == "running" and not running.reruns.exists()
+
+
 def test_stdio_permissions_are_the_users(users):
     run = run_workflow(wf.Failing.start())
 
@@ -226,11 +284,13 @@ def test_stdio_permissions_are_the_users(users):
         return {
             "search": await client.call_tool("search_runs", {}),
             "resume": await client.call_tool("resume_run", {"run_id": run.pk, "dry_run": False}),
+            "rerun": await client.call_tool("rerun_from", {"run_id": run.pk, "step_name": "boom"}),
         }
 
     viewer = stdio("viewer", session)
     assert answer(viewer["search"])["count"] == 1
     assert "lacks the pgflow.change_workflowrun permission" in error(viewer["resume"])
+    assert "lacks the pgflow.change_workflowrun permission" in error(viewer["rerun"])  # even its dry run
     nobody = stdio("nobody", session)
     assert "lacks the pgflow.view_workflowrun permission" in error(nobody["search"])
     run.refresh_from_db()

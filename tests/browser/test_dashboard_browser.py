@@ -440,3 +440,32 @@ def test_the_batches_table_and_the_run_lists_duration_fit_at_1400_px(
     assert fit["hiddenByScroll"] == 0, fit
     assert duration["x"] + duration["width"] <= fit["panelRight"] + 0.5, (duration, fit)
     assert errors == []
+
+
+@pytest.fixture
+def waiting_parent() -> WorkflowRun:
+    """A parent whose fan-out waits on two child runs: child 0 finished, child 1 paused.
+    (Made before the browser starts: Playwright's event loop forbids the ORM in the test.)"""
+    from tests import composition_workflows as cw
+
+    return run_workflow(cw.Parent.start(input={"n": 2, "pause": [1]}))
+
+
+def test_a_parents_wait_on_its_children_is_drawn_and_counted(viewer_account, waiting_parent, live_server, chromium):
+    parent = waiting_parent
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    errors = watch_errors(page)
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}{run_url(parent)}")
+    page.wait_for_function("window.pgflowTimeline && window.pgflowTimeline.chartArea")
+    assert "waiting for child runs" in page.locator(".pgflow-legend").inner_text()
+    canvas = page.locator("#pgflow-timeline").bounding_box()
+    segment = page.evaluate(SEGMENT_JS, ["waiting_children", 0])
+    assert segment["kind"] == "waiting"
+    page.mouse.move(canvas["x"] + segment["x"], canvas["y"] + segment["y"])
+    tooltip = page.locator("#pgflow-tooltip")
+    tooltip.wait_for(state="visible")
+    assert "spread #1 (waiting)" in tooltip.inner_text()
+    assert "waiting for 2 child runs (1 ended)" in tooltip.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "run_page_children.png"))
+    assert errors == []

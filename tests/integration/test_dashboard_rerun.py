@@ -8,7 +8,7 @@ from django.urls import reverse
 from pgflow.models import WorkflowRun
 from pgflow.testing import run_workflow
 from tests import composition_workflows as cw
-from tests.dashboard_support import changelist_url, messages_of, run_url
+from tests.dashboard_support import changelist_url, messages_of, run_url, timeline_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 pytest_plugins = ["tests.dashboard_fixtures"]
@@ -88,3 +88,26 @@ def test_a_parent_lists_its_children_and_a_child_links_its_parent(login, viewer)
     searched = client.get(changelist_url() + f"?q=parent:{parent.pk}").content.decode()
     for text in (listed, searched):
         assert all(run_url(child) in text for child in children) and run_url(parent) not in text
+
+
+def test_the_timeline_draws_a_parents_wait_on_its_children_and_counts_them(login, viewer):
+    parent = run_workflow(cw.Parent.start(input={"n": 2, "pause": [1]}))  # child 0 finishes, child 1 pauses
+    client = login(viewer)
+    rows = client.get(timeline_url(parent.pk)).json()["rows"]
+    spread = next(row for row in rows if row["label"] == "spread #1")
+    waiting = spread["segments"][-1]
+    assert (waiting["kind"], waiting["series"], waiting["note"]) == (
+        "waiting",
+        "waiting_children",
+        "waiting for 2 child runs (1 ended)",
+    )
+    page = client.get(run_url(parent)).content.decode()
+    assert "waiting for child runs" in page  # the legend lists the series
+    # The paused child ends: the count follows, and a child's own rows have no such series.
+    parent.children.get(status="paused").cancel(actor="ops")
+    rows = client.get(timeline_url(parent.pk)).json()["rows"]
+    spread = next(row for row in rows if row["label"] == "spread #1")
+    assert spread["segments"][-1]["note"] == "waiting for 2 child runs (2 ended)"
+    child = parent.children.order_by("id").first()
+    child_rows = client.get(timeline_url(child.pk)).json()["rows"]
+    assert all(segment["series"] != "waiting_children" for row in child_rows for segment in row["segments"])

@@ -192,3 +192,20 @@ def test_the_mcp_search_filters_by_parent():
     assert other.pk not in [row["run_id"] for row in found["runs"]]
     with pytest.raises(reads.Refused, match="parent must be a run id"):
         reads.search_runs(parent="x")
+
+
+def test_explain_run_counts_a_parents_children_and_names_a_reruns_original():
+    from django.utils import timezone
+
+    from pgflow_dashboard.mcp import reads
+
+    parent = run_workflow(cw.Parent.start(input={"n": 2, "pause": [1]}))  # child 0 finishes, child 1 pauses
+    said = reads.explain_run(parent.pk, now=timezone.now())["explanation"]
+    assert said[0] == "step spread is waiting for 2 child runs (1 ended)"
+    original = run_workflow(cw.Ledger.start(input={"amount": 1, "fail": True}))
+    rerun = original.rerun_from("charge", input={"amount": 1})
+    said = reads.explain_run(rerun.pk, now=timezone.now())["explanation"]
+    assert said[-1] == f"re-run of #{original.pk} from step charge"
+    assert not any(
+        "re-run of" in sentence for sentence in reads.explain_run(original.pk, now=timezone.now())["explanation"]
+    )

@@ -140,6 +140,31 @@ def test_explain_a_cancelled_run_and_a_lost_lease():
     ]
 
 
+def test_explain_a_parent_waiting_on_its_children_and_a_rerun():
+    waiting = {
+        "step_name": "spread",
+        "status": "waiting",
+        "created_at": _at(9),
+        "waiting_since": _at(9, 1),
+        "batch": {"total": 3, "succeeded": 1, "failed": 0},
+        "children": {"total": 3, "ended": 1},
+    }
+    assert explain({"status": "running", "open_step": waiting}, now=NOW) == [
+        "step spread is waiting for 3 child runs (1 ended)"
+    ]
+    tasks = {**waiting, "children": None}  # a batch of django-q2 tasks keeps its own sentence
+    assert explain({"status": "running", "open_step": tasks}, now=NOW) == [
+        "step spread waits for its fan-out batch: 1 of 3 succeeded, 0 failed"
+    ]
+    rerun = {
+        "status": "finished",
+        "created_at": _at(10),
+        "finished_at": _at(10, 1),
+        "rerun_of": {"run_id": 41, "step_name": "charge"},
+    }
+    assert explain(rerun, now=NOW) == ["finished in 1 min", "re-run of #41 from step charge"]
+
+
 def test_span_reads_like_speech():
     assert [span(s) for s in (0.25, 59.9, 60, 3600, 3660, 86400 + 7200)] == [
         "0.2 s",

@@ -343,6 +343,43 @@ def test_chart_rows_of_one_instant_are_ordered_by_attempt():
     ]
 
 
+def test_a_fan_out_waiting_on_child_runs_is_its_own_series_and_counts_them():
+    parked = {"scheduled_at": 0, "started_at": 1, "waiting_since": 2}
+    steps = [
+        make_step(step_name="spread", status="waiting", children={"total": 3, "ended": 1}, **parked),
+        make_step(step_name="tasks", status="waiting", created_at=1, **{**parked, "scheduled_at": 1}),
+        make_step(
+            step_name="one",
+            status="completed",
+            created_at=2,
+            children={"total": 1, "ended": 1},
+            finished_at=9,
+            **{**parked, "scheduled_at": 2, "started_at": 3, "waiting_since": 4},
+        ),
+    ]
+    rows = timeline.chart(steps, [], status="running", now=at(10))["rows"]
+    spread, tasks, one = (row["segments"][-1] for row in rows)
+    assert spread == {
+        "kind": "waiting",
+        "series": "waiting_children",
+        "from": T0_MS + 2_000,
+        "to": T0_MS + 10_000,
+        "duration": "8s",
+        "note": "waiting for 3 child runs (1 ended)",
+    }
+    # A batch of django-q2 tasks only keeps the plain waiting series, with no note.
+    assert (tasks["series"], "note" in tasks) == ("waiting", False)
+    assert (one["series"], one["note"], one["duration"]) == (
+        "waiting_children",
+        "waiting for 1 child run (1 ended)",
+        "5s",
+    )
+    # Only the waiting phase is the batch's: the body's phases keep their series.
+    assert [s["series"] for s in rows[0]["segments"]] == ["queued", "ran_open", "waiting_children"]
+    # The step table's durations still count it as waiting.
+    assert timeline.durations(steps[0], now=at(10))["waiting"] == 8.0
+
+
 @pytest.mark.parametrize(
     ("status", "series"),
     [
@@ -398,6 +435,7 @@ def test_series_legend():
         "ran_open",
         "ran_cancelled",
         "waiting",
+        "waiting_children",
         "paused",
     ]
     colours = [colour for colour, _ in timeline.SERIES.values()]
@@ -408,9 +446,18 @@ def test_series_legend():
         "colour": timeline.SERIES["ran_ok"][0],
         "label": "ran: completed or skipped",
     }
-    assert len(timeline.legend()) == 8
+    assert len(timeline.legend()) == len(timeline.SERIES)
+    assert {"series": "waiting_children", "colour": "#0d9488", "label": "waiting for child runs"} in timeline.legend()
 
 
 def test_every_series_the_chart_can_emit_has_a_colour():
-    emitted = {"waited", "queued", "waiting", "paused", "ran_cancelled", *timeline.RAN_SERIES.values()}
+    emitted = {
+        "waited",
+        "queued",
+        "waiting",
+        "waiting_children",
+        "paused",
+        "ran_cancelled",
+        *timeline.RAN_SERIES.values(),
+    }
     assert emitted == set(timeline.SERIES)

@@ -238,6 +238,7 @@
               if (!segment || !row) { tip.hidden = true; return; }
               var lines = [segment.kind + ": " + segment.duration,
                 clock.format(new Date(segment.from)) + " → " + clock.format(new Date(segment.to))];
+              if (segment.note) lines.push(segment.note); // a child batch: how many, how many ended
               if (row.error_class) lines.push("error: " + row.error_class);
               fillTooltip(tip, row.label + " (" + row.status + ")", lines);
               placeTooltip(tip, canvas, tooltip.caretX, tooltip.caretY);
