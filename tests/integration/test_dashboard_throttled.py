@@ -10,6 +10,8 @@ import pytest
 from pgflow import store
 from pgflow.models import Step
 from pgflow.runtime.runner import Runner
+from pgflow_dashboard import timeline
+from pgflow_dashboard.mcp import reads
 from tests import flowcontrol_workflows as fc
 from tests.dashboard_support import run_url, timeline_url
 
@@ -37,6 +39,13 @@ def test_an_attempt_held_by_a_full_limit_shows_throttled_and_names_the_limit(log
     assert kinds(row) == ["throttled"]
     data = client.get(timeline_url(third)).json()
     assert data["rows"][0]["segments"][0]["to"] == data["now"]
+    # The MCP's get_run and explain_run say the same.
+    (attempt,) = reads.get_run(third.pk, now=store.now())["attempts"]
+    assert attempt["held_by"] == [HELD] and attempt["durations"]["throttled"] > 0
+    assert attempt["durations"]["queued"] is None
+    assert any(
+        "throttled" in line and HELD in line for line in reads.explain_run(third.pk, now=store.now())["explanation"]
+    )
 
     # A place frees: the next claim lets it through; its throttled time ends where the place freed.
     Runner().execute(next(c for c in claimed if c.run_id == first.pk))
@@ -54,7 +63,10 @@ def test_an_attempt_held_by_a_full_limit_shows_throttled_and_names_the_limit(log
     (row,) = client.get(timeline_url(third)).json()["rows"]
     assert kinds(row)[0] == "throttled" and "ran" in kinds(row)
     throttled = row["segments"][0]
-    assert throttled["to"] - throttled["from"] == round((freed - attempt.scheduled_at).total_seconds() * 1000)
+    assert (throttled["from"], throttled["to"]) == (timeline.millis(attempt.scheduled_at), timeline.millis(freed))
+    (read,) = reads.get_run(third.pk, now=store.now())["attempts"]
+    assert read["throttled_until"] == freed and read["held_by"] == [HELD]
+    assert read["durations"]["throttled"] == (freed - attempt.scheduled_at).total_seconds()
 
 
 def test_an_attempt_let_through_at_once_has_no_throttled_phase(login, viewer):
