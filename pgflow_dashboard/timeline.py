@@ -108,12 +108,12 @@ def segments(step: StepRow, *, now: datetime) -> list[dict[str, Any]]:
 def _let_through(
     step: StepRow, scheduled: datetime | None, started: datetime | None, ending: datetime | None
 ) -> datetime | None:
-    # When a limit let the due attempt through: its throttled_until once claimed (never past
-    # its start: the claim's clock and the finisher's may differ); while unclaimed and held
+    # When a limit let the due attempt through: its throttled_until once claimed (between its
+    # scheduled_at and its start: the claim's clock and the finisher's may differ); while unclaimed and held
     # by a full gate, the open end; else its scheduled_at (no throttled phase).
     until = _maybe_utc(step.get("throttled_until"))
     if until is not None and scheduled is not None:
-        return min(until, started) if started is not None else until
+        return max(scheduled, min(until, started) if started is not None else until)
     if started is None and step.get("held"):
         return ending
     return scheduled
