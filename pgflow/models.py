@@ -309,6 +309,8 @@ class QueueState(models.Model):
 
     class Meta:
         db_table = "pgflow_queue_state"
+        verbose_name = "queue"  # the admin's Queues page
+        verbose_name_plural = "queues"
 
     def __str__(self) -> str:
         return f"{self.queue} ({'paused' if self.paused else 'running'})"
