@@ -38,3 +38,25 @@ class AsyncSleep(pgflow.Workflow):
         import asyncio
 
         await asyncio.sleep(self.input.get("sleep", 1.0))
+
+
+class LimitedNoops(pgflow.Workflow):
+    """ThreeNoops with every step limited to 2 in progress per tenant (the input's "tenant"),
+    for the cost of the claim's gates (benchmarks/limits.py)."""
+
+    concurrency = pgflow.Limit(max=2, key="tenant")
+
+    def tenant(self):
+        return self.input["tenant"]
+
+    @step
+    def one(self):
+        return None
+
+    @step
+    def two(self):
+        return None
+
+    @step
+    def three(self):
+        return None

@@ -309,6 +309,8 @@ class QueueState(models.Model):
 
     class Meta:
         db_table = "pgflow_queue_state"
+        verbose_name = "queue"  # the admin's Queues page
+        verbose_name_plural = "queues"
 
     def __str__(self) -> str:
         return f"{self.queue} ({'paused' if self.paused else 'running'})"
@@ -463,7 +465,7 @@ class RunRollup(models.Model):
 
 class StepRollup(models.Model):
     """The attempts of one step of one workflow class that ended in one hour or day: how
-    many, how many failed, and histograms of their waited, queued and ran phases."""
+    many, how many failed, and histograms of their waited, throttled, queued and ran phases."""
 
     start = models.DateTimeField()
     hours = models.PositiveSmallIntegerField()
@@ -472,6 +474,7 @@ class StepRollup(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     failures = models.PositiveIntegerField(default=0)
     waited = models.JSONField(default=dict)
+    throttled = models.JSONField(default=dict, db_default={})  # attempts a limit let through
     queued = models.JSONField(default=dict)
     ran = models.JSONField(default=dict)
 

@@ -5,7 +5,7 @@ Each figure is counted in the hour it became final, so a rolled hour never chang
 
 - runs *started*, by ``created_at``;
 - runs *finished* and *cancelled*, and finished runs' durations, by the run's ``finished_at``;
-- attempts, by their ``finished_at`` (their waited / queued / ran phases are over then):
+- attempts, by their ``finished_at`` (their waited / throttled / queued / ran phases are over then):
   how many, how many failed, and a :mod:`histogram <pgflow.core.histogram>` of each phase;
 - failed attempts, by ``finished_at``, per action taken (``outcome``) and error class.
 
@@ -52,7 +52,7 @@ DAY = timedelta(days=1)
 SETTLE = timedelta(minutes=5)  # an hour is rolled this long after it ends
 HOURS_PER_SWEEP = 12  # hours holding rows rolled per sweep: a sweep stays short while catching up
 LOCK_KEY = 0x7067_666C_6F78  # serialises the rollup's writers (the sweep, rebuild, the command)
-PHASES = ("waited", "queued", "ran")
+PHASES = ("waited", "throttled", "queued", "ran")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -82,6 +82,7 @@ class StepTally:
     attempts: int = 0
     failures: int = 0
     waited: Histogram = field(default_factory=dict)
+    throttled: Histogram = field(default_factory=dict)  # attempts of limited steps only
     queued: Histogram = field(default_factory=dict)
     ran: Histogram = field(default_factory=dict)
 
@@ -138,17 +139,23 @@ def tally(since: datetime, until: datetime, bucket_seconds: int) -> Tally:
 # One attempt's phases, as pgflow_dashboard.timeline.segments splits them, in SQL. A phase
 # is NULL until it is over (it then has no bucket and is not counted in the histogram).
 # "woken" is a signal step parked before its body and scheduled again when the signal came.
+# Throttled is counted for the attempts a limit let through (throttled_until set), never
+# past their start; queued starts where throttled ended.
 _PHASES_SQL = """
     CASE WHEN s.waiting_since IS NOT NULL AND s.waiting_since < s.scheduled_at
          THEN s.waiting_since ELSE s.scheduled_at END AS waited_end,
+    CASE WHEN s.throttled_until IS NOT NULL
+         THEN greatest(s.scheduled_at, least(s.throttled_until, s.started_at)) END AS let_through,
     s.created_at, s.scheduled_at, s.started_at, s.finished_at, s.waiting_since, s.status,
     (s.waiting_since IS NOT NULL AND s.waiting_since >= s.scheduled_at) AS parked_after_body
 """
 _WAITED = """CASE WHEN started_at IS NOT NULL OR finished_at IS NOT NULL
                   THEN greatest(extract(epoch FROM least(waited_end, coalesce(finished_at, waited_end))
                                          - created_at)::float8, 0) END"""
+_THROTTLED = """CASE WHEN let_through IS NOT NULL
+                  THEN greatest(extract(epoch FROM let_through - scheduled_at)::float8, 0) END"""
 _QUEUED = """CASE WHEN started_at IS NOT NULL
-                  THEN greatest(extract(epoch FROM started_at - scheduled_at)::float8, 0) END"""
+                  THEN greatest(extract(epoch FROM started_at - coalesce(let_through, scheduled_at))::float8, 0) END"""
 _RAN = """CASE WHEN started_at IS NULL THEN NULL
                WHEN parked_after_body THEN greatest(extract(epoch FROM waiting_since - started_at)::float8, 0)
                WHEN finished_at IS NOT NULL THEN greatest(extract(epoch FROM finished_at - started_at)::float8, 0)
@@ -156,7 +163,8 @@ _RAN = """CASE WHEN started_at IS NULL THEN NULL
 
 # What the live attempt count reads of a step row (not its output or error text).
 _STEP_COLUMNS = (
-    "run_id, step_name, outcome, error_class, status, created_at, scheduled_at, started_at, finished_at, waiting_since"
+    "run_id, step_name, outcome, error_class, status, created_at, scheduled_at, started_at, finished_at, "
+    "waiting_since, throttled_until"
 )
 
 _STARTED_SQL = """
@@ -185,24 +193,26 @@ _ATTEMPTS_SQL = f"""
         FROM {{finished}} AS s
     ), phases AS (
         SELECT run_id, step_name, status, outcome, error_class, slot,
-               {_WAITED} AS waited, {_QUEUED} AS queued, {_RAN} AS ran
+               {_WAITED} AS waited, {_THROTTLED} AS throttled, {_QUEUED} AS queued, {_RAN} AS ran
         FROM attempt
     ), keyed AS (
         SELECT r.workflow_class, p.step_name, p.status, p.outcome, p.error_class, p.slot,
-               {histogram.sql_bucket("p.waited")} AS waited, {histogram.sql_bucket("p.queued")} AS queued,
+               {histogram.sql_bucket("p.waited")} AS waited, {histogram.sql_bucket("p.throttled")} AS throttled,
+               {histogram.sql_bucket("p.queued")} AS queued,
                {histogram.sql_bucket("p.ran")} AS ran
         FROM phases p JOIN pgflow_run r ON r.id = p.run_id
     )
-    SELECT GROUPING(waited, queued, ran, slot), workflow_class, step_name, slot, outcome, error_class,
-           waited, queued, ran, count(*), count(*) FILTER (WHERE status = 'failed')
+    SELECT GROUPING(waited, throttled, queued, ran, slot), workflow_class, step_name, slot, outcome, error_class,
+           waited, throttled, queued, ran, count(*), count(*) FILTER (WHERE status = 'failed')
     FROM keyed
     GROUP BY GROUPING SETS ((workflow_class, step_name), (workflow_class, step_name, waited),
-                            (workflow_class, step_name, queued), (workflow_class, step_name, ran),
+                            (workflow_class, step_name, throttled), (workflow_class, step_name, queued),
+                            (workflow_class, step_name, ran),
                             (slot, outcome, error_class))
 """
-# GROUPING(waited, queued, ran, slot): a bit is set for each column the row's set leaves out.
-_STEP_TOTALS, _FAILURES = 0b1111, 0b1110
-_PHASE_SETS = {0b0111: 0, 0b1011: 1, 0b1101: 2}  # -> index into PHASES
+# GROUPING(waited, throttled, queued, ran, slot): a bit is set for each column the row's set leaves out.
+_STEP_TOTALS, _FAILURES = 0b11111, 0b11110
+_PHASE_SETS = {0b01111: 0, 0b10111: 1, 0b11011: 2, 0b11101: 3}  # -> index into PHASES
 
 
 def aggregate(ranges: Sequence[tuple[datetime, datetime]], bucket_seconds: int) -> Tally:
@@ -304,11 +314,11 @@ def read(first: datetime, last: datetime, bucket_seconds: int, *, days: bool = T
     counted.durations = {path: histogram.from_json(merged) for path, merged in durations.items()}
     steps: dict[tuple[str, str], tuple[list[int], list[dict[str, int]]]] = {}
     for path, name, attempts, failures, *phases in _rows(
-        f"SELECT workflow_class, step_name, attempts, failures, waited, queued, ran FROM pgflow_rollup_step "
+        f"SELECT workflow_class, step_name, attempts, failures, waited, throttled, queued, ran FROM pgflow_rollup_step "
         f"WHERE {where}",
         params,
     ):
-        totals, merged = steps.setdefault((path, name), ([0, 0], [{}, {}, {}]))
+        totals, merged = steps.setdefault((path, name), ([0, 0], [{} for _ in PHASES]))
         totals[0] += attempts
         totals[1] += failures
         for into, document in zip(merged, phases, strict=True):
@@ -442,6 +452,7 @@ def _replace(start: datetime, hours: int, counted: Tally) -> None:
                 attempts=step.attempts,
                 failures=step.failures,
                 waited=histogram.to_json(step.waited),
+                throttled=histogram.to_json(step.throttled),
                 queued=histogram.to_json(step.queued),
                 ran=histogram.to_json(step.ran),
             )

@@ -27,14 +27,15 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from pgflow import queues as pgflow_queues
 from pgflow import schedules as pgflow_schedules
 from pgflow.conf import pgflow_settings
 from pgflow.core import jsonvalue, ticks
 from pgflow.core.states import CONTROLS, Control
 from pgflow.exceptions import DefinitionError, PgflowError
-from pgflow.models import AccessToken, Schedule, Step, Worker, WorkflowRun
+from pgflow.models import AccessToken, QueueState, Schedule, Step, Worker, WorkflowRun
 
-from . import insights, site, views
+from . import insights, queuepage, site, views
 from .timeformat import duration
 
 MAX_LISTED_REFUSALS = 20  # a bulk action's warning names at most this many runs one by one
@@ -453,6 +454,73 @@ class WorkerAdmin(admin.ModelAdmin):
     def live(self, worker: Worker) -> bool:
         lease = timedelta(seconds=pgflow_settings.seconds("LEASE"))
         return worker.heartbeat_at >= timezone.now() - lease
+
+
+@admin.register(QueueState)
+class QueueAdmin(admin.ModelAdmin):
+    """The Queues page: each queue's due and running attempts, live workers and pause state
+    (``queuepage``), with Pause and Resume through ``pgflow.pause_queue`` / ``resume_queue``.
+    Those who may view runs may view it; pausing and resuming take a change permission (on
+    queues or on runs). Rows are never added or deleted here: a pause writes its own."""
+
+    ACTIONS = {"pause": pgflow_queues.pause_queue, "resume": pgflow_queues.resume_queue}
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return (
+            super().has_view_permission(request, obj)
+            or request.user.has_perm("pgflow.view_workflowrun")
+            or request.user.has_perm("pgflow.change_workflowrun")
+        )
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_change_permission(request, obj) or request.user.has_perm("pgflow.change_workflowrun")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.model._meta
+        name = f"{opts.app_label}_{opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            return self._act(request)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Queues",
+            "queues": queuepage.queues(timezone.now()),
+            "can_change": self.has_change_permission(request),
+        }
+        return TemplateResponse(request, "admin/pgflow_dashboard/queues.html", context)
+
+    def _act(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        action, queue = request.POST.get("action", ""), request.POST.get("queue", "").strip()
+        act = self.ACTIONS.get(action)
+        if act is None:
+            return HttpResponse(
+                f"action must be one of {', '.join(sorted(self.ACTIONS))}, got {action!r}",
+                status=400,
+                content_type="text/plain",
+            )
+        try:
+            act(queue, actor=request.user)
+        except ValueError as exc:
+            self.message_user(request, f"Nothing changed: {exc}.", messages.ERROR)
+        else:
+            self.message_user(request, f"Queue {queue!r} {action}d.", messages.SUCCESS)
+        return redirect(request.path)
 
 
 @admin.register(AccessToken)

@@ -25,7 +25,7 @@ stay unchanged), so the page and the JSON mean:
     created_at`` of the runs that finished in the window.
 ``steps``
     per (class, step), the attempts that *ended* (``finished_at``) in the window, how many
-    failed, and p50/p95 of their waited / queued / ran phases (as ``timeline.segments``
+    failed, and p50/p95 of their waited / throttled / queued / ran phases (as ``timeline.segments``
     splits them; a phase that did not happen, such as ``ran`` of an attempt closed before
     it started, is left out). Attempts still open are not counted until they end.
 ``errors``

@@ -8,7 +8,7 @@ Reads only; every change goes through the run's own controls (``run.pause()`` â€
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.admin import AdminSite
@@ -17,9 +17,10 @@ from django.db.models import Count, Q
 from django.urls import NoReverseMatch, reverse
 
 from pgflow.core.events import PAUSE_ENDS, EventKind
+from pgflow.core.limits import describe_gate
 from pgflow.core.states import CONTROLS, OPEN_RUN, RERUNNABLE_RUN, Control, control_error
 from pgflow.exceptions import WorkflowNotFound
-from pgflow.models import Batch, BatchMember, Event, ScheduleTick, Signal, Step, WorkflowRun
+from pgflow.models import Batch, BatchMember, Event, Gate, ScheduleTick, Signal, Step, WorkflowRun
 from pgflow.registry import resolve
 
 from . import timeline
@@ -31,8 +32,13 @@ MAX_SIGNALS = 200
 MAX_BATCHES = 100
 MAX_ERRORS = 25  # failed attempts shown with their backtrace and causes (the latest ones)
 
+OPEN_CLAIMABLE = ("scheduled", "in_progress")  # a concurrency gate's holders that keep their place
+
 # The chart needs only the events that open or close a pause.
 PAUSE_EVENTS = (EventKind.PAUSED, *sorted(PAUSE_ENDS))
+
+# An attempt's flow control: its gates and when a limit let it through.
+GATE_FIELDS = ("run_id", "gate", "gate_max", "rate_gate", "rate_limit", "rate_per", "throttled_until")
 
 # The columns the step table and the timeline read.
 STEP_FIELDS = (
@@ -58,6 +64,7 @@ STEP_FIELDS = (
     "error_causes",
     "batch_id",
     "signal_id",
+    *GATE_FIELDS,
 )
 TIMELINE_FIELDS = (
     "step_name",
@@ -71,6 +78,7 @@ TIMELINE_FIELDS = (
     "finished_at",
     "waiting_since",
     "batch_id",
+    *GATE_FIELDS,
 )
 
 # The buttons, in the order they are shown: form action -> the control (core.states.CONTROLS).
@@ -97,7 +105,7 @@ def chart(run: WorkflowRun, *, now: datetime, steps: tuple[list[dict], int] | No
         .order_by("-created_at", "-id")
         .values("event", "created_at")[:MAX_EVENTS]
     )
-    payload = timeline.chart(with_children(rows), list(events), status=run.status, now=now)
+    payload = timeline.chart(with_children(mark_held(rows, now=now)), list(events), status=run.status, now=now)
     return {**payload, "status": run.status, "now": timeline.millis(now), "attempts": total}
 
 
@@ -163,10 +171,55 @@ def subject(run: WorkflowRun, site: AdminSite) -> dict[str, Any] | None:
     }
 
 
-def step_rows(steps: list[dict[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
-    """The step table: each attempt with its phase durations in words."""
-    rows = []
+def gate_words(step: dict[str, Any]) -> list[str]:
+    """The limits an attempt had to pass, in words (``describe_gate``)."""
+    words = []
+    if step.get("gate"):
+        words.append(describe_gate(step["gate"], step["gate_max"]))
+    if step.get("rate_gate"):
+        words.append(describe_gate(step["rate_gate"], step["rate_limit"], step["rate_per"]))
+    return words
+
+
+def full_gates(step: dict[str, Any], *, now: datetime) -> list[str]:
+    """The gates of a due, unclaimed attempt that have no room now, in words: what holds it.
+
+    Read from the gate rows the way the claim counts room (pgflow.store.claims): a
+    concurrency gate's holders still scheduled or in progress, a singleton's runs still open
+    (its own run passes), a rate's starts inside the window."""
+    names = [name for name in (step.get("gate"), step.get("rate_gate")) if name]
+    full = []
+    for gate in Gate.objects.filter(name__in=names):
+        if gate.name.startswith("r:"):
+            used = sum(1 for start in gate.starts if start > now - timedelta(seconds=gate.per))
+        elif gate.name.startswith("s:"):
+            # The run that holds the singleton passes its own gate.
+            mine = step["run_id"] in gate.holders
+            used = 0 if mine else WorkflowRun.objects.filter(id__in=gate.holders, status__in=OPEN_RUN).count()
+        else:
+            used = Step.objects.filter(id__in=gate.holders, status__in=OPEN_CLAIMABLE).count()
+        if used >= gate.size:
+            full.append(describe_gate(gate.name, gate.size, gate.per))
+    return sorted(full)
+
+
+def mark_held(steps: list[dict[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
+    """Sets ``held`` on each due, unclaimed attempt a full gate holds (``timeline`` draws it
+    throttled up to now) and ``held_by``: the limits and keys that held or hold an attempt."""
     for step in steps:
+        if step["status"] == "scheduled" and step["scheduled_at"] <= now and (step["gate"] or step["rate_gate"]):
+            step["held_by"] = full_gates(step, now=now)
+            step["held"] = bool(step["held_by"])
+        elif step.get("throttled_until") and step["throttled_until"] > step["scheduled_at"]:
+            step["held_by"] = gate_words(step)
+    return steps
+
+
+def step_rows(steps: list[dict[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
+    """The step table: each attempt with its phase durations in words, and the limits that
+    held it."""
+    rows = []
+    for step in mark_held(steps, now=now):
         spans = timeline.durations(step, now=now)
         rows.append(
             {

@@ -1,14 +1,18 @@
 """Where a workflow run's time went, from its step rows and its audit trail.
 
-Each attempt (one ``Step`` row) splits into up to four phases::
+Each attempt (one ``Step`` row) splits into up to five phases::
 
     waited    created_at    -> scheduled_at   the step's wait, or a reattempt's backoff
-    queued    scheduled_at  -> started_at     due, but no worker had claimed it yet
+    throttled scheduled_at  -> throttled_until  due, but held by a limit, rate or singleton
+    queued    throttled_until -> started_at   due and let through, but no worker had claimed it yet
     ran       started_at    -> finished_at    the body (up to now while it runs)
     waiting   waiting_since -> ...            parked on a signal or on its fan-out batch
 
 and each pause of the run (a ``paused`` event up to the event that ended it) is a period
-of its own, so a long gap on the chart explains itself. The run page's step table prints
+of its own, so a long gap on the chart explains itself. An attempt of a limited step records
+``throttled_until`` when the claim lets it through; one not claimed yet is throttled up to now
+while the step dict says ``held`` (its gate has no room: the run page reads the gate rows),
+queued otherwise. Without either, queued runs from scheduled_at as before. The run page's step table prints
 :func:`durations`; ``/timeline.json`` serves :func:`chart`, which ``charts.js`` draws as
 one bar row per attempt with the paused periods as bands across all rows.
 
@@ -30,7 +34,7 @@ from pgflow.core.states import OPEN_STEP
 from .timeformat import duration
 
 OPEN = OPEN_STEP
-KINDS = ("waited", "queued", "ran", "waiting")
+KINDS = ("waited", "throttled", "queued", "ran", "waiting")
 PAUSE_ENDS = events.PAUSE_ENDS
 
 # A ran phase is coloured by how its attempt ended; any other status is "ran_cancelled".
@@ -45,6 +49,7 @@ RAN_SERIES = {
 # Every series the chart draws, in legend order: name -> (colour, label).
 SERIES: dict[str, tuple[str, str]] = {
     "waited": ("#94a3b8", "waited"),
+    "throttled": ("#ea580c", "throttled by a limit"),
     "queued": ("#f59e0b", "queued"),
     "ran_ok": ("#16a34a", "ran: completed or skipped"),
     "ran_failed": ("#dc2626", "ran: failed"),
@@ -73,34 +78,52 @@ def segments(step: StepRow, *, now: datetime) -> list[dict[str, Any]]:
     since = _maybe_utc(step.get("waiting_since"))
     finished = _maybe_utc(step.get("finished_at"))
     ending = finished if finished is not None else (_utc(now) if str(step.get("status")) in OPEN else None)
+    let_through = _let_through(step, scheduled, started, ending)
     if since is not None and scheduled is not None and since < scheduled:
         # A signal step woken by its signal: the row was scheduled again at the wake and
         # claimed a second time, so the park came before the (new) scheduled_at.
         pieces = [
             ("waited", created, since),
             ("waiting", since, scheduled),
-            ("queued", scheduled, started),
+            ("throttled", scheduled, let_through),
+            ("queued", let_through, started),
             ("ran", started, ending),
         ]
     elif since is not None:
         # Parked after the body ran (a signal not yet there, a fan-out batch open).
         pieces = [
             ("waited", created, scheduled),
-            ("queued", scheduled, started),
+            ("throttled", scheduled, let_through),
+            ("queued", let_through, started),
             ("ran", started, since),
             ("waiting", since, ending),
         ]
     else:
         pieces = [
             ("waited", created, scheduled),
-            ("queued", scheduled, started if started is not None else ending),
+            ("throttled", scheduled, let_through),
+            ("queued", let_through, started if started is not None else ending),
             ("ran", started, ending),
         ]
     return _clip(pieces, finished)
 
 
+def _let_through(
+    step: StepRow, scheduled: datetime | None, started: datetime | None, ending: datetime | None
+) -> datetime | None:
+    # When a limit let the due attempt through: its throttled_until once claimed (between its
+    # scheduled_at and its start: the claim's clock and the finisher's may differ); while unclaimed and held
+    # by a full gate, the open end; else its scheduled_at (no throttled phase).
+    until = _maybe_utc(step.get("throttled_until"))
+    if until is not None and scheduled is not None:
+        return max(scheduled, min(until, started) if started is not None else until)
+    if started is None and step.get("held"):
+        return ending
+    return scheduled
+
+
 def durations(step: StepRow, *, now: datetime) -> dict[str, float | None]:
-    """``{"waited", "queued", "ran", "waiting"}`` in seconds; ``None`` for a phase never reached."""
+    """``{"waited", "throttled", "queued", "ran", "waiting"}`` in seconds; ``None`` for a phase never reached."""
     totals: dict[str, float | None] = dict.fromkeys(KINDS)
     for segment in segments(step, now=now):
         seconds = (segment["to"] - segment["from"]).total_seconds()

@@ -118,6 +118,7 @@ def attempt_ended(held: Claim, outcome: str, *, applied: bool, last_step: bool) 
         scheduled=fields.get("scheduled_at"),
         started=held.started_at,
         waiting_since=fields.get("waiting_since"),
+        throttled_until=fields.get("throttled_until"),
         finished=timezone.now(),
     )
     for phase, seconds in durations.items():

@@ -89,6 +89,7 @@ class AttemptSpan:
             scheduled=fields.get("scheduled_at"),
             started=self.held.started_at,
             waiting_since=fields.get("waiting_since"),
+            throttled_until=fields.get("throttled_until"),
             finished=at,
         )
         for phase, seconds in durations.items():

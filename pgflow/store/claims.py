@@ -47,7 +47,7 @@ _RUN_COLUMNS = (
     "traceparent",
 )
 # The attempt's own timestamps, for its trace span and metrics (pgflow.observability).
-_STEP_COLUMNS = ("created_at", "scheduled_at", "waiting_since", "queue")
+_STEP_COLUMNS = ("created_at", "scheduled_at", "waiting_since", "queue", "throttled_until")
 # What a claim reads of the attempt (s) and its run (r): Claim's fields, then run_fields.
 _CLAIMED = (
     "s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, "
@@ -230,7 +230,7 @@ WITH RECURSIVE open_queues AS (
         lease_expires_at = %(lease_until)s, throttled_until = due.throttled_until
     FROM due WHERE s.id = due.id
     RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
-              s.waiting_since, s.queue
+              s.waiting_since, s.queue, s.throttled_until
 )
 SELECT """
     + _CLAIMED

@@ -17,7 +17,7 @@ from ..timeline import children_note
 # Step.outcome word -> the policy action that led to it
 POLICY_OF_OUTCOME = {**{OUTCOME_WORDS[action]: action for action in ACTIONS}, LOST: "lease lost"}
 
-PHASES = ("waited", "queued", "ran", "waiting")
+PHASES = ("waited", "throttled", "queued", "ran", "waiting")
 MESSAGE_LIMIT = 200  # characters of an error message quoted in a sentence
 
 
@@ -85,6 +85,9 @@ def _running(facts: dict[str, Any], now: datetime) -> list[str]:
     if step["status"] == "scheduled":
         if step["scheduled_at"] > now:
             return [f"step {name} is due at {_at(step['scheduled_at'], now)} (a wait before it)"]
+        if step.get("held"):
+            waited = span((now - step["scheduled_at"]).total_seconds())
+            return [f"step {name} throttled {waited}: held by {'; '.join(step['held_by'])}"]
         queue = step["queue"]
         queued = f"step {name} queued {span((now - step['scheduled_at']).total_seconds())}"
         live = facts.get("live_queues") or {}

@@ -184,7 +184,7 @@ def get_run(run_id: int, *, now: datetime) -> dict[str, Any]:
     run = find_run(run_id)
     steps, total = runpage.latest_steps(run, runpage.STEP_FIELDS, limit=MAX_RUN_ATTEMPTS)
     attempts = []
-    for step in steps:
+    for step in runpage.mark_held(steps, now=now):
         attempts.append(
             {
                 **{
@@ -202,11 +202,13 @@ def get_run(run_id: int, *, now: datetime) -> dict[str, Any]:
                         "finished_at",
                         "waiting_since",
                         "deadline_at",
+                        "throttled_until",
                         "worker",
                         "output",
                         "batch_id",
                     )
                 },
+                "held_by": step.get("held_by", []),
                 "durations": timeline.durations(step, now=now),
                 "segments": timeline.segments(step, now=now),
                 "error": _error(step),
@@ -279,6 +281,7 @@ def _error(step: dict[str, Any]) -> dict[str, Any] | None:
 def explain_facts(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
     """The facts :func:`pgflow_dashboard.mcp.explain.explain` reads, for one run."""
     steps, _total = runpage.latest_steps(run, runpage.STEP_FIELDS, limit=MAX_RUN_ATTEMPTS)
+    runpage.mark_held(steps, now=now)
     phases = dict.fromkeys(explain.PHASES, 0.0)
     for step in steps:
         for kind, seconds in timeline.durations(step, now=now).items():

@@ -160,7 +160,7 @@ def test_stdio_read_tools_answer_with_secrets_masked(users):
     }
     assert run["signals"][0]["payload"] == {"api_key": "[redacted]", "ok": True}
     assert [(a["step_name"], a["status"]) for a in run["attempts"]] == [("order", "completed"), ("charge", "waiting")]
-    assert set(run["attempts"][1]["durations"]) == {"waited", "queued", "ran", "waiting"}
+    assert set(run["attempts"][1]["durations"]) == {"waited", "throttled", "queued", "ran", "waiting"}
     assert run["attempts"][1]["segments"][-1]["kind"] == "waiting"
     assert [event["event"] for event in run["events"]][:1] == ["started"]
     assert "4242" not in got["run"].content[0].text and "hunter2" not in got["run"].content[0].text

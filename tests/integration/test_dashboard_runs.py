@@ -183,7 +183,7 @@ def test_the_run_page_shows_facts_steps_errors_and_audit_trail(login, viewer):
         ("emit", "completed", "completed"),
         ("explode", "failed", "paused"),
     ]
-    assert set(steps[0]["durations"]) == {"waited", "queued", "ran", "waiting"}
+    assert set(steps[0]["durations"]) == {"waited", "throttled", "queued", "ran", "waiting"}
     assert steps[0]["durations"]["waiting"] == "—"
     assert steps[0]["durations"]["ran"].endswith("s")
     # The error, its cause chain and backtrace.

@@ -45,9 +45,10 @@ def test_the_app_list_gains_the_row_only_for_users_who_may_view_runs():
     request = RequestFactory().get("/admin/")
     request.user = viewer
     (app,) = admin.site.get_app_list(request)
-    # Workers: the live workers page, shown to whoever may view runs.
-    assert [model["name"] for model in app["models"]] == ["Workers", "Workflow runs", "Insights"]
-    assert app["models"][2]["admin_url"] == "/admin/pgflow/insights/"
+    # Queues and Workers: the queues and live workers pages, shown to whoever may view runs.
+    assert [model["name"] for model in app["models"]] == ["Queues", "Workers", "Workflow runs", "Insights"]
+    assert app["models"][0]["admin_url"] == "/admin/pgflow/queuestate/"
+    assert app["models"][3]["admin_url"] == "/admin/pgflow/insights/"
     request.user = make_user("row-bystander")
     assert admin.site.get_app_list(request) == []
 

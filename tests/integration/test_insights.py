@@ -283,7 +283,7 @@ def test_per_step_counts_the_attempts_that_ended_in_the_window_and_their_phases(
 
 
 def test_step_phases_in_sql_agree_with_the_timeline():
-    """The SQL split of an attempt into waited / queued / ran is timeline.segments'."""
+    """The SQL split of an attempt into waited / throttled / queued / ran is timeline.segments'."""
     t = at(2)
     s = timedelta(seconds=1)
     shapes = [
@@ -297,6 +297,15 @@ def test_step_phases_in_sql_agree_with_the_timeline():
             "scheduled": t + 20 * s,
             "started": t + 23 * s,
             "finished": t + 25 * s,
+        },
+        # held by a limit: waited 3, throttled 40, queued 1, ran 2
+        {
+            "status": "completed",
+            "created": t,
+            "scheduled": t + 3 * s,
+            "throttled_until": t + 43 * s,
+            "started": t + 44 * s,
+            "finished": t + 46 * s,
         },
         # parked after its body on a batch, then completed: waited 2, queued 1, ran 6, waiting 30
         {
@@ -314,7 +323,10 @@ def test_step_phases_in_sql_agree_with_the_timeline():
     for index, step in enumerate(Step.objects.order_by("step_name").values()):
         expected = timeline.durations(step, now=NOW)
         row = rows[f"shape{index}"]
-        for phase in ("waited", "queued", "ran"):
+        for phase in ("waited", "throttled", "queued", "ran"):
+            if expected[phase] is None:  # not throttled: no figure
+                assert row[f"{phase}_p50_seconds"] is None, (index, phase)
+                continue
             # One attempt: its histogram's one bucket, estimated at the bucket's middle.
             low, high = histogram.bounds(histogram.bucket(expected[phase]))
             assert row[f"{phase}_p50_seconds"] == pytest.approx((low + high) / 2), (index, phase)

@@ -87,6 +87,8 @@ def _life(rng: random.Random, run: WorkflowRun, created: datetime) -> list[Step]
                 started_at=made + wait + queued,
                 finished_at=made + wait + queued + ran,
             )
+            if rng.random() < 0.3:  # a limited step: part of its time due was throttled
+                step.throttled_until = step.scheduled_at + rng.uniform(0, 1) * queued
             shape = rng.random()
             if shape < 0.1:  # a signal step: parked at once, woken when the signal came
                 step.waiting_since = made + rng.uniform(0.01, 1) * S
@@ -156,7 +158,16 @@ def rollup_rows() -> dict[str, list[tuple[Any, ...]]]:
         ),
         "steps": list(
             StepRollup.objects.order_by("hours", "start", "workflow_class", "step_name").values_list(
-                "hours", "start", "workflow_class", "step_name", "attempts", "failures", "waited", "queued", "ran"
+                "hours",
+                "start",
+                "workflow_class",
+                "step_name",
+                "attempts",
+                "failures",
+                "waited",
+                "throttled",
+                "queued",
+                "ran",
             )
         ),
         "failures": list(

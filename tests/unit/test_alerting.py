@@ -21,7 +21,7 @@ def test_phases_of_an_attempt_and_of_one_woken_by_its_signal():
         waiting_since=None,
         finished=T + timedelta(seconds=10),
     )
-    assert plain == {"waited": 5.0, "queued": 2.0, "ran": 3.0, "waiting": None}
+    assert plain == {"waited": 5.0, "throttled": None, "queued": 2.0, "ran": 3.0, "waiting": None}
     woken = phases.of_attempt(
         created=T,
         scheduled=T + timedelta(seconds=60),
@@ -29,7 +29,25 @@ def test_phases_of_an_attempt_and_of_one_woken_by_its_signal():
         waiting_since=T + timedelta(seconds=1),
         finished=T + timedelta(seconds=62),
     )
-    assert woken == {"waited": 1.0, "queued": 1.0, "ran": 1.0, "waiting": 59.0}
+    assert woken == {"waited": 1.0, "throttled": None, "queued": 1.0, "ran": 1.0, "waiting": 59.0}
+    throttled = phases.of_attempt(
+        created=T,
+        scheduled=T + timedelta(seconds=5),
+        throttled_until=T + timedelta(seconds=35),
+        started=T + timedelta(seconds=36),
+        waiting_since=None,
+        finished=T + timedelta(seconds=40),
+    )
+    assert throttled == {"waited": 5.0, "throttled": 30.0, "queued": 1.0, "ran": 4.0, "waiting": None}
+    let_through_at_once = phases.of_attempt(
+        created=T,
+        scheduled=T,
+        throttled_until=T,
+        started=T + timedelta(seconds=2),
+        waiting_since=None,
+        finished=T + timedelta(seconds=3),
+    )
+    assert let_through_at_once == {"waited": 0.0, "throttled": 0.0, "queued": 2.0, "ran": 1.0, "waiting": None}
 
 
 def test_decide_fires_once_resolves_and_waits_out_the_cooldown():

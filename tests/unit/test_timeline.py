@@ -21,7 +21,7 @@ def at(seconds: float | None) -> datetime | None:
 
 def make_step(**fields):
     """A step dict with the Step field names; times given in seconds after T0."""
-    times = ("created_at", "scheduled_at", "started_at", "finished_at", "waiting_since")
+    times = ("created_at", "scheduled_at", "started_at", "finished_at", "waiting_since", "throttled_until")
     row = {"step_name": "send", "attempt": 1, "status": "completed", "outcome": None, "error_class": None}
     row.update({name: None for name in times})
     row["created_at"] = at(0)
@@ -94,6 +94,53 @@ SEGMENT_CASES = {
         20,
         [("waited", 0, 5), ("queued", 5, 20)],
     ),
+    "throttled by a limit, then queued for a worker": (
+        {"status": "completed", "scheduled_at": 10, "throttled_until": 40, "started_at": 42, "finished_at": 50},
+        None,
+        [("waited", 0, 10), ("throttled", 10, 40), ("queued", 40, 42), ("ran", 42, 50)],
+    ),
+    "let through at once: no throttled phase": (
+        {"status": "completed", "scheduled_at": 10, "throttled_until": 10, "started_at": 12, "finished_at": 20},
+        None,
+        [("waited", 0, 10), ("queued", 10, 12), ("ran", 12, 20)],
+    ),
+    "claimed as the place freed: throttled up to its start, no queued": (
+        {"status": "in_progress", "scheduled_at": 0, "throttled_until": 30, "started_at": 30},
+        40,
+        [("throttled", 0, 30), ("ran", 30, 40)],
+    ),
+    "throttled_until past the start (another clock): cut at the start": (
+        {"status": "completed", "scheduled_at": 0, "throttled_until": 31, "started_at": 30, "finished_at": 35},
+        None,
+        [("throttled", 0, 30), ("ran", 30, 35)],
+    ),
+    "held by a full gate, unclaimed: throttled runs to now": (
+        {"status": "scheduled", "scheduled_at": 5, "held": True},
+        20,
+        [("waited", 0, 5), ("throttled", 5, 20)],
+    ),
+    "woken signal step, throttled after the wake": (
+        {
+            "status": "completed",
+            "waiting_since": 30,
+            "scheduled_at": 90,
+            "throttled_until": 93,
+            "started_at": 95,
+            "finished_at": 100,
+        },
+        None,
+        [("waited", 0, 30), ("waiting", 30, 90), ("throttled", 90, 93), ("queued", 93, 95), ("ran", 95, 100)],
+    ),
+    "throttled, ran, parked on a batch": (
+        {"status": "waiting", "scheduled_at": 0, "throttled_until": 4, "started_at": 5, "waiting_since": 20},
+        60,
+        [("throttled", 0, 4), ("queued", 4, 5), ("ran", 5, 20), ("waiting", 20, 60)],
+    ),
+    "cancelled while throttled: clipped at finished_at": (
+        {"status": "cancelled", "scheduled_at": 10, "held": True, "finished_at": 30},
+        None,
+        [("waited", 0, 10), ("throttled", 10, 30)],
+    ),
     "not yet due: the wait shows up to scheduled_at": (
         {"status": "scheduled", "scheduled_at": 3600},
         600,
@@ -118,27 +165,32 @@ DURATION_CASES = {
     "plain": (
         {"status": "completed", "scheduled_at": 10, "started_at": 15, "finished_at": 45},
         None,
-        {"waited": 10.0, "queued": 5.0, "ran": 30.0, "waiting": None},
+        {"waited": 10.0, "throttled": None, "queued": 5.0, "ran": 30.0, "waiting": None},
     ),
     "parked, still waiting": (
         {"status": "waiting", "scheduled_at": 0, "started_at": 5, "waiting_since": 20},
         300,
-        {"waited": None, "queued": 5.0, "ran": 15.0, "waiting": 280.0},
+        {"waited": None, "throttled": None, "queued": 5.0, "ran": 15.0, "waiting": 280.0},
     ),
     "signal step woken": (
         {"status": "completed", "waiting_since": 30, "scheduled_at": 90, "started_at": 95, "finished_at": 100},
         None,
-        {"waited": 30.0, "queued": 5.0, "ran": 5.0, "waiting": 60.0},
+        {"waited": 30.0, "throttled": None, "queued": 5.0, "ran": 5.0, "waiting": 60.0},
     ),
     "in progress, sub-second queue": (
         {"status": "in_progress", "scheduled_at": 0, "started_at": 0.25},
         3,
-        {"waited": None, "queued": 0.25, "ran": 2.75, "waiting": None},
+        {"waited": None, "throttled": None, "queued": 0.25, "ran": 2.75, "waiting": None},
+    ),
+    "throttled, then ran": (
+        {"status": "completed", "scheduled_at": 10, "throttled_until": 70, "started_at": 70.5, "finished_at": 80},
+        None,
+        {"waited": 10.0, "throttled": 60.0, "queued": 0.5, "ran": 9.5, "waiting": None},
     ),
     "cancelled before its scheduled_at": (
         {"status": "cancelled", "scheduled_at": 3600, "finished_at": 600},
         None,
-        {"waited": 600.0, "queued": None, "ran": None, "waiting": None},
+        {"waited": 600.0, "throttled": None, "queued": None, "ran": None, "waiting": None},
     ),
 }
 
@@ -158,7 +210,13 @@ def test_durations_count_real_time_across_a_dst_change():
         started_at=datetime(2025, 3, 30, 1, 30, tzinfo=berlin),
         finished_at=datetime(2025, 3, 30, 3, 30, tzinfo=berlin),
     )
-    assert timeline.durations(step, now=T0) == {"waited": None, "queued": 1800.0, "ran": 3600.0, "waiting": None}
+    assert timeline.durations(step, now=T0) == {
+        "waited": None,
+        "throttled": None,
+        "queued": 1800.0,
+        "ran": 3600.0,
+        "waiting": None,
+    }
 
 
 def test_naive_datetimes_are_refused():
@@ -429,6 +487,7 @@ def test_epoch_milliseconds(moment, millis):
 def test_series_legend():
     assert list(timeline.SERIES) == [
         "waited",
+        "throttled",
         "queued",
         "ran_ok",
         "ran_failed",
@@ -441,7 +500,7 @@ def test_series_legend():
     colours = [colour for colour, _ in timeline.SERIES.values()]
     assert len(set(colours)) == len(colours)
     assert all(len(c) == 7 and c.startswith("#") and int(c[1:], 16) >= 0 for c in colours)
-    assert timeline.legend()[2] == {
+    assert timeline.legend()[3] == {
         "series": "ran_ok",
         "colour": timeline.SERIES["ran_ok"][0],
         "label": "ran: completed or skipped",
@@ -453,6 +512,7 @@ def test_series_legend():
 def test_every_series_the_chart_can_emit_has_a_colour():
     emitted = {
         "waited",
+        "throttled",
         "queued",
         "waiting",
         "waiting_children",
