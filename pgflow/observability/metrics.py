@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
@@ -31,11 +32,9 @@ from django.utils import timezone
 
 from ..core import histogram, phases
 
-try:
-    import prometheus_client
-    from prometheus_client.core import GaugeMetricFamily
-except ImportError:  # the [metrics] extra is not installed: metrics are off
-    prometheus_client = None  # type: ignore[assignment]
+# Imported where first used, not here: a process that never counts (an idle worker, a
+# management command) does not pay prometheus_client's ~12 MB for being able to.
+_INSTALLED = find_spec("prometheus_client") is not None  # without the [metrics] extra, metrics are off
 
 if TYPE_CHECKING:
     from ..store import Claim
@@ -52,7 +51,7 @@ _made: dict[str, Any] = {}
 
 
 def available() -> bool:
-    return prometheus_client is not None
+    return _INSTALLED
 
 
 def _metric(name: str) -> Any:
@@ -67,7 +66,8 @@ def _metric(name: str) -> Any:
 
 
 def _build(name: str) -> Any:
-    client = prometheus_client
+    import prometheus_client as client
+
     step_labels = ["workflow_class", "step"]
     if name == "attempts":
         return client.Counter(
@@ -94,18 +94,18 @@ def _build(name: str) -> Any:
 
 
 def run_started(workflow_class: str) -> None:
-    if prometheus_client is not None:
+    if _INSTALLED:
         transaction.on_commit(lambda: _metric("runs_started").labels(workflow_class).inc())
 
 
 def signal_received(workflow_class: str, name: str) -> None:
-    if prometheus_client is not None:
+    if _INSTALLED:
         transaction.on_commit(lambda: _metric("signals").labels(workflow_class, name).inc())
 
 
 def attempt_ended(held: Claim, outcome: str, *, applied: bool, last_step: bool) -> None:
     """Count an attempt the worker ended (``outcome`` as the runner logs it)."""
-    if prometheus_client is None or not applied or outcome in _NOT_ENDED:
+    if not _INSTALLED or not applied or outcome in _NOT_ENDED:
         return
     path = held.run_fields.get("workflow_class", "")
     _metric("attempts").labels(path, held.step_name, outcome).inc()
@@ -128,8 +128,10 @@ def attempt_ended(held: Claim, outcome: str, *, applied: bool, last_step: bool) 
 
 def serve(port: int, *, address: str = "0.0.0.0") -> None:  # noqa: S104 - a scrape target listens for Prometheus
     """Serve this process's registry on ``port`` (a daemon thread): ``pgflow_worker --metrics-port``."""
-    if prometheus_client is None:
+    if not _INSTALLED:
         raise RuntimeError("--metrics-port needs prometheus_client: pip install 'django-pgflow[metrics]'")
+    import prometheus_client
+
     prometheus_client.start_http_server(port, addr=address)
 
 
@@ -178,6 +180,8 @@ class ClusterCollector:
             return self._cached[1]
 
     def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
         figures = self.figures()
         due = GaugeMetricFamily("pgflow_steps_due", "Attempts due now that no worker has claimed yet", labels=["queue"])
         age = GaugeMetricFamily(

@@ -11,6 +11,8 @@ carry the phases (``pgflow.core.phases``) in seconds.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -20,46 +22,63 @@ from django.utils import timezone
 
 from ..core import phases
 
-try:
-    from opentelemetry import trace as otel
-    from opentelemetry.trace import Link, Status, StatusCode
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-except ImportError:  # the [otel] extra is not installed: tracing is off
-    otel = None  # type: ignore[assignment]
-
 if TYPE_CHECKING:
     from ..store import Claim
 
 TRACER = "pgflow"
-_propagator = TraceContextTextMapPropagator() if otel is not None else None
+
+
+def _api() -> Any:
+    """``opentelemetry.trace`` once the process uses it, else None (tracing is off).
+
+    Never imported here first: a tracer provider or a current span exists only after the
+    application imported the API (or names a provider in ``OTEL_PYTHON_TRACER_PROVIDER``,
+    which the API loads on first use), so a process without either pays no import for it.
+    """
+    api = sys.modules.get("opentelemetry.trace")
+    if api is None and "OTEL_PYTHON_TRACER_PROVIDER" in os.environ:
+        try:
+            from opentelemetry import trace as api
+        except ImportError:  # the [otel] extra is not installed
+            return None
+    return api
 
 
 def enabled() -> bool:
     """True once the application installed a tracer provider (the API's default is a no-op proxy)."""
+    otel = _api()
     return otel is not None and not isinstance(otel.get_tracer_provider(), otel.ProxyTracerProvider)
+
+
+def _propagator() -> Any:
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator()
 
 
 def current_traceparent() -> str | None:
     """The W3C ``traceparent`` of the span current in this thread, or None."""
+    otel = _api()
     if otel is None:
         return None
     context = otel.get_current_span().get_span_context()
     if not context.is_valid:
         return None
     carrier: dict[str, str] = {}
-    _propagator.inject(carrier)
+    _propagator().inject(carrier)
     return carrier.get("traceparent")
 
 
 def _parent(traceparent: str | None) -> Any:
-    return _propagator.extract({"traceparent": traceparent}) if traceparent else None
+    return _propagator().extract({"traceparent": traceparent}) if traceparent else None
 
 
 def _link(traceparent: str | None) -> list[Any]:
     if not traceparent:
         return []
+    otel = _api()
     context = otel.get_current_span(_parent(traceparent)).get_span_context()
-    return [Link(context)] if context.is_valid else []
+    return [otel.Link(context)] if context.is_valid else []
 
 
 def _ns(moment: datetime | None) -> int | None:
@@ -75,7 +94,8 @@ class AttemptSpan:
 
     def failed(self, error: BaseException) -> None:
         self.span.record_exception(error)
-        self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        otel = _api()
+        self.span.set_status(otel.Status(otel.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
 
     def ended(self, outcome: str) -> None:
         at = timezone.now()
@@ -107,6 +127,7 @@ def attempt(held: Claim, *, worker: str) -> Iterator[AttemptSpan | None]:
     run = held.run_fields
     path = run.get("workflow_class", "")
     fields = held.step_fields
+    otel = _api()
     tracer = otel.get_tracer(TRACER)
     span = tracer.start_span(
         f"pgflow {path.rsplit('.', 1)[-1]}.{held.step_name}",
@@ -140,12 +161,13 @@ def attempt(held: Claim, *, worker: str) -> Iterator[AttemptSpan | None]:
 
 def record_failure(error: BaseException) -> None:
     """Record a body's error on the current attempt span (nothing without one)."""
+    otel = _api()
     if otel is None:
         return
     span = otel.get_current_span()
     if span.is_recording():
         span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.set_status(otel.Status(otel.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
 
 
 def linked(
@@ -160,7 +182,9 @@ def linked(
     a signal sent to a run, a fan-out member that ran."""
     if not enabled():
         return
-    span = otel.get_tracer(TRACER).start_span(
-        name, links=_link(traceparent), attributes=attributes, start_time=_ns(start)
+    span = (
+        _api()
+        .get_tracer(TRACER)
+        .start_span(name, links=_link(traceparent), attributes=attributes, start_time=_ns(start))
     )
     span.end(end_time=_ns(end))

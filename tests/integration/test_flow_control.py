@@ -39,3 +39,23 @@ def test_a_saturated_key_never_blocks_another_key_in_the_same_claim():
     assert sorted(c.run_id for c in first) == sorted([busy[0].pk, busy[1].pk, quiet.pk])
     assert store.claim(worker="w", queues=["limits"], limit=10) == []  # both keys are full
     assert WorkflowRun.objects.count() == 11
+
+
+def test_without_gated_attempts_the_claim_skips_the_gate_logic_and_with_them_keeps_its_order():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    ungated = fc.PerTenant.start(input={})  # no tenant: no limit
+    with CaptureQueriesContext(connection) as sent:
+        assert [c.run_id for c in store.claim(worker="w", queues=["limits"], limit=4)] == [ungated.pk]
+    claims = [q["sql"] for q in sent.captured_queries if "UPDATE pgflow_step" in q["sql"]]
+    # One statement, without the gate logic (~2 ms of planning a claim: benchmarks/claim_cost.py).
+    assert len(claims) == 1 and "pgflow_gate" not in claims[0]
+
+    # With a gated attempt scheduled the gated claim decides, in its own order: the fresh
+    # gate's attempt before the ungated one started earlier.
+    later = fc.PerTenant.start(input={})
+    gated = fc.PerTenant.start(input={"tenant": "a"})
+    assert Step.objects.get(run=gated).gated and not Step.objects.get(run=later).gated
+    assert [c.run_id for c in store.claim(worker="w", queues=["limits"], limit=1)] == [gated.pk]
+    assert [c.run_id for c in store.claim(worker="w", queues=["limits"], limit=4)] == [later.pk]
