@@ -277,7 +277,7 @@ WITH open_queues AS (
         lease_expires_at = %(lease_until)s, throttled_until = NULL
     FROM due WHERE s.id = due.id
     RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
-              s.waiting_since, s.queue
+              s.waiting_since, s.queue, s.throttled_until
 )
 SELECT probe.gated, """
     + _CLAIMED
