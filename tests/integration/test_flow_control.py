@@ -59,3 +59,19 @@ def test_without_gated_attempts_the_claim_skips_the_gate_logic_and_with_them_kee
     assert Step.objects.get(run=gated).gated and not Step.objects.get(run=later).gated
     assert [c.run_id for c in store.claim(worker="w", queues=["limits"], limit=1)] == [gated.pk]
     assert [c.run_id for c in store.claim(worker="w", queues=["limits"], limit=4)] == [later.pk]
+
+
+def test_retention_frees_the_places_its_purged_attempts_held():
+    from datetime import timedelta
+
+    from pgflow.models import Gate
+
+    held = [fc.PerTenant.start(input={"tenant": "t"}) for _ in range(2)]
+    assert sorted(c.run_id for c in store.claim(worker="w", queues=["limits"], limit=4)) == sorted(r.pk for r in held)
+    for run in held:
+        run.cancel()  # ended; the gate learns it at the next claim through it, or from retention
+    assert store.purge_runs(store.now() + timedelta(days=1), batch=10, rounds=1) == 2
+    assert all(not gate.holders for gate in Gate.objects.all())
+    later = [fc.PerTenant.start(input={"tenant": "t"}) for _ in range(2)]
+    claimed = store.claim(worker="w", queues=["limits"], limit=4)
+    assert sorted(c.run_id for c in claimed) == sorted(r.pk for r in later), "the key kept both its places"
