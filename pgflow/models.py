@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
-from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
@@ -277,6 +276,28 @@ class Step(models.Model):
         return self.status in OPEN_STEP
 
 
+class ListColumn(models.Field):
+    """A PostgreSQL array column (``bigint[]``, ``timestamptz[]`` …) read and written as a
+    Python list, which psycopg adapts both ways. Not ``django.contrib.postgres``'s ArrayField:
+    on Django 6 that asks every project to add ``django.contrib.postgres`` to INSTALLED_APPS,
+    for two columns that only the claim's SQL reads."""
+
+    def __init__(self, *args: Any, element: str = "bigint", **kwargs: Any) -> None:
+        self.element = element
+        super().__init__(*args, **kwargs)
+
+    def db_type(self, connection: Any) -> str:
+        return f"{self.element}[]"
+
+    def deconstruct(self) -> Any:
+        name, path, args, kwargs = super().deconstruct()
+        kwargs["element"] = self.element
+        return name, path, args, kwargs
+
+    def get_prep_value(self, value: Any) -> Any:
+        return None if value is None else list(value)
+
+
 class Gate(models.Model):
     """One key of a limit (pgflow.core.limits names the kinds), written only by the claim:
     locked ``FOR UPDATE SKIP LOCKED`` it reads its latest version, so two claims never both
@@ -287,8 +308,8 @@ class Gate(models.Model):
     name = models.CharField(max_length=320, primary_key=True)
     size = models.PositiveIntegerField(default=1)  # max in progress, or starts per window
     per = models.FloatField(default=0)  # a rate's window, seconds
-    holders = ArrayField(models.BigIntegerField(), default=list)
-    starts = ArrayField(models.DateTimeField(), default=list)
+    holders = ListColumn(element="bigint", default=list)
+    starts = ListColumn(element="timestamptz", default=list)
     served_at = models.DateTimeField(null=True, blank=True)  # the last claim through it: round-robin
 
     class Meta:

@@ -1,6 +1,6 @@
 # Flow control (issue 20): gates on attempts, the gate and queue-state tables, the split claim index.
 
-import django.contrib.postgres.fields
+import pgflow.models
 import pgflow.core.states
 from django.db import migrations, models
 
@@ -19,8 +19,8 @@ class Migration(migrations.Migration):
                 ('name', models.CharField(max_length=320, primary_key=True, serialize=False)),
                 ('size', models.PositiveIntegerField(default=1)),
                 ('per', models.FloatField(default=0)),
-                ('holders', django.contrib.postgres.fields.ArrayField(base_field=models.BigIntegerField(), default=list, size=None)),
-                ('starts', django.contrib.postgres.fields.ArrayField(base_field=models.DateTimeField(), default=list, size=None)),
+                ('holders', pgflow.models.ListColumn(default=list, element='bigint')),
+                ('starts', pgflow.models.ListColumn(default=list, element='timestamptz')),
                 ('served_at', models.DateTimeField(blank=True, null=True)),
             ],
             options={
