@@ -76,6 +76,10 @@ class Worker:
         self.committer: Committer | None = None
         self.runner = Runner()
         self._wake = threading.Event()
+        # The last claim took fewer than it asked for: nothing else was due, so the next due
+        # time (one index probe) decides the wait rather than another claim at once, which
+        # would compete with the bodies just handed over for the two sides' CPU.
+        self._drained = False
         self._stopping = threading.Event()
         # Held attempts by claim token: from the claim until their transition committed
         # (the heartbeat keeps their leases, the drain waits for them). ``_bodies`` are
@@ -233,6 +237,7 @@ class Worker:
         if free <= 0:
             return 0
         claims = store.claim(worker=self.name, queues=self.queues, limit=free)
+        self._drained = len(claims) < free
         assert self.loop is not None
         found_async = False
         for held in claims:
@@ -301,8 +306,8 @@ class Worker:
         """Seconds to sleep before the next claim: none while slots are free and work was
         found; up to the next due time or the poll interval otherwise."""
         free = self._free()
-        if claimed and free > 0:
-            return 0.0
+        if claimed and free > 0 and not self._drained:
+            return 0.0  # the claim was cut at its limit: more may be due at once
         if free <= 0:
             return pgflow_settings.seconds("POLL_INTERVAL")  # a finished step wakes us sooner
         poll = pgflow_settings.seconds("POLL_INTERVAL")

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import logging
 from contextlib import nullcontext
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Model
+from django.db.models.expressions import RawSQL
+from django.db.models.sql import InsertQuery
 
 from .. import evaluation, observability
 from ..conf import pgflow_settings
 from ..core import jsonvalue
 from ..core.events import EventKind
+from ..core.limits import NO_GATES
 from ..exceptions import InputTooLarge, SingletonConflict
-from ..models import WorkflowRun
-from .locking import event, now
+from ..models import Event, Step, WorkflowRun
+from .locking import CHANNEL, SYSTEM, event, now
 from .scheduling import delay_of, finish_run, schedule_attempt
 
 if TYPE_CHECKING:
+    from ..core.definitions import StepDefinition
     from ..workflow import Workflow
 
 logger = logging.getLogger("pgflow")
@@ -47,6 +52,8 @@ def start_run(
     path = workflow.workflow_path()
     at = now()
     first = workflow.steps().first()
+    if key is None and workflow.singleton is None and first is not None and not (first.waits or first.limited):
+        return _start_plain(workflow, first, path, at, payload, subject_type, subject_id, parent)
     with transaction.atomic():
         if key is not None:
             existing = WorkflowRun.objects.filter(workflow_class=path, key=key).first()
@@ -85,6 +92,79 @@ def start_run(
         # The run's row already names its first step (set above): no UPDATE after this insert.
         schedule_attempt(run, workflow, first, at=at, delay=delay_of(workflow, run, first, at, dict), attempt=1)
     return run
+
+
+def _start_plain(
+    workflow: type[Workflow],
+    first: StepDefinition,
+    path: str,
+    at: datetime,
+    payload: dict[str, Any],
+    subject_type: ContentType | None,
+    subject_id: str | None,
+    parent: WorkflowRun | None,
+) -> WorkflowRun:
+    """The common start (no key, no singleton, a first step due now and ungated) in one
+    statement: the run, its ``started`` event, its first attempt and the NOTIFY. The same rows
+    as the general path, in two round trips fewer than its separate INSERTs; every round trip
+    is on the start latency (a process wake-up each on a busy machine)."""
+    run = WorkflowRun(
+        workflow_class=path,
+        input=payload,
+        key=None,
+        subject_type=subject_type,
+        subject_id=subject_id,
+        definition_digest=workflow.definition_digest(),
+        current_step=first.name,
+        created_at=at,
+        updated_at=at,
+        traceparent=observability.run_starting(path),
+        parent=parent,
+    )
+    run_id = RawSQL("(SELECT id FROM new_run)", [])
+    details: dict[str, Any] = {"workflow": path, "key": None, **({"parent": parent.pk} if parent else {})}
+    started = Event(
+        run_id=run_id, step=None, event=str(EventKind.STARTED), actor=SYSTEM, details=details, created_at=at
+    )
+    queue = workflow.queue_for(first.name)
+    step = Step(
+        run_id=run_id,
+        step_name=first.name,
+        attempt=1,
+        queue=queue,
+        priority=workflow.priority_for(first.name),
+        created_at=at,
+        scheduled_at=at,
+        gated=NO_GATES.any,
+        gate=NO_GATES.gate,
+        gate_max=NO_GATES.gate_max,
+        rate_gate=NO_GATES.rate_gate,
+        rate_limit=NO_GATES.rate_limit,
+        rate_per=NO_GATES.rate_per,
+    )
+    run_sql, run_params = _insert(run)
+    event_sql, event_params = _insert(started)
+    step_sql, step_params = _insert(step)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH new_run AS ({run_sql} RETURNING id), new_event AS ({event_sql}), new_step AS ({step_sql}) "
+            "SELECT id, pg_notify(%s, %s) FROM new_run",
+            [*run_params, *event_params, *step_params, CHANNEL, queue],
+        )
+        (run.pk,) = cursor.fetchone()[:1]
+    run._state.adding = False
+    run._state.db = connection.alias
+    return run
+
+
+def _insert(instance: Model) -> tuple[str, list[Any]]:
+    """``INSERT INTO ... VALUES (...)`` of ``instance`` (no RETURNING), as Django would write it."""
+    meta = instance._meta
+    fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field and not getattr(f, "generated", False)]
+    query = InsertQuery(type(instance))
+    query.insert_values(fields, [instance])
+    ((sql, params),) = query.get_compiler(connection=connection).as_sql()
+    return sql, list(params)
 
 
 def _take_singleton(workflow: type[Workflow], run: WorkflowRun) -> None:

@@ -1,0 +1,60 @@
+"""start() on the latency path: a plain start (no key, no singleton, a first step due now)
+is one statement, so an autocommit start() is one round trip and one commit; the rows and
+the NOTIFY are those of the general path."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from pgflow import store
+from pgflow.models import Step
+from tests import workflows as wf
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def listener() -> psycopg.Connection:
+    params = {
+        k: v
+        for k, v in connection.get_connection_params().items()
+        if k in ("host", "port", "dbname", "user", "password")
+    }
+    conn = psycopg.connect(**params, autocommit=True)
+    conn.execute(f"LISTEN {store.CHANNEL}")
+    return conn
+
+
+def test_a_plain_start_is_one_statement_with_its_rows_and_notify():
+    with listener() as conn:
+        with CaptureQueriesContext(connection) as queries:
+            run = wf.ThreeSteps.start(input={"a": 1})
+        notes = [n.payload for n in conn.notifies(timeout=2.0, stop_after=1)]
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    assert notes == ["workflows"]
+    run.refresh_from_db()
+    assert (run.status, run.current_step, run.input, run.key) == ("running", "one", {"a": 1}, None)
+    (step,) = Step.objects.filter(run=run)
+    assert (step.step_name, step.attempt, step.status, step.queue, step.gated) == (
+        "one",
+        1,
+        "scheduled",
+        "workflows",
+        False,
+    )
+    assert step.scheduled_at == step.created_at == run.created_at
+    (started,) = run.events.all()
+    assert (started.event, started.actor, started.details, started.step_id) == (
+        "started",
+        "system",
+        {"workflow": "tests.workflows.ThreeSteps", "key": None},
+        None,
+    )
+
+
+def test_a_start_with_a_key_keeps_its_savepoint_path():
+    first = wf.ThreeSteps.start(key="k-1")
+    assert wf.ThreeSteps.start(key="k-1").pk == first.pk
+    assert Step.objects.filter(run=first).count() == 1
