@@ -1,11 +1,11 @@
 """The worker: claim due attempts, run them in a thread pool (``async def`` bodies on an
 event loop beside it), heartbeat, sweep, shut down.
 
-Life cycle: start the listener, the heartbeat and the sweep threads → claim and run until
-stopped → drain within the grace period → hand back what is still running. The main
-thread claims (one statement for all free slots) and sleeps on a wake-up event that
-NOTIFY, a finished attempt or the next due time sets, with a polling fallback, so an idle
-worker costs the database one cheap query per poll interval.
+Life cycle: start the heartbeat, sweep and schedule threads → claim and run until stopped
+→ drain within the grace period → hand back what is still running. The main thread claims
+(one statement for all free slots) on a connection that also LISTENs, and sleeps until a
+NOTIFY on it, a finished attempt or the next due time wakes it, with a polling fallback, so
+an idle worker costs the database one cheap query per poll interval.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ from . import presence, sweep
 from .committer import MAX_BATCH, Committer
 from .loop import EventLoop
 from .runner import Result, Runner
+from .wake import Wake
 
 logger = logging.getLogger("pgflow")
 
 RECONNECT_DELAY = 1.0  # seconds between attempts while the database is away
 THROTTLED_POLL = 0.2  # seconds: how soon an idle worker looks again at due attempts a limit held
 TIMEOUT_TICK = 0.5  # seconds between checks for steps past their timeout
-_LISTEN_KEYS = ("dbname", "user", "password", "host", "port", "sslmode", "options", "sslrootcert", "sslcert", "sslkey")
 
 
 def schema_missing(exc: BaseException) -> bool:
@@ -75,7 +75,10 @@ class Worker:
         self.name = name or default_name()
         self.committer: Committer | None = None
         self.runner = Runner()
-        self._wake = threading.Event()
+        self._wake = Wake()
+        # The claim connection once it LISTENs: a NOTIFY ends the claim loop's sleep on its
+        # own socket, with no listener thread to wake in between.
+        self._listening_on: psycopg.Connection[Any] | None = None
         # The last claim took fewer than it asked for: nothing else was due, so the next due
         # time (one index probe) decides the wait rather than another claim at once, which
         # would compete with the bodies just handed over for the two sides' CPU.
@@ -122,7 +125,6 @@ class Worker:
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pgflow-step")
         self.loop = EventLoop()
         threads = [
-            threading.Thread(target=self._listen, name="pgflow-listen", daemon=True),
             threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True),
             threading.Thread(target=self._sweep, name="pgflow-sweep", daemon=True),
             threading.Thread(target=self._schedules, name="pgflow-schedules", daemon=True),
@@ -136,6 +138,7 @@ class Worker:
             handed = self._drain(pool)
             self.loop.stop()
             self.committer.stop()
+            self._wake.close()
             self._unregister()
             logger.info(
                 "worker %s stopped: %d steps run, %d handed back",
@@ -198,6 +201,7 @@ class Worker:
         while not self._stopping.is_set():
             self._wake.clear()
             try:
+                self._listen()
                 claimed = self._claim_and_submit(pool)
                 wait = self._idle_wait(claimed)
                 self._database_back()
@@ -219,7 +223,38 @@ class Worker:
                 if not self._due_soon():
                     return
             if wait > 0:
-                self._wake.wait(wait)
+                self._sleep(wait)
+
+    def _listen(self) -> None:
+        """LISTEN on the claim connection (again after a reconnect); the notifications that
+        came since the last claim are dropped: the claim about to run covers them."""
+        connection.ensure_connection()
+        raw = connection.connection
+        if raw is self._listening_on:
+            list(raw.notifies(timeout=0))
+            return
+        self._listening_on = None
+        raw.execute(f"LISTEN {store.CHANNEL}")
+        self._listening_on = raw
+
+    def _sleep(self, seconds: float) -> None:
+        """Until another thread wakes us, a NOTIFY for one of our queues arrives on the claim
+        connection (one that came during the last claim included), or ``seconds`` pass."""
+        deadline = time.monotonic() + seconds
+        while True:
+            listening = self._listening_on
+            if listening is not None:
+                try:
+                    if any(note.payload in self.queues for note in list(listening.notifies(timeout=0))):
+                        return
+                except psycopg.Error:  # the connection broke: the next claim finds out and reconnects
+                    self._listening_on = listening = None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            woken = self._wake.wait(remaining, also=None if listening is None else listening.fileno())
+            if not woken or self._wake.is_set():
+                return
 
     def _free(self) -> int:
         """Slots for new claims: bodies running take one each (a thread, or an async slot),
@@ -349,21 +384,6 @@ class Worker:
             self._db_down_since = None
 
     # --- background threads ---------------------------------------------------------------
-
-    def _listen(self) -> None:
-        """Sets the wake-up event on every NOTIFY for one of our queues; reconnects forever."""
-        while not self._stopping.is_set():
-            try:
-                params = {k: v for k, v in connection.get_connection_params().items() if k in _LISTEN_KEYS}
-                with psycopg.connect(**params, autocommit=True, connect_timeout=5) as conn:
-                    conn.execute(f"LISTEN {store.CHANNEL}")
-                    self._wake.set()  # anything that came due while we were not listening
-                    while not self._stopping.is_set():
-                        for note in conn.notifies(timeout=1.0):
-                            if note.payload in self.queues:
-                                self._wake.set()
-            except psycopg.Error:
-                self._stopping.wait(RECONNECT_DELAY)
 
     def _heartbeat(self) -> None:
         """Extends the leases of running attempts and fails those past their timeout.
