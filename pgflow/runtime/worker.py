@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from types import FrameType
 from typing import Any
 
@@ -83,6 +84,7 @@ class Worker:
         # time (one index probe) decides the wait rather than another claim at once, which
         # would compete with the bodies just handed over for the two sides' CPU.
         self._drained = False
+        self._next_due: object = store.NOT_KNOWN  # as the last claim saw it (no query for the wait)
         self._stopping = threading.Event()
         # Held attempts by claim token: from the claim until their transition committed
         # (the heartbeat keeps their leases, the drain waits for them). ``_bodies`` are
@@ -230,8 +232,9 @@ class Worker:
         came since the last claim are dropped: the claim about to run covers them."""
         connection.ensure_connection()
         raw = connection.connection
-        if raw is self._listening_on:
-            list(raw.notifies(timeout=0))
+        listening = self._listening_on
+        if listening is not None and raw is listening:
+            list(listening.notifies(timeout=0))
             return
         self._listening_on = None
         raw.execute(f"LISTEN {store.CHANNEL}")
@@ -269,10 +272,12 @@ class Worker:
 
     def _claim_and_submit(self, pool: ThreadPoolExecutor) -> int:
         free = self._free()
+        self._next_due = store.NOT_KNOWN
         if free <= 0:
             return 0
         claims = store.claim(worker=self.name, queues=self.queues, limit=free)
         self._drained = len(claims) < free
+        self._next_due = claims.next_due
         assert self.loop is not None
         found_async = False
         for held in claims:
@@ -346,9 +351,10 @@ class Worker:
         if free <= 0:
             return pgflow_settings.seconds("POLL_INTERVAL")  # a finished step wakes us sooner
         poll = pgflow_settings.seconds("POLL_INTERVAL")
-        nxt = store.next_due(self.queues)
+        nxt = store.next_due(self.queues) if self._next_due is store.NOT_KNOWN else self._next_due
         if nxt is None:
             return poll
+        assert isinstance(nxt, datetime)
         wait = (nxt - store.now()).total_seconds()
         if wait <= 0 and not claimed:
             # Due but not claimable: held by a limit (pgflow.Limit, Rate, Singleton), whose

@@ -33,7 +33,18 @@ from ..core.flow import HANDED_BACK, LOST
 from .attempts import Prepared, finish, prepare, quick_prepare
 from .batches import count_member, mark_enqueued, open_batch, resolve_batch_step, skip_member
 from .children import ON_PARENT_CANCEL, cancel_children, repair_children
-from .claims import Claim, claim, claim_step, hand_back, heartbeat, log_ignored, next_due, recover_lost
+from .claims import (
+    NOT_KNOWN,
+    Claim,
+    Claimed,
+    claim,
+    claim_step,
+    hand_back,
+    heartbeat,
+    log_ignored,
+    next_due,
+    recover_lost,
+)
 from .commit import Finished, finish_many
 from .controls import cancel, pause, resume, skip_step
 from .locking import (
@@ -58,10 +69,12 @@ __all__ = [
     "CHANNEL",
     "HANDED_BACK",
     "LOST",
+    "NOT_KNOWN",
     "SYSTEM",
     "TESTING_WORKER",
     "ON_PARENT_CANCEL",
     "Claim",
+    "Claimed",
     "Finished",
     "Prepared",
     "WaitFailed",

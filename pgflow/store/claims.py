@@ -246,7 +246,9 @@ SELECT """
 # This statement is CLAIM_SQL's ungated part alone, which then claims exactly what CLAIM_SQL
 # would (its pool is empty); it claims nothing when gated attempts are scheduled in the open
 # queues (the probe reads pgflow_step_gated) and says so in its first column, and the caller
-# then claims with CLAIM_SQL. Its rows: that flag, then the claimed columns (NULL when none).
+# then claims with CLAIM_SQL. Its rows: that flag, when the earliest attempt it leaves
+# scheduled comes due (NULL: none is; the worker's wait needs no query of its own), then the
+# claimed columns (NULL when none).
 UNGATED_CLAIM_SQL = (
     """
 WITH open_queues AS (
@@ -279,10 +281,16 @@ WITH open_queues AS (
     FROM due WHERE s.id = due.id
     RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
               s.waiting_since, s.queue, s.throttled_until
+), later AS (
+    SELECT min(first.scheduled_at) AS next_due
+    FROM open_queues AS q,
+    LATERAL (SELECT scheduled_at FROM pgflow_step
+             WHERE status = 'scheduled' AND queue = q.name AND id NOT IN (SELECT id FROM due)
+             ORDER BY timezone('UTC', scheduled_at) LIMIT 1) AS first
 )
-SELECT probe.gated, """
+SELECT probe.gated, later.next_due, """
     + _CLAIMED
-    + """ FROM probe LEFT JOIN (claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id) ON true
+    + """ FROM probe CROSS JOIN later LEFT JOIN (claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id) ON true
 """
 )
 
@@ -331,10 +339,23 @@ def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
     return claims
 
 
-def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = None) -> list[Claim]:
+class Claimed(list[Claim]):
+    """What a claim took, and when the earliest attempt it left scheduled on its queues comes
+    due: ``next_due`` is None when none is scheduled, ``NOT_KNOWN`` when the claim cannot tell
+    (ask ``next_due()``)."""
+
+    def __init__(self, claims: list[Claim], next_due: datetime | None | object) -> None:
+        super().__init__(claims)
+        self.next_due = next_due
+
+
+NOT_KNOWN = object()
+
+
+def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = None) -> Claimed:
     """Take up to ``limit`` due attempts in one statement (``FOR UPDATE SKIP LOCKED``)."""
     if limit <= 0:
-        return []
+        return Claimed([], NOT_KNOWN)
     at = at or now()
     lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
     params: dict[str, Any] = {"queues": queues, "now": at, "limit": limit, "worker": worker, "lease_until": lease_until}
@@ -349,10 +370,10 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
             prepared.execute(UNGATED_CLAIM_SQL, params, prepare=True)
             rows = prepared.fetchall()
         if not rows[0][0]:  # no gated attempt scheduled: this was the whole claim
-            return _claims([row[1:] for row in rows if row[1] is not None])
+            return Claimed(_claims([row[2:] for row in rows if row[2] is not None]), rows[0][1])
         cursor.execute(CLAIM_SQL, params)
         rows = cursor.fetchall()
-    return _claims(rows)
+    return Claimed(_claims(rows), NOT_KNOWN)
 
 
 # The claiming connection's session, set once per connection (the worker's claim loop has its

@@ -97,8 +97,9 @@ def test_first_step_wait_is_honoured():
     run = wf.Delayed.start()
     step = run.steps.get()
     assert step.scheduled_at >= before + timedelta(seconds=3600)
-    # not due: a claim takes nothing
-    assert store.claim(worker="t", queues=["workflows"], limit=10) == []
+    # not due: a claim takes nothing, and says when it comes due (the worker's wait)
+    claimed = store.claim(worker="t", queues=["workflows"], limit=10)
+    assert claimed == [] and claimed.next_due == step.scheduled_at
     run = run_workflow(run, skip_waits=False)
     assert run.status == "running"
     assert run_workflow(run).status == "finished"
@@ -280,3 +281,15 @@ def test_a_step_reached_while_paused_keeps_its_wait_on_resume():
     run.resume()
     later = run.steps.get(step_name="later")
     assert later.scheduled_at >= before + timedelta(minutes=59)
+
+
+def test_a_claim_says_when_the_attempts_it_left_come_due():
+    first, second = wf.ThreeSteps.start(), wf.ThreeSteps.start()
+    delayed = wf.Delayed.start().steps.get()
+    claimed = store.claim(worker="t", queues=["workflows"], limit=1)
+    assert [c.run_id for c in claimed] == [first.pk]
+    assert claimed.next_due == second.steps.get().scheduled_at  # due now: the worker claims again at once
+    claimed = store.claim(worker="t", queues=["workflows"], limit=5)
+    assert [c.run_id for c in claimed] == [second.pk]
+    assert claimed.next_due == delayed.scheduled_at  # not the one it just took
+    assert store.claim(worker="t", queues=["mail"], limit=5).next_due is None  # nothing scheduled there
