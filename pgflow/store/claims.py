@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 from django.db import connection, transaction
 
 from ..conf import pgflow_settings
@@ -18,6 +17,7 @@ from ..core.events import EventKind
 from ..core.flow import HANDED_BACK, LOST
 from ..core.states import RunStatus, StepStatus
 from ..models import Step, WorkflowRun
+from .cursors import hot_cursor
 from .locking import event, locked, now
 from .scheduling import reschedule_same
 from .transitions import close_attempt, pause_run
@@ -361,12 +361,12 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
     params: dict[str, Any] = {"queues": queues, "now": at, "limit": limit, "worker": worker, "lease_until": lease_until}
     # One statement is its own transaction: no BEGIN and COMMIT round trips around it.
     with connection.cursor() as cursor:
-        raw = _claim_session(cursor)
+        _claim_session(cursor)
         # The ungated claim is a prepared statement with one generic plan: planning it cost
         # more than running it (~0.5 ms of ~0.8 ms a claim, three times that on an idle
         # machine, on every start's path). Its plan does not depend on the values: each
         # queue's scan follows the claim index whatever the time and the limit.
-        with psycopg.Cursor(raw) as prepared:
+        with hot_cursor() as prepared:
             prepared.execute(UNGATED_CLAIM_SQL, params, prepare=True)
             rows = prepared.fetchall()
         if not rows[0][0]:  # no gated attempt scheduled: this was the whole claim
@@ -386,25 +386,19 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
 # - JIT is off: the planner cannot know how few gated groups and places there are, estimates
 #   the claim's window functions over a million rows and JIT-compiles it, 1.4 s a claim
 #   instead of under 1 ms (benchmarks/RESULTS.md, flow control);
-# - prepared statements use their generic plan, and psycopg prepares only what asks for it
-#   (``prepare=True``, the ungated claim): Django leaves preparing off, and the gated claim,
-#   whose plan does depend on the values, keeps being planned each time.
+# - prepared statements use their generic plan (the ungated claim's, see claim()); the gated
+#   claim, whose plan does depend on the values, is not prepared and is planned each time.
 _CLAIM_SESSION: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def _claim_session(cursor: Any) -> psycopg.Connection[Any]:
+def _claim_session(cursor: Any) -> None:
     raw = connection.connection
     assert raw is not None  # the cursor connected
     if raw not in _CLAIM_SESSION:
         cursor.execute("SET synchronous_commit = off")
         cursor.execute("SET jit = off")
         cursor.execute("SET plan_cache_mode = force_generic_plan")
-        raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED
         _CLAIM_SESSION.add(raw)
-    return raw
-
-
-PREPARE_ONLY_WHEN_ASKED = 2**31  # psycopg prepares a statement after this many runs, or when asked
 
 
 # The earliest scheduled attempt of each queue (one probe each of pgflow_step_due), then the

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from ..core.events import EventKind
 from ..core.flow import COMPLETE, Outcome
@@ -19,6 +19,7 @@ from ..exceptions import StepNotFound, WorkflowNotFound
 from ..models import Step, WorkflowRun
 from ..registry import resolve
 from .claims import Claim, log_ignored
+from .cursors import hot_cursor
 from .locking import CHANNEL, now
 from .scheduling import WaitFailed, delay_of, outputs_of
 from .transitions import apply
@@ -54,16 +55,19 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
     """
     at = at or now()
     applied: list[bool | None] = [False] * len(items)
-    with transaction.atomic(), connection.cursor() as cursor:
+    # Its statements are prepared (each runs on every batch) on psycopg's own cursor: Django's
+    # would quote the batch's arrays into the SQL text element by element (store/cursors.py).
+    with transaction.atomic(), hot_cursor() as cursor:
         cursor.execute(
             "SELECT id, status, workflow_class, definition_digest FROM pgflow_run WHERE id = ANY(%s) "
             "ORDER BY id FOR UPDATE SKIP LOCKED",
             [sorted({item.claim.run_id for item in items})],
+            prepare=True,
         )
         runs = {row[0]: (row[1], row[2], row[3]) for row in cursor.fetchall()}
         missing = sorted({item.claim.run_id for item in items} - runs.keys())
         if missing:  # locked elsewhere, or deleted (retention): only the first come back later
-            cursor.execute("SELECT id FROM pgflow_run WHERE id = ANY(%s)", [missing])
+            cursor.execute("SELECT id FROM pgflow_run WHERE id = ANY(%s)", [missing], prepare=True)
             busy = {row[0] for row in cursor.fetchall()}
         else:
             busy = set()
@@ -71,6 +75,7 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
             "SELECT id, claim_token FROM pgflow_step WHERE id = ANY(%s) AND status = 'in_progress' "
             "ORDER BY id FOR UPDATE",
             [sorted(item.claim.step_id for item in items if item.claim.run_id in runs)],
+            prepare=True,
         )
         tokens = dict(cursor.fetchall())
         plain, other = [], []
@@ -257,8 +262,10 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
         if due <= at:
             due_queues.add(queue)
     if closing:
-        cursor.execute(_CLOSE_COMPLETED, {"at": at, "ids": closing, "outputs": outputs})
-        cursor.execute(_ADVANCE, {"at": at, "channel": CHANNEL, "due_queues": sorted(due_queues), **advance})
+        cursor.execute(_CLOSE_COMPLETED, {"at": at, "ids": closing, "outputs": outputs}, prepare=True)
+        cursor.execute(
+            _ADVANCE, {"at": at, "channel": CHANNEL, "due_queues": sorted(due_queues), **advance}, prepare=True
+        )
     for item in fallback:
         apply(
             WorkflowRun.objects.get(pk=item.claim.run_id),

@@ -1,0 +1,43 @@
+"""Cursors for the worker's hot statements (the claim, the group commit), on the same
+connection and transaction as Django's but without its client-side binding.
+
+Django's psycopg cursors quote every parameter into the SQL text in Python (a batch's arrays
+element by element) and parse every timestamptz with a Python loader (~4.5 µs each; a
+claimed row has nine). These cursors send the parameters apart (server-side binding, which
+also lets a statement be prepared once and run on its plan) and read timestamptz with
+psycopg's own C loader (~0.6 µs), which gives the same aware datetimes when Django runs with
+``USE_TZ`` (its loader only swaps the tzinfo of the same instant).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.db import connection
+
+_TIMESTAMPTZ = psycopg.adapters.types["timestamptz"].oid
+_C_LOADER = psycopg.adapters.get_loader(_TIMESTAMPTZ, psycopg.pq.Format.TEXT)
+
+
+# psycopg prepares a statement after this many runs, or when asked (``prepare=True``): Django
+# turns preparing off, and only the hot statements ask.
+PREPARE_ONLY_WHEN_ASKED = 2**31
+
+
+@contextmanager
+def hot_cursor() -> Iterator[psycopg.Cursor[Any]]:
+    """A psycopg cursor on Django's connection for this thread (connected if need be); its
+    errors are Django's, as those of Django's own cursors."""
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+        if settings.USE_TZ and _C_LOADER is not None:
+            cursor.adapters.register_loader(_TIMESTAMPTZ, _C_LOADER)
+        yield cursor
