@@ -240,6 +240,10 @@ SELECT """
 )
 
 
+# It runs prepared, on a generic plan, which cannot know how few rows the claim takes: the
+# claimed rows reach the steps and the runs through their primary keys (an array, a LATERAL
+# probe), which no estimate can turn into a scan of either table.
+#
 # The claim while no gated attempt is scheduled in the queues, which is most of the time for
 # most projects: CLAIM_SQL's gate logic costs ~2 ms of planning a claim even with no gate
 # (benchmarks/claim_cost.py), 4x the rest of the claim, and every start waits for a claim.
@@ -278,7 +282,7 @@ WITH open_queues AS (
     UPDATE pgflow_step AS s
     SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
         lease_expires_at = %(lease_until)s, throttled_until = NULL
-    FROM due WHERE s.id = due.id
+    WHERE s.id = ANY (ARRAY(SELECT id FROM due))
     RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
               s.waiting_since, s.queue, s.throttled_until
 ), later AS (
@@ -290,7 +294,9 @@ WITH open_queues AS (
 )
 SELECT probe.gated, later.next_due, """
     + _CLAIMED
-    + """ FROM probe CROSS JOIN later LEFT JOIN (claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id) ON true
+    + """ FROM probe CROSS JOIN later LEFT JOIN (
+    claimed AS s CROSS JOIN LATERAL (SELECT * FROM pgflow_run WHERE id = s.run_id LIMIT 1) AS r
+) ON true
 """
 )
 
