@@ -33,7 +33,7 @@ from ..evaluation import is_async
 from ..registry import registered
 from ..store import Claim
 from . import presence, sweep
-from .committer import MAX_BATCH, Committer
+from .committer import COMMITTERS, MAX_BATCH, Committer
 from .loop import EventLoop
 from .runner import Result, Runner
 from .wake import Wake
@@ -261,13 +261,13 @@ class Worker:
 
     def _free(self) -> int:
         """Slots for new claims: bodies running take one each (a thread, or an async slot),
-        and attempts whose outcome waits for the group commit are bounded by one more batch."""
+        and attempts whose outcome waits for the group commit are bounded by a batch per committer."""
         with self._running_lock:
             threads = self.concurrency - len(self._bodies)
             awaiting = self.async_concurrency - len(self._awaiting)
             if not (self._claiming_async or self._awaiting):
                 awaiting = min(awaiting, 1 if self._may_claim_async else 0)
-            held = self.concurrency + len(self._awaiting) + MAX_BATCH - len(self._running)
+            held = self.concurrency + len(self._awaiting) + COMMITTERS * MAX_BATCH - len(self._running)
             return max(0, min(max(threads, 0) + awaiting, held))
 
     def _claim_and_submit(self, pool: ThreadPoolExecutor) -> int:
