@@ -427,8 +427,12 @@ class StepList:
         names, kinds and order count: a body or an option edit keeps the digest. Compact
         ASCII JSON keeps it the same on every Python version and process.
         """
-        payload = json.dumps([[d.name, d.kind] for d in self.steps], separators=(",", ":"))
-        return hashlib.sha256(payload.encode("ascii")).hexdigest()
+        digest: str | None = self.__dict__.get("_digest")
+        if digest is None:  # the list never changes: worked out once (the group commit asks per attempt)
+            payload = json.dumps([[d.name, d.kind] for d in self.steps], separators=(",", ":"))
+            digest = hashlib.sha256(payload.encode("ascii")).hexdigest()
+            object.__setattr__(self, "_digest", digest)
+        return digest
 
 
 # One rule for queue names everywhere: declarations, settings and ``pgflow_worker --queues``

@@ -46,6 +46,7 @@ _RUN_COLUMNS = (
     "finished_at",
     "paused_reason",
     "traceparent",
+    "parent_id",
 )
 # The attempt's own timestamps, for its trace span and metrics (pgflow.observability).
 _STEP_COLUMNS = ("created_at", "scheduled_at", "waiting_since", "queue", "throttled_until")

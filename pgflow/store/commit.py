@@ -59,25 +59,25 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
     # would quote the batch's arrays into the SQL text element by element (store/cursors.py).
     with transaction.atomic(), hot_cursor() as cursor:
         cursor.execute(
-            "SELECT id, status, workflow_class, definition_digest FROM pgflow_run WHERE id = ANY(%s) "
-            "ORDER BY id FOR UPDATE SKIP LOCKED",
-            [sorted({item.claim.run_id for item in items})],
+            _LOCK,
+            {
+                "runs": sorted({item.claim.run_id for item in items}),
+                "steps": sorted({item.claim.step_id for item in items}),
+            },
             prepare=True,
         )
-        runs = {row[0]: (row[1], row[2], row[3]) for row in cursor.fetchall()}
+        runs, tokens = {}, {}
+        for kind, row_id, status, workflow_class, digest, token in cursor.fetchall():
+            if kind == "run":
+                runs[row_id] = (status, workflow_class, digest)
+            else:
+                tokens[row_id] = token
         missing = sorted({item.claim.run_id for item in items} - runs.keys())
         if missing:  # locked elsewhere, or deleted (retention): only the first come back later
             cursor.execute("SELECT id FROM pgflow_run WHERE id = ANY(%s)", [missing], prepare=True)
             busy = {row[0] for row in cursor.fetchall()}
         else:
             busy = set()
-        cursor.execute(
-            "SELECT id, claim_token FROM pgflow_step WHERE id = ANY(%s) AND status = 'in_progress' "
-            "ORDER BY id FOR UPDATE",
-            [sorted(item.claim.step_id for item in items if item.claim.run_id in runs)],
-            prepare=True,
-        )
-        tokens = dict(cursor.fetchall())
         plain, other = [], []
         for index, item in enumerate(items):
             run = runs.get(item.claim.run_id)
@@ -111,6 +111,24 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
             step_row = Step.objects.get(pk=item.claim.step_id)
             apply(run_row, step_row, item.outcome, at=at, output=item.output, error=item.error)
     return applied
+
+
+# The batch's runs that can be locked now (SKIP LOCKED), then the open attempts of those runs
+# among the batch's, locked too, for their claim tokens: one round trip. The runs are locked
+# first (the steps' scan needs all of them), as every transition locks a run before its steps.
+_LOCK = """
+WITH runs AS (
+    SELECT id, status, workflow_class, definition_digest FROM pgflow_run
+    WHERE id = ANY(%(runs)s::bigint[]) ORDER BY id FOR UPDATE SKIP LOCKED
+), steps AS (
+    SELECT id, claim_token FROM pgflow_step
+    WHERE id = ANY(%(steps)s::bigint[]) AND status = 'in_progress' AND run_id IN (SELECT id FROM runs)
+    ORDER BY id FOR UPDATE
+)
+SELECT 'run', id, status, workflow_class, definition_digest, NULL::uuid FROM runs
+UNION ALL
+SELECT 'step', id, NULL, NULL, NULL, claim_token FROM steps
+"""
 
 
 def _digest(workflow_class: str) -> str | None:
@@ -167,12 +185,13 @@ def _outputs_with(item: Finished) -> Callable[[], dict[str, Any]]:
 
 
 def _children_finishing(done: list[tuple[Finished, str]]) -> set[int]:
-    """The child runs (``batch.add_run``) among ``done`` whose step was their class's last:
-    one query, and only when some run is finishing."""
-    last = [item.claim.run_id for item, path in done if _is_last(path, item.claim.step_name)]
-    if not last:
-        return set()
-    return set(WorkflowRun.objects.filter(pk__in=last, parent__isnull=False).values_list("pk", flat=True))
+    """The child runs (``batch.add_run``) among ``done`` whose step was their class's last,
+    from the run columns the claim read (a query only for claims made without them)."""
+    last = [item.claim for item, path in done if _is_last(path, item.claim.step_name)]
+    if all("parent_id" in claim.run_fields for claim in last):  # as claimed: no query
+        return {claim.run_id for claim in last if claim.run_fields["parent_id"] is not None}
+    runs = [claim.run_id for claim in last]
+    return set(WorkflowRun.objects.filter(pk__in=runs, parent__isnull=False).values_list("pk", flat=True))
 
 
 def _is_last(workflow_class: str, step_name: str) -> bool:
@@ -262,10 +281,12 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
         if due <= at:
             due_queues.add(queue)
     if closing:
-        cursor.execute(_CLOSE_COMPLETED, {"at": at, "ids": closing, "outputs": outputs}, prepare=True)
-        cursor.execute(
-            _ADVANCE, {"at": at, "channel": CHANNEL, "due_queues": sorted(due_queues), **advance}, prepare=True
-        )
+        # Both in one round trip (psycopg's pipeline): the server runs them in order.
+        with cursor.connection.pipeline():
+            cursor.execute(_CLOSE_COMPLETED, {"at": at, "ids": closing, "outputs": outputs}, prepare=True)
+            cursor.execute(
+                _ADVANCE, {"at": at, "channel": CHANNEL, "due_queues": sorted(due_queues), **advance}, prepare=True
+            )
     for item in fallback:
         apply(
             WorkflowRun.objects.get(pk=item.claim.run_id),
