@@ -3,7 +3,6 @@ a handful of set-based statements."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from psycopg.types.json import Jsonb
 
 from ..core.events import EventKind
 from ..core.flow import COMPLETE, Outcome
@@ -139,12 +139,15 @@ def _digest(workflow_class: str) -> str | None:
         return None
 
 
+# A batch's rows travel as jsonb (one parameter each, dumped by the json module's C encoder):
+# psycopg dumps a list parameter element by element in Python, which cost more than the
+# statements themselves. The updated rows are found by primary key (an array), and their new
+# values looked up by id in a JSON object: no join a planner could turn into a table scan.
 _CLOSE_COMPLETED = """
 UPDATE pgflow_step AS s
 SET status = 'completed', outcome = 'completed', finished_at = GREATEST(%(at)s, s.started_at), claim_token = NULL,
-    lease_expires_at = NULL, output = v.output::jsonb
-FROM unnest(%(ids)s::bigint[], %(outputs)s::text[]) AS v(id, output)
-WHERE s.id = v.id
+    lease_expires_at = NULL, output = %(outputs)s -> s.id::text
+WHERE s.id = ANY(%(ids)s::bigint[])
 """
 # The rest of a batch's common case in one statement (one round trip): the next attempts,
 # the events, the runs moved on, and a NOTIFY per queue with a step due now. The attempts
@@ -155,23 +158,21 @@ WITH next_steps AS (
     INSERT INTO pgflow_step (run_id, step_name, attempt, status, outcome, queue, priority, created_at, scheduled_at,
                              worker)
     SELECT v.run_id, v.step_name, 1, 'scheduled', '', v.queue, v.priority, %(at)s, v.due, ''
-    FROM unnest(%(step_runs)s::bigint[], %(step_names)s::text[], %(step_queues)s::text[],
-                %(step_priorities)s::int[], %(step_due)s::timestamptz[]) AS v(run_id, step_name, queue, priority, due)
+    FROM jsonb_to_recordset(%(steps)s) AS v(run_id bigint, step_name text, queue text, priority int,
+                                                   due timestamptz)
     RETURNING 1
 ), events AS (
     INSERT INTO pgflow_event (run_id, step_id, event, actor, details, created_at)
     SELECT v.run_id, v.step_id, v.event, 'system', '{}'::jsonb, %(at)s
-    FROM unnest(%(event_runs)s::bigint[], %(event_steps)s::bigint[], %(events)s::text[]) WITH ORDINALITY
-         AS v(run_id, step_id, event)
-    ORDER BY ordinality
+    FROM jsonb_to_recordset(%(events)s) AS v(n int, run_id bigint, step_id bigint, event text)
+    ORDER BY v.n
     RETURNING 1
 ), moved AS (
     UPDATE pgflow_run AS r
-    SET status = v.status, current_step = v.current_step, finished_at = v.finished_at, updated_at = %(at)s,
-        paused_reason = ''
-    FROM unnest(%(run_ids)s::bigint[], %(run_statuses)s::text[], %(run_current)s::text[],
-                %(run_finished)s::timestamptz[]) AS v(id, status, current_step, finished_at)
-    WHERE r.id = v.id
+    SET status = %(moves)s -> r.id::text ->> 'status', current_step = %(moves)s -> r.id::text ->> 'current_step',
+        finished_at = CASE WHEN %(moves)s -> r.id::text ->> 'status' = 'finished' THEN %(at)s END,
+        updated_at = %(at)s, paused_reason = ''
+    WHERE r.id = ANY(%(run_ids)s::bigint[])
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM next_steps), (SELECT count(*) FROM events), (SELECT count(*) FROM moved),
@@ -202,11 +203,6 @@ def _is_last(workflow_class: str, step_name: str) -> bool:
     return bool(names) and names[-1] == step_name
 
 
-def _add(columns: dict[str, list[Any]], **values: Any) -> None:
-    for name, value in values.items():
-        columns[name].append(value)
-
-
 def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetime) -> None:
     """Close completed attempts and move their runs on: two statements for all of them.
 
@@ -214,26 +210,13 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
     whose next step cannot be worked out (its class or step is gone) goes through
     ``apply`` instead, which pauses it with the reason.
     """
-    # _ADVANCE's array parameters, one list each, filled together per attempt
-    advance: dict[str, list[Any]] = {
-        name: []
-        for name in (
-            "step_runs",
-            "step_names",
-            "step_queues",
-            "step_priorities",
-            "step_due",
-            "event_runs",
-            "event_steps",
-            "events",
-            "run_ids",
-            "run_statuses",
-            "run_current",
-            "run_finished",
-        )
-    }
+    steps: list[dict[str, Any]] = []  # the next attempts
+    events: list[dict[str, Any]] = []
+    moves: dict[str, dict[str, Any]] = {}  # by run id: the run's new status and current step
+    outputs: dict[str, Any] = {}  # by attempt id: what its body returned (None: no key)
+    closing: list[int] = []
     due_queues: set[str] = set()
-    closing, outputs, fallback = [], [], []
+    fallback = []
     # A child run that ends counts its member in its parent's batch: that goes through apply.
     children = _children_finishing(done)
     for item, workflow_class in done:
@@ -257,35 +240,45 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
             fallback.append(item)  # its gates' keys are worked out by schedule_attempt
             continue
         closing.append(claim.step_id)
-        outputs.append(None if item.output is None else json.dumps(item.output))
-        _add(advance, event_runs=claim.run_id, event_steps=claim.step_id, events=EventKind.STEP_COMPLETED.value)
-        if nxt is None:
-            _add(
-                advance, run_ids=claim.run_id, run_statuses=RunStatus.FINISHED.value, run_current=None, run_finished=at
-            )
-            _add(advance, event_runs=claim.run_id, event_steps=None, events=EventKind.FINISHED.value)
-            continue
-        due = at + timedelta(seconds=delay) if delay else at
-        queue = workflow.queue_for(nxt.name)
-        _add(
-            advance,
-            step_runs=claim.run_id,
-            step_names=nxt.name,
-            step_queues=queue,
-            step_priorities=workflow.priority_for(nxt.name),
-            step_due=due,
+        if item.output is not None:
+            outputs[str(claim.step_id)] = item.output
+        events.append(
+            {"n": len(events), "run_id": claim.run_id, "step_id": claim.step_id, "event": EventKind.STEP_COMPLETED}
         )
-        _add(
-            advance, run_ids=claim.run_id, run_statuses=RunStatus.RUNNING.value, run_current=nxt.name, run_finished=None
+        if nxt is None:
+            moves[str(claim.run_id)] = {"status": RunStatus.FINISHED, "current_step": None}
+            events.append({"n": len(events), "run_id": claim.run_id, "step_id": None, "event": EventKind.FINISHED})
+            continue
+        queue = workflow.queue_for(nxt.name)
+        due = at + timedelta(seconds=delay) if delay else at
+        steps.append(
+            {
+                "run_id": claim.run_id,
+                "step_name": nxt.name,
+                "queue": queue,
+                "priority": workflow.priority_for(nxt.name),
+                "due": due.isoformat(),
+            }
         )
         if due <= at:
             due_queues.add(queue)
+        moves[str(claim.run_id)] = {"status": RunStatus.RUNNING, "current_step": nxt.name}
     if closing:
         # Both in one round trip (psycopg's pipeline): the server runs them in order.
         with cursor.connection.pipeline():
-            cursor.execute(_CLOSE_COMPLETED, {"at": at, "ids": closing, "outputs": outputs}, prepare=True)
+            cursor.execute(_CLOSE_COMPLETED, {"at": at, "ids": closing, "outputs": Jsonb(outputs)}, prepare=True)
             cursor.execute(
-                _ADVANCE, {"at": at, "channel": CHANNEL, "due_queues": sorted(due_queues), **advance}, prepare=True
+                _ADVANCE,
+                {
+                    "at": at,
+                    "steps": Jsonb(steps),
+                    "events": Jsonb(events),
+                    "moves": Jsonb(moves),
+                    "run_ids": [int(run_id) for run_id in moves],
+                    "channel": CHANNEL,
+                    "due_queues": sorted(due_queues),
+                },
+                prepare=True,
             )
     for item in fallback:
         apply(
