@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks.peers.common import ROOT, System, Workers, main, versions, wait_until
 
-CONCURRENCY = int(os.environ.get("BENCH_PGFLOW_CONCURRENCY", "8"))
+CONCURRENCY = int(os.environ.get("BENCH_PGFLOW_CONCURRENCY", "32"))
 
 
 class Pgflow(System):

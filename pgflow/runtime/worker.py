@@ -1,4 +1,4 @@
-"""The worker: claim due attempts, run them in a thread pool (``async def`` bodies on an
+"""The worker: claim due attempts, run them in step threads (``async def`` bodies on an
 event loop beside it), heartbeat, sweep, shut down.
 
 Life cycle: start the heartbeat, sweep and schedule threads → claim and run until stopped
@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from datetime import datetime
 from types import FrameType
 from typing import Any
@@ -36,6 +36,7 @@ from . import presence, sweep
 from .committer import COMMITTERS, MAX_BATCH, Committer
 from .loop import EventLoop
 from .runner import Result, Runner
+from .slots import Slots
 from .wake import Wake
 
 logger = logging.getLogger("pgflow")
@@ -124,7 +125,7 @@ class Worker:
         self._register()
         self.committer = Committer()
         self.runner = Runner(finish=self.committer.submit, finish_later=self.committer.submit_later)
-        pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pgflow-step")
+        pool: Slots[Claim, Result] = Slots(self.concurrency, self._execute, self._finished)
         self.loop = EventLoop()
         threads = [
             threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True),
@@ -199,7 +200,7 @@ class Worker:
 
     # --- the claim loop -------------------------------------------------------------------
 
-    def _loop(self, pool: ThreadPoolExecutor) -> None:
+    def _loop(self, pool: Slots[Claim, Result]) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
             try:
@@ -270,7 +271,7 @@ class Worker:
             held = self.concurrency + len(self._awaiting) + COMMITTERS * MAX_BATCH - len(self._running)
             return max(0, min(max(threads, 0) + awaiting, held))
 
-    def _claim_and_submit(self, pool: ThreadPoolExecutor) -> int:
+    def _claim_and_submit(self, pool: Slots[Claim, Result]) -> int:
         free = self._free()
         self._next_due = store.NOT_KNOWN
         if free <= 0:
@@ -286,18 +287,17 @@ class Worker:
             with self._running_lock:
                 self._running[held.token] = held
                 (self._awaiting if is_async else self._bodies).add(held.token)
-            future: Future[Result]
             if is_async:
                 future = self.loop.submit(self._execute_async(held))
+                future.add_done_callback(functools.partial(self._done, held))
             else:
-                future = pool.submit(self._execute, held)
-            future.add_done_callback(functools.partial(self._done, held))
+                pool.submit(held)
         if claims:
             self._claiming_async = found_async
         return len(claims)
 
     def _execute(self, held: Claim) -> Result:
-        # Each pool thread keeps its own connection across steps; one that failed is closed
+        # Each step thread keeps its own connection across steps; one that failed is closed
         # so the thread's next step reconnects (after a database restart, say).
         try:
             return observability.attempt(held, worker=self.name, execute=self.runner.execute)
@@ -309,9 +309,11 @@ class Worker:
         return await observability.attempt_async(held, worker=self.name, execute=self.runner.execute_async)
 
     def _done(self, held: Claim, future: Future[Result]) -> None:
-        """The body is over: its slot is free; the attempt stays held until its commit answered."""
         exc = future.exception()
-        result = None if exc is not None else future.result()
+        self._finished(held, None if exc is not None else future.result(), exc)
+
+    def _finished(self, held: Claim, result: Result | None, exc: BaseException | None) -> None:
+        """The body is over: its slot is free; the attempt stays held until its commit answered."""
         with self._running_lock:
             self._bodies.discard(held.token)
             self._awaiting.discard(held.token)
@@ -463,7 +465,7 @@ class Worker:
 
     # --- shutdown -------------------------------------------------------------------------
 
-    def _drain(self, pool: ThreadPoolExecutor) -> int:
+    def _drain(self, pool: Slots[Claim, Result]) -> int:
         """Let running bodies finish within the grace period, then hand the rest back."""
         deadline = time.monotonic() + pgflow_settings.seconds("SHUTDOWN_GRACE")
         while self._running and time.monotonic() < deadline:
@@ -477,7 +479,7 @@ class Worker:
                 handed = store.hand_back(left)
             except (DatabaseError, psycopg.Error) as exc:
                 logger.error("could not hand back %d attempts (their leases will expire): %s", len(left), exc)
-        pool.shutdown(wait=not left, cancel_futures=True)
+        pool.shutdown(wait=not left)
         if left:
             # Bodies still running in threads cannot be stopped; their attempts are handed
             # back, so the process exits without waiting for them.
