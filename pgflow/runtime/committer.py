@@ -7,11 +7,13 @@ once) and applies it with ``store.finish_many``. Under load that turns a transac
 step into a transaction per batch, and a lock, a token check and a write per row into a few
 set-based statements.
 
-Two threads commit, each on its own connection: a batch spends most of its ~10 ms waiting
-(six round trips, then the WAL flush of its commit), and one thread alone left the next
-batch waiting for all of it (a worker's steps/s were capped at about a batch's size per
-10 ms, with the machine half idle). Their batches never share a run: each locks its runs
-with SKIP LOCKED and hands back, for later, an outcome whose run the other holds.
+A busy worker commits from two threads, each on its own connection: a batch spends most of
+its ~10 ms waiting (round trips, then the WAL flush of its commit), and one thread alone left
+the next batch waiting for all of it (32 slots were capped near a batch per 10 ms with the
+machine half idle). With few slots (under ``TWO_COMMITTERS_FROM``) batches are small and a
+second thread only halves them, which cost 15-20% of steps/s at 4 and 8 slots: one commits.
+Two threads' batches never share a run: each locks its runs with SKIP LOCKED and hands back,
+for later, an outcome whose run the other holds.
 """
 
 from __future__ import annotations
@@ -33,16 +35,15 @@ from ..core.flow import PAUSE, Outcome
 logger = logging.getLogger("pgflow")
 
 MAX_BATCH = 64  # outcomes per transaction; bounds lock time and statement size
-COMMITTERS = 2  # threads applying batches at once
+TWO_COMMITTERS_FROM = 16  # slots (threads and async ones in use) from which two threads commit
 RETRY_LOCKED = 0.05  # seconds before trying again an outcome whose run another transaction holds
 
 
 class Committer:
-    def __init__(self) -> None:
+    def __init__(self, *, threads: int = 1) -> None:
         self._queue: queue.Queue[tuple[store.Finished, Future[bool]] | None] = queue.Queue()
         self._threads = [
-            threading.Thread(target=self._loop, name=f"pgflow-commit-{index}", daemon=True)
-            for index in range(COMMITTERS)
+            threading.Thread(target=self._loop, name=f"pgflow-commit-{index}", daemon=True) for index in range(threads)
         ]
         for thread in self._threads:
             thread.start()

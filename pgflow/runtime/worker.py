@@ -33,7 +33,7 @@ from ..evaluation import is_async
 from ..registry import registered
 from ..store import Claim
 from . import presence, sweep
-from .committer import COMMITTERS, MAX_BATCH, Committer
+from .committer import MAX_BATCH, TWO_COMMITTERS_FROM, Committer
 from .loop import EventLoop
 from .runner import Result, Runner
 from .slots import Slots
@@ -123,7 +123,8 @@ class Worker:
             extra={"action": "worker_start"},
         )
         self._register()
-        self.committer = Committer()
+        slots = self.concurrency + (self.async_concurrency if self._may_claim_async else 0)
+        self.committer = Committer(threads=2 if slots >= TWO_COMMITTERS_FROM else 1)
         self.runner = Runner(finish=self.committer.submit, finish_later=self.committer.submit_later)
         pool: Slots[Claim, Result] = Slots(self.concurrency, self._execute, self._finished)
         self.loop = EventLoop()
@@ -262,13 +263,13 @@ class Worker:
 
     def _free(self) -> int:
         """Slots for new claims: bodies running take one each (a thread, or an async slot),
-        and attempts whose outcome waits for the group commit are bounded by a batch per committer."""
+        and attempts whose outcome waits for the group commit are bounded by two batches."""
         with self._running_lock:
             threads = self.concurrency - len(self._bodies)
             awaiting = self.async_concurrency - len(self._awaiting)
             if not (self._claiming_async or self._awaiting):
                 awaiting = min(awaiting, 1 if self._may_claim_async else 0)
-            held = self.concurrency + len(self._awaiting) + COMMITTERS * MAX_BATCH - len(self._running)
+            held = self.concurrency + len(self._awaiting) + 2 * MAX_BATCH - len(self._running)
             return max(0, min(max(threads, 0) + awaiting, held))
 
     def _claim_and_submit(self, pool: Slots[Claim, Result]) -> int:

@@ -148,3 +148,33 @@ def test_a_batch_notifies_each_queue_with_a_step_due_now_once_and_no_queue_of_a_
         listener.close()
     assert payloads == ["workflows"]
     assert Step.objects.filter(run__in=due_now, step_name="two", status="scheduled").count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_committing_threads_apply_every_outcome_once():
+    """A busy worker's committer: two threads take batches off one queue at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pgflow.runtime.committer import Committer
+    from tests.invariants import assert_exactly_once
+
+    runs = [wf.ThreeSteps.start() for _ in range(120)]
+    held = list(claim_all().values())
+    held += store.claim(worker="t", queues=["workflows"], limit=100)  # claim_all takes 100 at most
+    assert len(held) == 120
+    committer = Committer(threads=2)
+    assert len(committer._threads) == 2
+    try:
+        # Submitted from eight threads at once, twice each (a completion and a crossing
+        # duplicate): each attempt's first outcome is applied, its second ignored.
+        items = [store.Finished(claim=c, outcome=Outcome(kind="complete"), output={"n": c.run_id}) for c in held]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            futures = list(pool.map(committer.submit_later, items + items))
+        results = [future.result(timeout=30) for future in futures]
+    finally:
+        committer.stop()
+    assert sum(results) == 120
+    for run in runs:
+        steps = list(Step.objects.filter(run=run).order_by("id").values_list("step_name", "status", "output"))
+        assert steps == [("one", "completed", {"n": run.pk}), ("two", "scheduled", None)]
+    assert_exactly_once([run.pk for run in runs])
