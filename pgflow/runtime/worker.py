@@ -143,14 +143,7 @@ class Worker:
             self.loop.stop()
             self.committer.stop()
             self._wake.close()
-            self._unregister()
-            logger.info(
-                "worker %s stopped: %d steps run, %d handed back",
-                self.name,
-                self.completed,
-                handed,
-                extra={"action": "worker_stop"},
-            )
+            self._stopped(handed)
             close_old_connections()
         return self.exit_code
 
@@ -178,6 +171,16 @@ class Worker:
                 " ".join(str(exc).split()),
                 extra={"action": "worker_unregister_failed"},
             )
+
+    def _stopped(self, handed: int) -> None:
+        self._unregister()
+        logger.info(
+            "worker %s stopped: %d steps run, %d handed back",
+            self.name,
+            self.completed,
+            handed,
+            extra={"action": "worker_stop"},
+        )
 
     def stop(self) -> None:
         self._stopping.set()
@@ -484,14 +487,7 @@ class Worker:
         if left:
             # Bodies still running in threads cannot be stopped; their attempts are handed
             # back, so the process exits without waiting for them.
-            self._unregister()
-            logger.info(
-                "worker %s stopped: %d steps run, %d handed back",
-                self.name,
-                self.completed,
-                handed,
-                extra={"action": "worker_stop"},
-            )
+            self._stopped(handed)
             logging.shutdown()
             os._exit(0)
         return handed

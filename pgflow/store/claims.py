@@ -58,16 +58,6 @@ _CLAIMED = (
 )
 _RETURNING = "RETURNING " + _CLAIMED
 
-# Each queue's due attempts in its own ordered scan of the claim index (LATERAL), merged
-# and cut to the limit. With ``queue = ANY(...)`` the claim index cannot give the order
-# across queues, so PostgreSQL would read and sort every due row of the queues: ~60 ms a
-# claim behind a backlog of 100,000 due attempts instead of ~2. Each scan stops at the
-# number due (counted, up to the limit, on pgflow_step_due): past the due rows of a
-# priority lie its delayed ones, and a scan asked for more than are due walks them all.
-# SKIP LOCKED sits in the per-queue scans; a candidate cut by the merge is unlocked when
-# the statement ends. The runs are joined to the claimed rows only: joined inside the
-# UPDATE, a planner working from stale statistics (a table just truncated or filled) drove
-# the claim from every run instead.
 # A gate's place in words of SQL, on a row ``k`` of pgflow_gate: the holders that may still
 # hold a place (an attempt not yet ended, a singleton's run still open; a row this statement
 # cannot see was claimed after its snapshot, so it holds too), a rate's starts inside the
@@ -93,6 +83,27 @@ _GATE_ROOM = """
     ) AS recent
 """
 _ROOM = "k.size - CASE WHEN k.name LIKE 'r:%%' THEN cardinality(recent.starts) ELSE cardinality(kept.holders) END"
+
+# Both claims' first parts: the queues not paused, and each one's due ungated attempts (see
+# CLAIM_SQL's comment below); ``{also}`` is a further condition on those attempts.
+_OPEN_QUEUES = """open_queues AS (
+    SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+    WHERE NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = q.name AND p.paused)
+)"""
+_CANDIDATES = """candidates AS (
+    SELECT c.id, c.priority, c.scheduled_at
+    FROM open_queues AS q,
+    LATERAL (
+        SELECT id, priority, scheduled_at FROM pgflow_step
+        WHERE status = 'scheduled' AND NOT gated AND queue = q.name AND scheduled_at <= %(now)s {also}
+        ORDER BY priority DESC, scheduled_at, id
+        LIMIT least(%(limit)s, (SELECT count(*) FROM (
+            SELECT 1 FROM pgflow_step WHERE status = 'scheduled' AND queue = q.name
+                AND timezone('UTC', scheduled_at) <= timezone('UTC', %(now)s::timestamptz)
+            ORDER BY timezone('UTC', scheduled_at) LIMIT %(limit)s) AS due_now))
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+)"""
 
 # The claim, one statement. Paused queues are left out first.
 #
@@ -122,23 +133,11 @@ _ROOM = "k.size - CASE WHEN k.name LIKE 'r:%%' THEN cardinality(recent.starts) E
 # it never overlapped what it replaced. It was throttled from its due time until then.
 CLAIM_SQL = (
     """
-WITH RECURSIVE open_queues AS (
-    SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
-    WHERE NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = q.name AND p.paused)
-), candidates AS (
-    SELECT c.id, c.priority, c.scheduled_at
-    FROM open_queues AS q,
-    LATERAL (
-        SELECT id, priority, scheduled_at FROM pgflow_step
-        WHERE status = 'scheduled' AND NOT gated AND queue = q.name AND scheduled_at <= %(now)s
-        ORDER BY priority DESC, scheduled_at, id
-        LIMIT least(%(limit)s, (SELECT count(*) FROM (
-            SELECT 1 FROM pgflow_step WHERE status = 'scheduled' AND queue = q.name
-                AND timezone('UTC', scheduled_at) <= timezone('UTC', %(now)s::timestamptz)
-            ORDER BY timezone('UTC', scheduled_at) LIMIT %(limit)s) AS due_now))
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-), groups(queue, gate, rate_gate) AS (
+WITH RECURSIVE """
+    + _OPEN_QUEUES
+    + ", "
+    + _CANDIDATES.format(also="")
+    + """, groups(queue, gate, rate_gate) AS (
     SELECT f.queue, f.gate, f.rate_gate FROM open_queues AS q,
     LATERAL (SELECT queue, gate, rate_gate FROM pgflow_step
              WHERE status = 'scheduled' AND gated AND queue = q.name
@@ -256,28 +255,15 @@ SELECT """
 # claimed columns (NULL when none).
 UNGATED_CLAIM_SQL = (
     """
-WITH open_queues AS (
-    SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
-    WHERE NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = q.name AND p.paused)
-), probe AS (
+WITH """
+    + _OPEN_QUEUES
+    + """, probe AS (
     SELECT EXISTS (SELECT 1 FROM open_queues AS q, LATERAL (
         SELECT 1 FROM pgflow_step WHERE status = 'scheduled' AND gated AND queue = q.name LIMIT 1) AS g
     ) AS gated
-), candidates AS (
-    SELECT c.id, c.priority, c.scheduled_at
-    FROM open_queues AS q,
-    LATERAL (
-        SELECT id, priority, scheduled_at FROM pgflow_step
-        WHERE status = 'scheduled' AND NOT gated AND queue = q.name AND scheduled_at <= %(now)s
-            AND NOT (SELECT gated FROM probe)
-        ORDER BY priority DESC, scheduled_at, id
-        LIMIT least(%(limit)s, (SELECT count(*) FROM (
-            SELECT 1 FROM pgflow_step WHERE status = 'scheduled' AND queue = q.name
-                AND timezone('UTC', scheduled_at) <= timezone('UTC', %(now)s::timestamptz)
-            ORDER BY timezone('UTC', scheduled_at) LIMIT %(limit)s) AS due_now))
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-), due AS (
+), """
+    + _CANDIDATES.format(also="AND NOT (SELECT gated FROM probe)")
+    + """, due AS (
     SELECT id FROM candidates ORDER BY priority DESC, scheduled_at, id LIMIT %(limit)s
 ), claimed AS (
     UPDATE pgflow_step AS s

@@ -180,6 +180,17 @@ def find_run(run_id: int) -> WorkflowRun:
     return run
 
 
+# What get_run tells of each attempt: the run page's columns, less the row's own ids and lease,
+# the error (as one "error" object) and the gates (as "held_by").
+ATTEMPT_FIELDS = tuple(
+    field
+    for field in runpage.STEP_FIELDS
+    if not field.startswith("error_")
+    and field
+    not in {"id", "lease_expires_at", "signal_id", "run_id", "gate", "gate_max", "rate_gate", "rate_limit", "rate_per"}
+)
+
+
 def get_run(run_id: int, *, now: datetime) -> dict[str, Any]:
     run = find_run(run_id)
     steps, total = runpage.latest_steps(run, runpage.STEP_FIELDS, limit=MAX_RUN_ATTEMPTS)
@@ -187,27 +198,7 @@ def get_run(run_id: int, *, now: datetime) -> dict[str, Any]:
     for step in runpage.mark_held(steps, now=now):
         attempts.append(
             {
-                **{
-                    key: step[key]
-                    for key in (
-                        "step_name",
-                        "attempt",
-                        "status",
-                        "outcome",
-                        "queue",
-                        "priority",
-                        "created_at",
-                        "scheduled_at",
-                        "started_at",
-                        "finished_at",
-                        "waiting_since",
-                        "deadline_at",
-                        "throttled_until",
-                        "worker",
-                        "output",
-                        "batch_id",
-                    )
-                },
+                **{key: step[key] for key in ATTEMPT_FIELDS},
                 "held_by": step.get("held_by", []),
                 "durations": timeline.durations(step, now=now),
                 "segments": timeline.segments(step, now=now),
