@@ -35,7 +35,7 @@ from ..core.flow import PAUSE, Outcome
 logger = logging.getLogger("pgflow")
 
 MAX_BATCH = 64  # outcomes per transaction; bounds lock time and statement size
-TWO_COMMITTERS_FROM = 16  # slots (threads and async ones in use) from which two threads commit
+TWO_COMMITTERS_FROM = 16  # step threads (--concurrency) from which two threads commit
 RETRY_LOCKED = 0.05  # seconds before trying again an outcome whose run another transaction holds
 
 

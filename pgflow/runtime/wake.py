@@ -16,6 +16,7 @@ import select
 class Wake:
     def __init__(self) -> None:
         self._set = False
+        self._closed = False
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
@@ -25,13 +26,15 @@ class Wake:
             self._set = True
             try:
                 os.write(self._write, b"\0")
-            except OSError:  # full: a wait sees it readable anyway; closed: the worker is gone
+            except BlockingIOError:  # the pipe is full: a wait sees it readable anyway
                 pass
 
     def is_set(self) -> bool:
         return self._set
 
     def clear(self) -> None:
+        if self._closed:
+            return
         # The flag first: a set() racing this drain leaves the flag up, which wait() reads first.
         self._set = False
         try:
@@ -50,5 +53,9 @@ class Wake:
         return bool(ready) or self._set
 
     def close(self) -> None:
+        """Close the pipe; the flag stays up, so a later set() (a signal at exit) writes
+        nothing to a file descriptor number that may belong to something else by then."""
+        self._set = True
+        self._closed = True
         os.close(self._read)
         os.close(self._write)

@@ -123,8 +123,7 @@ class Worker:
             extra={"action": "worker_start"},
         )
         self._register()
-        slots = self.concurrency + (self.async_concurrency if self._may_claim_async else 0)
-        self.committer = Committer(threads=2 if slots >= TWO_COMMITTERS_FROM else 1)
+        self.committer = Committer(threads=2 if self.concurrency >= TWO_COMMITTERS_FROM else 1)
         self.runner = Runner(finish=self.committer.submit, finish_later=self.committer.submit_later)
         pool: Slots[Claim, Result] = Slots(self.concurrency, self._execute, self._finished)
         self.loop = EventLoop()

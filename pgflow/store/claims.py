@@ -282,7 +282,9 @@ WITH """
 SELECT probe.gated, later.next_due, """
     + _CLAIMED
     + """ FROM probe CROSS JOIN later LEFT JOIN (
-    claimed AS s CROSS JOIN LATERAL (SELECT * FROM pgflow_run WHERE id = s.run_id LIMIT 1) AS r
+    claimed AS s CROSS JOIN LATERAL (SELECT """
+    + ", ".join(_RUN_COLUMNS)
+    + """ FROM pgflow_run WHERE id = s.run_id LIMIT 1) AS r
 ) ON true
 """
 )

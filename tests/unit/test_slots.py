@@ -1,0 +1,30 @@
+"""runtime/slots.py: the worker's step threads report each item's result or error once."""
+
+from __future__ import annotations
+
+import threading
+
+from pgflow.runtime.slots import Slots
+
+
+def test_each_item_is_reported_once_with_its_result_or_its_error():
+    reported: list[tuple[int, int | None, str | None]] = []
+    lock = threading.Lock()
+
+    def run(item: int) -> int:
+        if item % 5 == 0:
+            raise SystemExit(f"body {item} exited")  # a BaseException is reported, not lost
+        return item * 2
+
+    def done(item: int, result: int | None, exc: BaseException | None) -> None:
+        with lock:
+            reported.append((item, result, None if exc is None else str(exc)))
+
+    slots: Slots[int, int] = Slots(4, run, done, name="test-slot")
+    for item in range(1, 41):
+        slots.submit(item)
+    slots.shutdown(wait=True)  # each thread stops after the items queued before it
+    assert sorted(reported) == [
+        (item, None, f"body {item} exited") if item % 5 == 0 else (item, item * 2, None) for item in range(1, 41)
+    ]
+    assert not [t for t in threading.enumerate() if t.name.startswith("test-slot")]
