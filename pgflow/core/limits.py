@@ -124,6 +124,17 @@ class Gates:
     def any(self) -> bool:
         return bool(self.gate or self.rate_gate)
 
+    def columns(self) -> dict[str, Any]:
+        """The attempt row's flow-control columns (``Step``'s field names)."""
+        return {
+            "gated": self.any,
+            "gate": self.gate,
+            "gate_max": self.gate_max,
+            "rate_gate": self.rate_gate,
+            "rate_limit": self.rate_limit,
+            "rate_per": self.rate_per,
+        }
+
 
 NO_GATES = Gates()
 

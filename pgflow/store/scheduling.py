@@ -53,12 +53,7 @@ def schedule_attempt(
         created_at=at,
         scheduled_at=due,
         signal_id=signal_id,
-        gated=gates.any,
-        gate=gates.gate,
-        gate_max=gates.gate_max,
-        rate_gate=gates.rate_gate,
-        rate_limit=gates.rate_limit,
-        rate_per=gates.rate_per,
+        **gates.columns(),
     )
     run.current_step = definition.name
     run.updated_at = at

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from contextlib import nullcontext
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.contenttypes.models import ContentType
@@ -52,8 +51,20 @@ def start_run(
     path = workflow.workflow_path()
     at = now()
     first = workflow.steps().first()
+    run = WorkflowRun(
+        workflow_class=path,
+        input=payload,
+        key=key,
+        subject_type=subject_type,
+        subject_id=subject_id,
+        definition_digest=workflow.definition_digest(),
+        current_step=first.name if first is not None else None,
+        created_at=at,
+        updated_at=at,
+        parent=parent,
+    )  # its traceparent is set just before its insert, which also counts it (metrics)
     if key is None and workflow.singleton is None and first is not None and not (first.waits or first.limited):
-        return _start_plain(workflow, first, path, at, payload, subject_type, subject_id, parent)
+        return _start_plain(workflow, run, first)
     with transaction.atomic():
         if key is not None:
             existing = WorkflowRun.objects.filter(workflow_class=path, key=key).first()
@@ -63,26 +74,17 @@ def start_run(
         # statement saved here is a round trip off every start (and off its start latency).
         with transaction.atomic() if key is not None else nullcontext():
             try:
-                run = WorkflowRun.objects.create(
-                    workflow_class=path,
-                    input=payload,
-                    key=key,
-                    subject_type=subject_type,
-                    subject_id=subject_id,
-                    definition_digest=workflow.definition_digest(),
-                    current_step=first.name if first is not None else None,
-                    created_at=at,
-                    updated_at=at,
-                    traceparent=observability.run_starting(path),
-                    parent=parent,
-                )
+                run.traceparent = observability.run_starting(path)
+                run.save(force_insert=True)
             except IntegrityError:
                 if key is None:
                     raise
-                run = None
-            if run is not None and workflow.singleton is not None:
-                _take_singleton(workflow, run)
-        if run is None:
+                raced = True  # another start of the key committed first: its run, once out of the savepoint
+            else:
+                raced = False
+                if workflow.singleton is not None:
+                    _take_singleton(workflow, run)
+        if raced:
             return WorkflowRun.objects.get(workflow_class=path, key=key)
         details: dict[str, Any] = {"parent": parent.pk} if parent else {}
         event(run, EventKind.STARTED, at=at, workflow=path, key=key, **details)
@@ -94,33 +96,13 @@ def start_run(
     return run
 
 
-def _start_plain(
-    workflow: type[Workflow],
-    first: StepDefinition,
-    path: str,
-    at: datetime,
-    payload: dict[str, Any],
-    subject_type: ContentType | None,
-    subject_id: str | None,
-    parent: WorkflowRun | None,
-) -> WorkflowRun:
+def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefinition) -> WorkflowRun:
     """The common start (no key, no singleton, a first step due now and ungated) in one
-    statement: the run, its ``started`` event, its first attempt and the NOTIFY. The same rows
-    as the general path, in two round trips fewer than its separate INSERTs; every round trip
-    is on the start latency (a process wake-up each on a busy machine)."""
-    run = WorkflowRun(
-        workflow_class=path,
-        input=payload,
-        key=None,
-        subject_type=subject_type,
-        subject_id=subject_id,
-        definition_digest=workflow.definition_digest(),
-        current_step=first.name,
-        created_at=at,
-        updated_at=at,
-        traceparent=observability.run_starting(path),
-        parent=parent,
-    )
+    statement: ``run`` (not saved yet), its ``started`` event, its first attempt and the
+    NOTIFY. The same rows as the general path, in two round trips fewer than its separate
+    INSERTs; every round trip is on the start latency (a process wake-up each on a busy machine)."""
+    path, at, parent = run.workflow_class, run.created_at, run.parent
+    run.traceparent = observability.run_starting(path)
     run_id = RawSQL("(SELECT id FROM new_run)", [])
     details: dict[str, Any] = {"workflow": path, "key": None, **({"parent": parent.pk} if parent else {})}
     started = Event(
@@ -135,12 +117,7 @@ def _start_plain(
         priority=workflow.priority_for(first.name),
         created_at=at,
         scheduled_at=at,
-        gated=NO_GATES.any,
-        gate=NO_GATES.gate,
-        gate_max=NO_GATES.gate_max,
-        rate_gate=NO_GATES.rate_gate,
-        rate_limit=NO_GATES.rate_limit,
-        rate_per=NO_GATES.rate_per,
+        **NO_GATES.columns(),
     )
     run_sql, run_params = _insert(run)
     event_sql, event_params = _insert(started)

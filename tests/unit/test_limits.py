@@ -59,3 +59,20 @@ def test_a_class_wide_limit_applies_to_steps_without_their_own():
 
     assert Mailer.steps().get("send").concurrency == Limit(max=5)
     assert Mailer.steps().get("report").concurrency is own
+
+
+def test_an_attempts_gate_columns_name_the_step_fields():
+    from pgflow.core.limits import NO_GATES, Gates
+    from pgflow.models import Step
+
+    gates = Gates(gate="c:tenant-a", gate_max=2, rate_gate="r:tenant-a", rate_limit=3, rate_per=1.0)
+    assert gates.columns() == {
+        "gated": True,
+        "gate": "c:tenant-a",
+        "gate_max": 2,
+        "rate_gate": "r:tenant-a",
+        "rate_limit": 3,
+        "rate_per": 1.0,
+    }
+    assert NO_GATES.columns()["gated"] is False
+    assert set(gates.columns()) <= {field.name for field in Step._meta.get_fields()}
