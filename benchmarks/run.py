@@ -499,7 +499,7 @@ class Bench:
     def sources_note(self) -> str:
         if len(self.pgflow_sources) > 1:
             return (
-                f"; pgflow's sources changed during the run (another engineer is optimising the engine): "
+                f"; pgflow's sources changed during the run (edited while it ran): "
                 f"{len(self.pgflow_sources)} versions were measured ({', '.join(sorted(self.pgflow_sources))})"
             )
         if self.pgflow_sources:
@@ -611,7 +611,8 @@ METHOD = [
     "- Not equal, and worth knowing: the systems do not promise the same. pgflow, DBOS, Procrastinate and "
     "django-q2 keep every step's state in PostgreSQL; Celery here keeps its messages in a Redis that saves "
     "nothing, acknowledges a task when it starts (its default) and stores no results. Worker settings are "
-    "each system's usual ones for throughput, not all defaults: pgflow 8 threads; Celery's prefork pool of "
+    "each system's usual ones for throughput, not all defaults: pgflow 32 threads (a thread a slot; its "
+    "group commit batches what ends together, so more slots mean bigger batches); Celery's prefork pool of "
     "one process a core (its default); Procrastinate 8 async jobs; DBOS 32 workflows a worker, its queue "
     "polled every 0.1 s (defaults, no limit and 1 s, gave ~235 steps/s and ~0.5 s of latency); django-q2 "
     "with save_limit 0 (see its line above). The chains are enqueued in whatever way is natural: pgflow's "

@@ -2,7 +2,7 @@
 
     /tmp/venv311/bin/python -m benchmarks.peers.pgflow_peer --db URL --work DIR [--workers 2]
 
-``manage.py pgflow_worker --concurrency 8`` (as benchmarks/engine.py), in the database
+``manage.py pgflow_worker --concurrency 32`` (BENCH_PGFLOW_CONCURRENCY to change it), in the database
 pgflow_bench on the same PostgreSQL. Steps/s come from the step rows: first claim
 (``started_at``) to last finish (``finished_at``); latency and memory as for every peer.
 """
