@@ -40,7 +40,7 @@ class AsyncSleep(pgflow.Workflow):
         await asyncio.sleep(self.input.get("sleep", 1.0))
 
 
-class LimitedNoops(pgflow.Workflow):
+class LimitedNoops(ThreeNoops):
     """ThreeNoops with every step limited to 2 in progress per tenant (the input's "tenant"),
     for the cost of the claim's gates (benchmarks/limits.py)."""
 
@@ -48,15 +48,3 @@ class LimitedNoops(pgflow.Workflow):
 
     def tenant(self):
         return self.input["tenant"]
-
-    @step
-    def one(self):
-        return None
-
-    @step
-    def two(self):
-        return None
-
-    @step
-    def three(self):
-        return None

@@ -406,8 +406,23 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 # --- live workers (read-only) and MCP access tokens ---------------------------------------------
 
 
+class SeenByRunViewers(admin.ModelAdmin):
+    """An operator page those who may view (or change) runs may view, with its own
+    permissions too."""
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return (
+            super().has_view_permission(request, obj)
+            or request.user.has_perm("pgflow.view_workflowrun")
+            or request.user.has_perm("pgflow.change_workflowrun")
+        )
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+
 @admin.register(Worker)
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(SeenByRunViewers):
     """The ``pgflow_worker`` processes, as each records itself (``pgflow.runtime.presence``).
     Read-only: a worker writes its own row. Operators who may view runs may view this."""
 
@@ -436,16 +451,6 @@ class WorkerAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return (
-            super().has_view_permission(request, obj)
-            or request.user.has_perm("pgflow.view_workflowrun")
-            or request.user.has_perm("pgflow.change_workflowrun")
-        )
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return self.has_view_permission(request)
-
     @admin.display(description="queues")
     def queue_list(self, worker: Worker) -> str:
         return ", ".join(worker.queues or [])
@@ -457,7 +462,7 @@ class WorkerAdmin(admin.ModelAdmin):
 
 
 @admin.register(QueueState)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(SeenByRunViewers):
     """The Queues page: each queue's due and running attempts, live workers and pause state
     (``queuepage``), with Pause and Resume through ``pgflow.pause_queue`` / ``resume_queue``.
     Those who may view runs may view it; pausing and resuming take a change permission (on
@@ -471,18 +476,8 @@ class QueueAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return (
-            super().has_view_permission(request, obj)
-            or request.user.has_perm("pgflow.view_workflowrun")
-            or request.user.has_perm("pgflow.change_workflowrun")
-        )
-
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return super().has_change_permission(request, obj) or request.user.has_perm("pgflow.change_workflowrun")
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return self.has_view_permission(request)
 
     def get_urls(self) -> list[URLPattern]:
         opts = self.model._meta

@@ -41,25 +41,18 @@ def sync_declared(at: datetime) -> None:
     for raw in pgflow_settings.ALERTS:
         rule = alerting.parse(raw)
         declared[rule.name] = rule
+        fields = {
+            "origin": AlertRule.Origin.SETTINGS,
+            "kind": rule.kind,
+            "params": rule.params,
+            "targets": list(rule.targets),
+            "cooldown": timedelta(seconds=rule.cooldown),
+            "enabled": rule.enabled,
+        }
         AlertRule.objects.update_or_create(
             name=rule.name,
-            defaults={
-                "origin": AlertRule.Origin.SETTINGS,
-                "kind": rule.kind,
-                "params": rule.params,
-                "targets": list(rule.targets),
-                "cooldown": timedelta(seconds=rule.cooldown),
-                "enabled": rule.enabled,
-            },
-            create_defaults={
-                "origin": AlertRule.Origin.SETTINGS,
-                "kind": rule.kind,
-                "params": rule.params,
-                "targets": list(rule.targets),
-                "cooldown": timedelta(seconds=rule.cooldown),
-                "enabled": rule.enabled,
-                "created_at": at,
-            },
+            defaults=fields,
+            create_defaults={**fields, "created_at": at},
         )
     (
         AlertRule.objects.filter(origin=AlertRule.Origin.SETTINGS, enabled=True)
