@@ -87,4 +87,17 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> N
         if predicate():
             return
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; {where_runs_stand()}")
+
+
+def where_runs_stand() -> str:
+    """Runs by status and attempts by status, and why any run paused: what a timed-out
+    wait needs to be explained after the test database is gone."""
+    from django.db.models import Count
+
+    from pgflow.models import Step, WorkflowRun
+
+    runs = dict(WorkflowRun.objects.values_list("status").annotate(n=Count("id")).order_by())
+    steps = dict(Step.objects.values_list("status").annotate(n=Count("id")).order_by())
+    paused = list(WorkflowRun.objects.filter(status="paused").values_list("paused_reason", flat=True)[:3])
+    return f"runs by status {runs}, attempts by status {steps}" + (f", paused because {paused}" if paused else "")

@@ -24,6 +24,13 @@ def start_many(workflow, count):
         return [workflow.start() for _ in range(count)]
 
 
+def all_finished(expected):
+    """Whether every run finished; a paused run fails the test at once, saying why."""
+    paused = WorkflowRun.objects.filter(status="paused").values_list("pk", "paused_reason").first()
+    assert paused is None, f"run {paused[0]} paused: {paused[1]}"
+    return WorkflowRun.objects.filter(status="finished").count() == expected
+
+
 def assert_every_run_finished_once(expected):
     """Every run finished, each of its three steps completed once, every transition once."""
     assert WorkflowRun.objects.count() == expected
@@ -37,7 +44,11 @@ def assert_every_run_finished_once(expected):
 def test_kill_9_a_random_worker_20_times_under_load(start_worker, marks, capsys):
     runs = 1000
     start_many(rw.Load, runs)
-    workers = [start_worker("--concurrency", "4", lease=1.5) for _ in range(2)]
+    # Random kills can hit one step's re-runs three times in a row (about one test in five:
+    # 6% of lost attempts were lost again), and MAX_LOST_ATTEMPTS then rightly pauses the run as
+    # a poison step: that is the poison test's subject; this one's is that recovery loses nothing.
+    env = {"PGFLOW_MAX_LOST_ATTEMPTS": "1000"}
+    workers = [start_worker("--concurrency", "4", lease=1.5, env=env) for _ in range(2)]
     rng = random.Random(7)
     kills = 0
     while kills < 20:
@@ -45,12 +56,8 @@ def test_kill_9_a_random_worker_20_times_under_load(start_worker, marks, capsys)
         victim = rng.randrange(len(workers))
         workers[victim].kill9()
         kills += 1
-        workers[victim] = start_worker("--concurrency", "4", lease=1.5)
-    wait_until(
-        lambda: WorkflowRun.objects.filter(status="finished").count() == runs,
-        timeout=300,
-        what=f"{runs} runs to finish",
-    )
+        workers[victim] = start_worker("--concurrency", "4", lease=1.5, env=env)
+    wait_until(lambda: all_finished(runs), timeout=240, what=f"{runs} runs to finish")
     for worker in workers:
         assert worker.terminate() == 0
     assert_every_run_finished_once(runs)
