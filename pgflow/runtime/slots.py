@@ -9,6 +9,7 @@ slots, so nothing here queues for long.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
+
+logger = logging.getLogger("pgflow")
 
 
 class Slots(Generic[Item, Result]):
@@ -26,10 +29,13 @@ class Slots(Generic[Item, Result]):
         done: Callable[[Item, Result | None, BaseException | None], None],
         *,
         name: str = "pgflow-step",
+        stopped: Callable[[], None] = lambda: None,
     ) -> None:
+        """``stopped`` runs in each thread as it stops (the worker closes the thread's connection)."""
         self._queue: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
         self._run = run
         self._done = done
+        self._stopped = stopped
         self._threads = [
             threading.Thread(target=self._serve, name=f"{name}_{index}", daemon=True) for index in range(size)
         ]
@@ -53,6 +59,15 @@ class Slots(Generic[Item, Result]):
             try:
                 result = self._run(item)
             except BaseException as exc:  # noqa: BLE001 - reported to the worker, which logs it
-                self._done(item, None, exc)
+                self._report(item, None, exc)
             else:
-                self._done(item, result, None)
+                self._report(item, result, None)
+        self._stopped()
+
+    def _report(self, item: Item, result: Result | None, exc: BaseException | None) -> None:
+        # A report that fails must not end the thread: the worker would be a slot short for
+        # good, with nothing in its log to say so.
+        try:
+            self._done(item, result, exc)
+        except Exception:
+            logger.exception("reporting a finished step failed", extra={"action": "slot_report_failed"})

@@ -87,6 +87,9 @@ class Worker:
         self._drained = False
         self._next_due: object = store.NOT_KNOWN  # as the last claim saw it (no query for the wait)
         self._stopping = threading.Event()
+        # Set once the drain is over: the heartbeat keeps the leases of the bodies the drain
+        # lets finish (a body longer than the lease would otherwise be run again elsewhere).
+        self._drained_all = threading.Event()
         # Held attempts by claim token: from the claim until their transition committed
         # (the heartbeat keeps their leases, the drain waits for them). ``_bodies`` are
         # those whose body is still running: they take the concurrency slots.
@@ -125,7 +128,9 @@ class Worker:
         self._register()
         self.committer = Committer(threads=2 if self.concurrency >= TWO_COMMITTERS_FROM else 1)
         self.runner = Runner(finish=self.committer.submit, finish_later=self.committer.submit_later)
-        pool: Slots[Claim, Result] = Slots(self.concurrency, self._execute, self._finished)
+        pool: Slots[Claim, Result] = Slots(
+            self.concurrency, self._execute, self._finished, stopped=lambda: connection.close()
+        )
         self.loop = EventLoop()
         threads = [
             threading.Thread(target=self._heartbeat, name="pgflow-heartbeat", daemon=True),
@@ -139,9 +144,11 @@ class Worker:
         finally:
             self._stopping.set()
             handed = self._drain(pool)
+            self._drained_all.set()
             self.loop.stop()
             self.committer.stop()
             self._wake.close()
+            self._unlisten()
             self._stopped(handed)
             close_old_connections()
         return self.exit_code
@@ -243,6 +250,16 @@ class Worker:
         self._listening_on = None
         raw.execute(f"LISTEN {store.CHANNEL}")
         self._listening_on = raw
+
+    def _unlisten(self) -> None:
+        """The claim connection stops listening: a worker run inside another process (a test,
+        an embedding) leaves its connection as it found it, gathering no notifications."""
+        listening, self._listening_on = self._listening_on, None
+        if listening is not None:
+            try:
+                listening.execute("UNLISTEN *")
+            except psycopg.Error:  # a broken connection listens to nothing either
+                pass
 
     def _sleep(self, seconds: float) -> None:
         """Until another thread wakes us, a NOTIFY for one of our queues arrives on the claim
@@ -397,7 +414,8 @@ class Worker:
     # --- background threads ---------------------------------------------------------------
 
     def _heartbeat(self) -> None:
-        """Extends the leases of running attempts and fails those past their timeout.
+        """Extends the leases of running attempts and fails those past their timeout, until
+        the drain is over.
 
         Ticks at least once a second so a step's ``timeout`` is noticed promptly, while
         the leases are written once per heartbeat interval.
@@ -405,7 +423,7 @@ class Worker:
         interval = pgflow_settings.heartbeat_seconds
         tick = min(interval, TIMEOUT_TICK)
         next_beat = time.monotonic() + interval
-        while not self._stopping.wait(tick):
+        while not self._drained_all.wait(tick):
             try:
                 for token in self.runner.overdue(store.now()):
                     # Its own thread: a slow reporter or handler must not hold up the leases.
@@ -429,6 +447,7 @@ class Worker:
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
                 logger.warning("heartbeat failed: %s", " ".join(str(exc).split()), extra={"action": "heartbeat_failed"})
                 connection.close()
+        connection.close()
 
     def _sweep(self) -> None:
         """Sweeps now and every SWEEP_INTERVAL, in its own thread: a long sweep (rolling a

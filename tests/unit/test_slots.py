@@ -28,3 +28,20 @@ def test_each_item_is_reported_once_with_its_result_or_its_error():
         (item, None, f"body {item} exited") if item % 5 == 0 else (item, item * 2, None) for item in range(1, 41)
     ]
     assert not [t for t in threading.enumerate() if t.name.startswith("test-slot")]
+
+
+def test_a_report_that_raises_is_logged_and_the_thread_serves_on(caplog):
+    reported: list[int] = []
+
+    def done(item: int, result: int | None, exc: BaseException | None) -> None:
+        if item == 1:
+            raise RuntimeError("the report of item 1 broke")
+        reported.append(item)
+
+    slots: Slots[int, int] = Slots(1, lambda item: item, done, name="test-slot-report")
+    for item in (1, 2, 3):
+        slots.submit(item)
+    slots.shutdown(wait=True)
+    assert reported == [2, 3]  # the one thread ran on after the failed report
+    assert "reporting a finished step failed" in caplog.text
+    assert "the report of item 1 broke" in caplog.text

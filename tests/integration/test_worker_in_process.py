@@ -1,0 +1,30 @@
+"""A worker run inside another process (a test, an embedding) leaves its connection as it found it."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from pgflow.models import WorkflowRun
+from pgflow.runtime.worker import Worker
+from tests import workflows as wf
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_burst_worker_runs_the_due_steps_and_stops_listening_when_it_returns(monkeypatch):
+    # A persistent connection outlives run() (with CONN_MAX_AGE 0 it is closed at the end).
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", None)
+    connection.close()
+    run = wf.ThreeSteps.start()
+    assert Worker(burst=True, concurrency=2).run(install_signals=False) == 0
+    run.refresh_from_db()
+    assert run.status == "finished"
+    assert connection.connection is not None, "the worker's claim connection was closed: nothing checked"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_listening_channels()")
+        assert cursor.fetchone() == (0,)
+        # Its step threads closed their connections as they stopped: only this one is left.
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        assert cursor.fetchone() == (1,)
+    assert WorkflowRun.objects.filter(status="finished").count() == 1
