@@ -44,7 +44,8 @@ class WorkflowRun(models.Model):
         default=RunStatus.RUNNING,
     )
     current_step = models.CharField(max_length=200, null=True, blank=True)
-    subject_type = models.ForeignKey(ContentType, null=True, blank=True, on_delete=models.SET_NULL)
+    # Indexed by pgflow_run_subject, whose first column it is.
+    subject_type = models.ForeignKey(ContentType, null=True, blank=True, on_delete=models.SET_NULL, db_index=False)
     subject_id = models.CharField(max_length=64, null=True, blank=True)
     subject = GenericForeignKey("subject_type", "subject_id")
     input = models.JSONField(default=dict, blank=True)
@@ -58,9 +59,13 @@ class WorkflowRun(models.Model):
     # The W3C traceparent current when start() was called: every attempt's span joins that trace.
     traceparent = models.CharField(max_length=55, null=True, blank=True)
     # run.rerun_from(): the run this one re-runs (its outputs before the re-run step were copied).
-    rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns")
+    rerun_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns", db_index=False
+    )
     # batch.add_run() in a fan_out: the run whose step waits on this one as a batch member.
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children", db_index=False
+    )
     # The class's pgflow.Singleton key for this run (None: no singleton, or its key was None).
     singleton_key = models.CharField(max_length=200, null=True, blank=True)
 
@@ -80,6 +85,9 @@ class WorkflowRun(models.Model):
             models.Index(fields=["workflow_class", "created_at"], name="pgflow_run_class_created"),
             models.Index(fields=["finished_at"], name="pgflow_run_finished", condition=Q(finished_at__isnull=False)),
             models.Index(fields=["subject_type", "subject_id"], name="pgflow_run_subject"),
+            # Most runs have no parent and re-run nothing: only the rows that do are indexed.
+            models.Index(fields=["parent"], name="pgflow_run_parent", condition=Q(parent__isnull=False)),
+            models.Index(fields=["rerun_of"], name="pgflow_run_rerun_of", condition=Q(rerun_of__isnull=False)),
             models.Index(
                 fields=["workflow_class", "singleton_key"],
                 name="pgflow_run_singleton",
@@ -175,7 +183,7 @@ class WorkflowRun(models.Model):
 class Step(models.Model):
     """One attempt of one step of a run."""
 
-    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, db_index=False)  # pgflow_step_run leads with it
     step_name = models.CharField(max_length=200)
     attempt = models.PositiveIntegerField(default=1)
     status = models.CharField(
@@ -202,8 +210,12 @@ class Step(models.Model):
     error_message = models.TextField(null=True, blank=True)
     error_backtrace = models.TextField(null=True, blank=True)
     error_causes = models.JSONField(null=True, blank=True)
-    batch = models.ForeignKey("Batch", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    signal = models.ForeignKey("Signal", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    batch = models.ForeignKey(
+        "Batch", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    signal = models.ForeignKey(
+        "Signal", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
     # Flow control (pgflow.core.limits): the gates the claim must let the attempt through,
     # worked out when it was scheduled; '' for none. ``gated`` splits the claim's indexes.
     gated = models.BooleanField(default=False, db_default=False)
@@ -265,6 +277,10 @@ class Step(models.Model):
             models.Index(fields=["deadline_at"], name="pgflow_step_deadline", condition=Q(status=StepStatus.WAITING)),
             models.Index(fields=["run", "created_at"], name="pgflow_step_run"),
             models.Index(fields=["created_at"], name="pgflow_step_created"),
+            # Every claim and every outcome rewrites a step row into each of its indexes: the
+            # few rows with a batch or a signal are the only ones these two hold.
+            models.Index(fields=["batch"], name="pgflow_step_batch", condition=Q(batch__isnull=False)),
+            models.Index(fields=["signal"], name="pgflow_step_signal", condition=Q(signal__isnull=False)),
             models.Index(fields=["finished_at"], name="pgflow_step_finished", condition=Q(finished_at__isnull=False)),
         ]
 
@@ -340,7 +356,7 @@ class QueueState(models.Model):
 class Event(models.Model):
     """The audit trail: every state change of a run writes one, in the same transaction."""
 
-    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, db_index=False)  # pgflow_event_run leads with it
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     event = models.CharField(max_length=40, choices=[(kind.value, kind.label) for kind in EventKind])
     actor = models.CharField(max_length=200, default="system")
