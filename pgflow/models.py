@@ -628,10 +628,15 @@ class ScheduleTick(models.Model):
         MISSED = "missed"  # older than catch_up when a worker came back
         CANCELLED_PREVIOUS = "cancelled_previous"  # overlap cancel_previous cancelled this run
 
-    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="ticks")
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.CASCADE, related_name="ticks", db_index=False
+    )  # pgflow_tick_schedule
     tick_at = models.DateTimeField()
     outcome = models.CharField(max_length=20, choices=Outcome.choices)
-    run = models.ForeignKey(WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # pgflow_tick_run indexes its non-NULL rows: a lookup by run is by value.
+    run = models.ForeignKey(
+        WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
     started_at = models.DateTimeField()
     details = models.JSONField(default=dict, blank=True)
 
@@ -750,7 +755,9 @@ class AlertRule(models.Model):
 class Alert(models.Model):
     """One firing of a rule; ``resolved_at`` is set when its condition stopped holding."""
 
-    rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="alerts")
+    rule = models.ForeignKey(
+        AlertRule, on_delete=models.CASCADE, related_name="alerts", db_index=False
+    )  # pgflow_alert_rule_fired
     fired_at = models.DateTimeField()
     resolved_at = models.DateTimeField(null=True, blank=True)
     value = models.FloatField(null=True, blank=True, help_text="the measured figure when it fired")
