@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Model
+from django.db.models import Field, Model
 from django.db.models.expressions import RawSQL
 from django.db.models.sql import InsertQuery
 
@@ -103,14 +105,10 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
     INSERTs; every round trip is on the start latency (a process wake-up each on a busy machine)."""
     path, at, parent = run.workflow_class, run.created_at, run.parent
     run.traceparent = observability.run_starting(path)
-    run_id = RawSQL("(SELECT id FROM new_run)", [])
     details: dict[str, Any] = {"workflow": path, "key": None, **({"parent": parent.pk} if parent else {})}
-    started = Event(
-        run_id=run_id, step=None, event=str(EventKind.STARTED), actor=SYSTEM, details=details, created_at=at
-    )
+    started = Event(step=None, event=str(EventKind.STARTED), actor=SYSTEM, details=details, created_at=at)
     queue = workflow.queue_for(first.name)
     step = Step(
-        run_id=run_id,
         step_name=first.name,
         attempt=1,
         queue=queue,
@@ -119,29 +117,64 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
         scheduled_at=at,
         **NO_GATES.columns(),
     )
-    run_sql, run_params = _insert(run)
-    event_sql, event_params = _insert(started)
-    step_sql, step_params = _insert(step)
+    statement = _plain_start_statement()
+    params = [*statement.run.params(run), *statement.event.params(started), *statement.step.params(step)]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH new_run AS ({run_sql} RETURNING id), new_event AS ({event_sql}), new_step AS ({step_sql}) "
-            "SELECT id, pg_notify(%s, %s) FROM new_run",
-            [*run_params, *event_params, *step_params, CHANNEL, queue],
-        )
+        cursor.execute(statement.sql, [*params, CHANNEL, queue])
         (run.pk,) = cursor.fetchone()[:1]
     run._state.adding = False
     run._state.db = connection.alias
     return run
 
 
-def _insert(instance: Model) -> tuple[str, list[Any]]:
-    """``INSERT INTO ... VALUES (...)`` of ``instance`` (no RETURNING), as Django would write it."""
-    meta = instance._meta
-    fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field and not getattr(f, "generated", False)]
-    query = InsertQuery(type(instance))
-    query.insert_values(fields, [instance])
-    ((sql, params),) = query.get_compiler(connection=connection).as_sql()
-    return sql, list(params)
+@dataclass(frozen=True)
+class _Insert:
+    """One model's ``INSERT INTO ... VALUES (...)`` as Django writes it, and the fields whose
+    values fill its placeholders, in their order."""
+
+    sql: str
+    fields: tuple[Field[Any, Any], ...]
+
+    @classmethod
+    def of(cls, instance: Model) -> _Insert:
+        meta = instance._meta
+        fields = [
+            f for f in meta.local_concrete_fields if f is not meta.auto_field and not getattr(f, "generated", False)
+        ]
+        query = InsertQuery(type(instance))
+        query.insert_values(fields, [instance])
+        ((sql, _),) = query.get_compiler(connection=connection).as_sql()
+        # A field set to an expression (the new run's id) is written into the SQL itself.
+        bound = tuple(f for f in fields if not hasattr(f.pre_save(instance, True), "resolve_expression"))
+        return cls(sql, bound)
+
+    def params(self, instance: Model) -> list[Any]:
+        """The parameters for ``instance``, prepared as Django's own insert prepares them."""
+        return [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in self.fields]
+
+
+@dataclass(frozen=True)
+class _PlainStart:
+    sql: str
+    run: _Insert
+    event: _Insert
+    step: _Insert
+
+
+@functools.cache
+def _plain_start_statement() -> _PlainStart:
+    """The plain start's statement, compiled once: compiling its three INSERTs again on every
+    start cost ~0.3 ms (~1 ms in a process that had been idle), all of it on the start latency."""
+    new_run = RawSQL("(SELECT id FROM new_run)", [])
+    at = now()
+    run = _Insert.of(WorkflowRun(workflow_class="", created_at=at, updated_at=at))
+    event = _Insert.of(Event(run_id=new_run, event="", created_at=at))
+    step = _Insert.of(Step(run_id=new_run, step_name="", created_at=at, scheduled_at=at))
+    sql = (
+        f"WITH new_run AS ({run.sql} RETURNING id), new_event AS ({event.sql}), new_step AS ({step.sql}) "
+        "SELECT id, pg_notify(%s, %s) FROM new_run"
+    )
+    return _PlainStart(sql, run, event, step)
 
 
 def _take_singleton(workflow: type[Workflow], run: WorkflowRun) -> None:
