@@ -16,6 +16,7 @@ from django.db.migrations.executor import MigrationExecutor
 from pgflow.conf import pgflow_settings
 from pgflow.core.definitions import QUEUE_RULE, valid_queue
 from pgflow.observability import metrics
+from pgflow.runtime.processes import Supervisor
 from pgflow.runtime.worker import Worker
 
 MAX_CONCURRENCY = 256
@@ -26,6 +27,7 @@ MAX_CONCURRENCY = 256
 # other threads for up to 50 ms at a time, far inside any lease or heartbeat.
 SWITCH_INTERVAL = 0.05
 MAX_ASYNC_CONCURRENCY = 10_000  # awaiting bodies cost memory, not threads or connections
+MAX_PROCESSES = 64
 
 
 def queue_list(value: str) -> list[str]:
@@ -55,6 +57,16 @@ def async_concurrency(value: str) -> int:
         number = 0
     if not 1 <= number <= MAX_ASYNC_CONCURRENCY:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_ASYNC_CONCURRENCY}, got {value!r}")
+    return number
+
+
+def processes(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_PROCESSES:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_PROCESSES}, got {value!r}")
     return number
 
 
@@ -101,13 +113,21 @@ class Command(BaseCommand):
             default=100,
             help="async def step bodies awaiting at once on the worker's event loop (default: 100)",
         )
+        parser.add_argument(
+            "--processes",
+            type=processes,
+            default=1,
+            help="worker processes, each with --concurrency threads, under this one (default: 1; one per core "
+            "uses every core: a process runs its Python on one at a time)",
+        )
         parser.add_argument("--burst", action="store_true", help="run until no step is due, then exit 0")
         parser.add_argument("--name", default=None, help="worker name in logs and leases (default: host:pid:random)")
         parser.add_argument(
             "--metrics-port",
             type=port_number,
             default=None,
-            help="serve this worker's Prometheus metrics on this port (needs django-pgflow[metrics])",
+            help="serve this worker's Prometheus metrics on this port (needs django-pgflow[metrics]); "
+            "with --processes N, process i serves on this port + i",
         )
 
     def handle(
@@ -119,6 +139,7 @@ class Command(BaseCommand):
         async_concurrency: int = 100,
         name: str | None,
         metrics_port: int | None = None,
+        processes: int = 1,
         verbosity: int = 1,
         **options: Any,
     ) -> None:
@@ -141,9 +162,26 @@ class Command(BaseCommand):
                 "down; run workers with DEBUG = False",
                 extra={"action": "worker_debug"},
             )
+        if metrics_port is not None and not metrics.available():
+            raise CommandError("--metrics-port needs prometheus_client: pip install 'django-pgflow[metrics]'")
+        if processes > 1:
+            if metrics_port is not None and metrics_port + processes - 1 > 65535:
+                raise CommandError(f"--metrics-port {metrics_port} + {processes - 1} is past the last TCP port, 65535")
+
+            def argv(index: int) -> list[str]:
+                args = ["--concurrency", str(concurrency), "--async-concurrency", str(async_concurrency)]
+                args += ["--verbosity", str(verbosity)]
+                args += ["--queues", ",".join(queues)] if queues else []
+                args += ["--burst"] if burst else []
+                args += ["--name", f"{name}-{index}"] if name else []
+                args += ["--metrics-port", str(metrics_port + index)] if metrics_port is not None else []
+                return args
+
+            code = Supervisor(processes, argv, burst=burst).run()
+            if code:
+                sys.exit(code)
+            return
         if metrics_port is not None:
-            if not metrics.available():
-                raise CommandError("--metrics-port needs prometheus_client: pip install 'django-pgflow[metrics]'")
             try:
                 metrics.serve(metrics_port)
             except OSError as exc:
