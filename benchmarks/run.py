@@ -18,9 +18,10 @@ round, in a rotated order, so drift and noise from elsewhere spread over all of 
 
 - the ceiling: pgbench running the least SQL one step needs (benchmarks/peers/ceiling.py)
   at 1, 2 and 4 clients, in transactions (= steps) per second;
-- for pgflow (one worker process, then two) and for Celery + Redis, Procrastinate, DBOS and
-  django-q2 (one worker each): RUNS chains of three no-op steps enqueued with the worker
-  stopped, then drained; steps/s = 3 x RUNS / (last step - first step);
+- for pgflow (one worker process, two, and one worker command with --processes 2) and for
+  Celery + Redis, Procrastinate, DBOS and django-q2 (one worker each): RUNS chains of three
+  no-op steps enqueued with the worker stopped, then drained; steps/s = 3 x RUNS / (last
+  step - first step);
 - idle latency: with the one worker idle, from a committed enqueue of a 1-step job to its
   body starting, SAMPLES times (median and p99);
 - the worker's peak memory: the process tree's summed RSS, sampled every 100 ms (PSS too,
@@ -70,6 +71,7 @@ MODULES = {
 LABELS = {
     "pgflow": "pgflow, 1 worker",
     "pgflow-2w": "pgflow, 2 workers",
+    "pgflow-2p": "pgflow, 1 worker, --processes 2",
     "celery": "Celery + Redis",
     "procrastinate": "Procrastinate",
     "dbos": "DBOS",
@@ -328,7 +330,8 @@ class Bench:
         for name in systems:
             self.rows[name] = report.Row(name, LABELS[name])
             if name == "pgflow":
-                self.rows["pgflow-2w"] = report.Row("pgflow-2w", LABELS["pgflow-2w"])
+                for key in ("pgflow-2w", "pgflow-2p"):
+                    self.rows[key] = report.Row(key, LABELS[key])
         self.start_postgres()
         for name in systems:
             if name in PEERS:
@@ -344,13 +347,15 @@ class Bench:
                 self.rows["celery"].failed = f"redis: {one_line(exc)}"
         self.run_ceiling_setup()
         whole_run = self.others_cpu()
-        jobs = [job for name in systems for job in ([(name, 1), (name, 2)] if name == "pgflow" else [(name, 1)])]
+        # (system, worker processes started, row): pgflow also as two workers, and as one worker
+        # command running two processes (its --processes, as Celery's one worker runs a pool).
+        pgflow_jobs = [("pgflow", 1, "pgflow"), ("pgflow", 2, "pgflow-2w"), ("pgflow", 1, "pgflow-2p")]
+        jobs = [job for name in systems for job in (pgflow_jobs if name == "pgflow" else [(name, 1, name)])]
         for round_number in range(1, args.rounds + 1):
             say(f"round {round_number} of {args.rounds}")
             self.ceiling_round(round_number)
             shift = (round_number - 1) % len(jobs) if jobs else 0
-            for name, workers in jobs[shift:] + jobs[:shift]:
-                key = name if workers == 1 else f"{name}-2w"
+            for name, workers, key in jobs[shift:] + jobs[:shift]:
                 if self.rows[key].failed:
                     continue
                 self.measure(key, name, workers, round_number)
@@ -419,6 +424,8 @@ class Bench:
         ]
         if name == "celery":
             argv += ["--redis", self.redis_url]
+        if key == "pgflow-2p":
+            argv += ["--processes", "2"]
         log = self.logs / f"{key}-round{round_number}.log"
         others = self.others_cpu()
         say(f"  {row.label} ...")

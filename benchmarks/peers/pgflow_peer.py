@@ -22,7 +22,8 @@ class Pgflow(System):
     name = "pgflow"
 
     def config(self) -> str:
-        return f"{self.args.workers} x pgflow_worker --concurrency {CONCURRENCY} (threads)"
+        processes = f" --processes {self.args.processes}" if self.args.processes > 1 else ""
+        return f"{self.args.workers} x pgflow_worker --concurrency {CONCURRENCY}{processes} (threads)"
 
     def versions(self) -> dict[str, str]:
         # The engine changes under our feet while others optimise it: name the sources measured.
@@ -47,7 +48,8 @@ class Pgflow(System):
     def worker_argv(self) -> list[str]:
         from benchmarks import engine
 
-        return engine.worker_command(CONCURRENCY)[0]
+        argv = engine.worker_command(CONCURRENCY)[0]
+        return argv + (["--processes", str(self.args.processes)] if self.args.processes > 1 else [])
 
     def worker_env(self) -> dict[str, str]:
         from benchmarks import engine
