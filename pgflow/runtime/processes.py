@@ -88,6 +88,8 @@ class Supervisor:
         return self.exit_code
 
     def _start(self, index: int) -> None:
+        if self._stopping:  # a signal came while the others were starting: this one never would stop
+            return
         child = self._context.Process(
             target=serve, args=(self.argv_for(index), os.getpid()), name=f"pgflow-worker-{index}", daemon=False
         )
