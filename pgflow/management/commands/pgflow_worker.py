@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from django.apps import apps
@@ -40,44 +41,25 @@ def queue_list(value: str) -> list[str]:
     return names
 
 
-def concurrency(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= MAX_CONCURRENCY:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_CONCURRENCY}, got {value!r}")
-    return number
+def whole_number(low: int, high: int, kind: str = "a whole number") -> Callable[[str], int]:
+    """An argparse type: ``value`` as an int from ``low`` to ``high``, or an error naming the range."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = low - 1
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"must be {kind} from {low} to {high}, got {value!r}")
+        return number
+
+    return parse
 
 
-def async_concurrency(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= MAX_ASYNC_CONCURRENCY:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_ASYNC_CONCURRENCY}, got {value!r}")
-    return number
-
-
-def processes(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= MAX_PROCESSES:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_PROCESSES}, got {value!r}")
-    return number
-
-
-def port_number(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port, a whole number from 1 to 65535, got {value!r}")
-    return number
+concurrency = whole_number(1, MAX_CONCURRENCY)
+async_concurrency = whole_number(1, MAX_ASYNC_CONCURRENCY)
+processes = whole_number(1, MAX_PROCESSES)
+port_number = whole_number(1, 65535, "a TCP port, a whole number")
 
 
 def unapplied_migrations() -> list[str]:
