@@ -73,6 +73,7 @@ def worker_command(concurrency: int, *extra: str) -> tuple[list[str], dict[str, 
     ]
     # DEBUG off, as in production: with it on, Django records every query (the peers run without it).
     return argv, {
+        "DJANGO_SETTINGS_MODULE": "benchmarks.settings",  # the benchmarks' workflows load at start
         "PGFLOW_TEST_DB_NAME": BENCH_DB,
         "PGFLOW_LOG_LEVEL": "WARNING",
         "PGFLOW_POLL_SECONDS": "5",

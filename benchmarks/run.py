@@ -598,7 +598,10 @@ METHOD = [
     "(autocommit) and its body appends the time; latency is that time minus the middle of the enqueue call "
     "(the commit happens inside it, and a body can start before the call returns), with 50–250 ms of random "
     "pause between samples so that none locks into a polling loop's phase. With 50 samples, p99 is the "
-    "slowest one.",
+    "slowest one. Each worker loads its jobs' code when it starts: the peers' workers their task modules, "
+    "pgflow's worker each installed app's workflows module (the benchmarks run as an app, benchmarks/settings.py), "
+    "as in a project; before, pgflow's imported the latency workflow on its first claim, inside the first sample "
+    "(10 ms of it).",
     "- Memory: the worker's process tree (found through /proc/<pid>/task/*/children) is sampled every 100 ms "
     "from its start to its stop; the figure is the largest summed VmRSS. RSS counts pages that forked "
     "children share with their parent once per process, so the PSS beside it is the fairer figure for "

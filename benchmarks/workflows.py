@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pgflow
+from benchmarks.peers.pgflow_workflows import StampToFile  # noqa: F401 - loaded at a worker's start with the rest
 from pgflow import step
 
 
