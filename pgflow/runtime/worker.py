@@ -44,6 +44,7 @@ logger = logging.getLogger("pgflow")
 RECONNECT_DELAY = 1.0  # seconds between attempts while the database is away
 THROTTLED_POLL = 0.2  # seconds: how soon an idle worker looks again at due attempts a limit held
 TIMEOUT_TICK = 0.5  # seconds between checks for steps past their timeout
+THREADS_GRACE = 10.0  # seconds run() waits at the end for its background threads
 
 
 def schema_missing(exc: BaseException) -> bool:
@@ -149,6 +150,12 @@ class Worker:
             self.committer.stop()
             self._wake.close()
             self._unlisten()
+            # The heartbeat, the sweep and the schedules end their pass and close their
+            # connections: run() returns with no thread of its own still at the database (a
+            # sweep stuck longer than this is left to the process's exit).
+            deadline = time.monotonic() + THREADS_GRACE
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
             self._stopped(handed)
             close_old_connections()
         return self.exit_code

@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 from pgflow.models import Step, WorkflowRun
 from tests import workflows as wf
@@ -101,8 +100,6 @@ def test_processes_out_of_range_is_a_clear_error():
 
 
 def test_a_metrics_port_range_past_the_last_port_is_refused(start_worker):
-    started = time.monotonic()
     worker = start_worker("--processes", "3", "--metrics-port", "65534")
     assert worker.proc.wait(60) == 1
-    assert time.monotonic() - started < 60
     assert "--metrics-port 65534 + 2 is past the last TCP port, 65535" in worker.output()
