@@ -28,3 +28,27 @@ def test_a_burst_worker_runs_the_due_steps_and_stops_listening_when_it_returns(m
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
         assert cursor.fetchone() == (1,)
     assert WorkflowRun.objects.filter(status="finished").count() == 1
+
+
+def test_an_idle_worker_is_woken_by_the_start_not_by_its_poll(settings):
+    # With a poll of 60 s, only the start's NOTIFY can get these runs going within the wait.
+    import threading
+    import time
+
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "POLL_INTERVAL": 60}
+    worker = Worker(concurrency=2)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        for _ in range(3):
+            time.sleep(0.5)  # the worker found nothing due and sleeps on its poll
+            run = wf.ThreeSteps.start()
+            deadline = time.monotonic() + 20
+            while run.status != "finished" and time.monotonic() < deadline:
+                time.sleep(0.05)
+                run.refresh_from_db()
+            assert run.status == "finished", f"run {run.pk} is {run.status}: the NOTIFY did not wake the worker"
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
