@@ -82,12 +82,14 @@ class Worker:
         # The claim connection once it LISTENs: a NOTIFY ends the claim loop's sleep on its
         # own socket, with no listener thread to wake in between.
         self._listening_on: psycopg.Connection[Any] | None = None
-        self._notified = False  # a NOTIFY for one of our queues came since the last claim began
+        # The NOTIFYs for our queues since the last claim began: each the attempt a start
+        # announced, or None (store.read_note).
+        self._notes: list[int | None] = []
         # The last claim took fewer than it asked for: nothing else was due, so the next due
         # time (one index probe) decides the wait rather than another claim at once, which
         # would compete with the bodies just handed over for the two sides' CPU.
         self._drained = False
-        self._next_due: object = store.NOT_KNOWN  # as the last claim saw it (no query for the wait)
+        self._next_due: object = store.NOT_KNOWN  # as the last claim or wait saw it (no query for the wait)
         self._stopping = threading.Event()
         # Set once the drain is over: the heartbeat keeps the leases of the bodies the drain
         # lets finish (a body longer than the lease would otherwise be run again elsewhere).
@@ -254,7 +256,6 @@ class Worker:
         listening = self._listening_on
         if listening is not None and raw is listening:
             self._read_notes(listening)
-            self._notified = False
             return
         self._listening_on = None
         # The notifications psycopg meets while it reads a query's results come to _noted
@@ -262,11 +263,15 @@ class Worker:
         raw.add_notify_handler(self._noted)
         raw.execute(f"LISTEN {store.CHANNEL}")
         self._listening_on = raw
-        self._notified = False
+        self._notes.clear()
 
     def _noted(self, note: psycopg.Notify) -> None:
-        if note.payload in self.queues:
-            self._notified = True
+        self._note(note.payload)
+
+    def _note(self, payload: str) -> None:
+        queue, attempt = store.read_note(payload)
+        if queue in self.queues:
+            self._notes.append(attempt)
 
     def _read_notes(self, raw: psycopg.Connection[Any]) -> None:
         """Take the notifications waiting on the claim connection's socket, without waiting.
@@ -276,8 +281,7 @@ class Worker:
         with raw.lock:
             pgconn.consume_input()
             while (note := pgconn.notifies()) is not None:
-                if note.extra.decode(raw.info.encoding) in self.queues:
-                    self._notified = True
+                self._note(note.extra.decode(raw.info.encoding))
 
     def _unlisten(self) -> None:
         """The claim connection stops listening: a worker run inside another process (a test,
@@ -301,7 +305,7 @@ class Worker:
                     self._read_notes(listening)
                 except psycopg.Error:  # the connection broke: the next claim finds out and reconnects
                     self._listening_on = listening = None
-                if self._notified:
+                if self._notes:
                     return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -322,13 +326,21 @@ class Worker:
             return max(0, min(max(threads, 0) + awaiting, held))
 
     def _claim_and_submit(self, pool: Slots[Claim, Result]) -> int:
+        # The claim covers every notification so far: those that come during it wake the next.
+        notes, self._notes = self._notes, []
+        known_due, self._next_due = self._next_due, store.NOT_KNOWN
         free = self._free()
-        self._next_due = store.NOT_KNOWN
         if free <= 0:
             return 0
-        claims = store.claim(worker=self.name, queues=self.queues, limit=free)
+        claims: list[Claim] = []
+        if self._drained and len(notes) == 1 and notes[0] is not None and _none_due(known_due):
+            # Idle, and one start announced the only attempt due: claim it by its id (the wait
+            # after it asks for the next due time, once the body has its thread).
+            claims = store.claim_notified(notes[0], worker=self.name)
+        if not claims:  # taken by another worker meanwhile, or not the idle case: the claim
+            claimed = store.claim(worker=self.name, queues=self.queues, limit=free)
+            claims, self._next_due = claimed, claimed.next_due
         self._drained = len(claims) < free
-        self._next_due = claims.next_due
         assert self.loop is not None
         found_async = False
         for held in claims:
@@ -403,7 +415,9 @@ class Worker:
         if free <= 0:
             return pgflow_settings.seconds("POLL_INTERVAL")  # a finished step wakes us sooner
         poll = pgflow_settings.seconds("POLL_INTERVAL")
-        nxt = store.next_due(self.queues) if self._next_due is store.NOT_KNOWN else self._next_due
+        if self._next_due is store.NOT_KNOWN:
+            self._next_due = store.next_due(self.queues)
+        nxt = self._next_due
         if nxt is None:
             return poll
         assert isinstance(nxt, datetime)
@@ -539,6 +553,11 @@ class Worker:
             logging.shutdown()
             os._exit(0)
         return handed
+
+
+def _none_due(next_due: object) -> bool:
+    """Whether a next due time seen by a claim or a wait says nothing is due now."""
+    return next_due is None or (isinstance(next_due, datetime) and next_due > store.now())
 
 
 def _registered_async_steps() -> bool:

@@ -38,6 +38,7 @@ from .claims import (
     Claim,
     Claimed,
     claim,
+    claim_notified,
     claim_step,
     hand_back,
     heartbeat,
@@ -57,6 +58,7 @@ from .locking import (
     notify,
     now,
     open_attempt,
+    read_note,
 )
 from .mailbox import deliver, take_signal, time_out, wake_stale
 from .rerun import rerun_from, rerun_plan
@@ -83,6 +85,7 @@ __all__ = [
     "cancel",
     "cancel_children",
     "claim",
+    "claim_notified",
     "claim_step",
     "count_member",
     "delay_of",
@@ -106,6 +109,7 @@ __all__ = [
     "prepare",
     "purge_runs",
     "quick_prepare",
+    "read_note",
     "recover_lost",
     "repair_children",
     "rerun_from",

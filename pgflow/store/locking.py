@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("pgflow")
 
 
-CHANNEL = "pgflow"  # the NOTIFY channel; the payload is the queue whose step came due
+CHANNEL = "pgflow"  # the NOTIFY channel; its payloads: read_note()
 SYSTEM = "system"
 TESTING_WORKER = "pgflow.testing"  # the worker name of attempts pgflow.testing runs in-process
 OPEN_STEP_VALUES = sorted(s.value for s in OPEN_STEP)
@@ -70,6 +70,13 @@ def event(
     return Event.objects.create(
         run=run, step=step, event=str(kind), actor=actor_name(actor), details=details, created_at=at or now()
     )
+
+
+def read_note(payload: str) -> tuple[str, int | None]:
+    """A notification on CHANNEL: the queue with an attempt due now, and the attempt's id when
+    one start made it (``"<queue> <id>"``); a commit or an operator names the queue alone."""
+    queue, _, step = payload.partition(" ")
+    return queue, int(step) if step.isdigit() else None
 
 
 def notify(queue: str) -> None:

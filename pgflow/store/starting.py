@@ -170,9 +170,11 @@ def _plain_start_statement() -> _PlainStart:
     run = _Insert.of(WorkflowRun(workflow_class="", created_at=at, updated_at=at))
     event = _Insert.of(Event(run_id=new_run, event="", created_at=at))
     step = _Insert.of(Step(run_id=new_run, step_name="", created_at=at, scheduled_at=at))
+    # The NOTIFY names the queue and the new attempt (pgflow.store.locking.read_note), so an
+    # idle worker can claim that attempt by its id.
     sql = (
-        f"WITH new_run AS ({run.sql} RETURNING id), new_event AS ({event.sql}), new_step AS ({step.sql}) "
-        "SELECT id, pg_notify(%s, %s) FROM new_run"
+        f"WITH new_run AS ({run.sql} RETURNING id), new_event AS ({event.sql}), new_step AS ({step.sql} RETURNING id) "
+        "SELECT id, pg_notify(%s, %s || ' ' || (SELECT id FROM new_step)) FROM new_run"
     )
     return _PlainStart(sql, run, event, step)
 

@@ -33,7 +33,8 @@ def test_a_plain_start_is_one_statement_with_its_rows_and_notify():
             run = wf.ThreeSteps.start(input={"a": 1})
         notes = [n.payload for n in conn.notifies(timeout=2.0, stop_after=1)]
     assert len(queries) == 1, [q["sql"] for q in queries]
-    assert notes == ["workflows"]
+    (step,) = Step.objects.filter(run=run)
+    assert notes == [f"workflows {step.pk}"]  # the queue and the attempt, for a claim by its id
     run.refresh_from_db()
     assert (run.status, run.current_step, run.input, run.key) == ("running", "one", {"a": 1}, None)
     (step,) = Step.objects.filter(run=run)
