@@ -332,15 +332,14 @@ class Worker:
         free = self._free()
         if free <= 0:
             return 0
-        claims: list[Claim] = []
+        claims: store.Claimed | None = None
         if self._drained and len(notes) == 1 and notes[0] is not None and _none_due(known_due):
-            # Idle, and one start announced the only attempt due: claim it by its id (the wait
-            # after it asks for the next due time, once the body has its thread).
-            claims = store.claim_notified(notes[0], worker=self.name)
+            # Idle, and one start announced the only attempt due: claim it by its id.
+            claims = store.claim_notified(notes[0], worker=self.name, queues=self.queues)
         if not claims:  # taken by another worker meanwhile, or not the idle case: the claim
-            claimed = store.claim(worker=self.name, queues=self.queues, limit=free)
-            claims, self._next_due = claimed, claimed.next_due
+            claims = store.claim(worker=self.name, queues=self.queues, limit=free)
         self._drained = len(claims) < free
+        self._next_due = claims.next_due
         assert self.loop is not None
         found_async = False
         for held in claims:

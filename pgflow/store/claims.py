@@ -373,9 +373,11 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
 
 # One attempt by its id: the one a start just announced (its NOTIFY names it), claimed as the
 # ungated claim would, if it is still scheduled, ungated, due, on a queue not paused and not
-# locked by another claim. Its plan is one probe of the primary key; the ungated claim's
-# probes of every queue's due rows and next due time are what an idle worker's claim after a
-# start costs most (~0.35 ms of ~1 ms after a pause, all of it on the start latency).
+# locked by another claim; with, as that claim gives it, when the earliest attempt left
+# scheduled on the queues comes due. Its plan is one probe of the primary key and one of
+# each queue's due index; the ungated claim's scans of every queue's due rows are what an
+# idle worker's claim after a start cost most (~0.35 ms of ~1 ms after a pause, all of it
+# on the start latency).
 CLAIM_NOTIFIED_SQL = (
     """
 WITH claimed AS (
@@ -387,28 +389,37 @@ WITH claimed AS (
         AND NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = s.queue AND p.paused)
     RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
               s.waiting_since, s.queue, s.throttled_until
+), later AS (
+    SELECT min(first.scheduled_at) AS next_due
+    FROM unnest(%(queues)s::text[]) AS q(name),
+    LATERAL (SELECT scheduled_at FROM pgflow_step
+             WHERE status = 'scheduled' AND queue = q.name AND id <> %(id)s
+             ORDER BY timezone('UTC', scheduled_at) LIMIT 1) AS first
+    WHERE NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = q.name AND p.paused)
 )
-SELECT """
+SELECT later.next_due, """
     + _CLAIMED
-    + """ FROM claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id
+    + """ FROM later LEFT JOIN (claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id) ON true
 """
 )
 
 
-def claim_notified(step_id: int, *, worker: str, at: datetime | None = None) -> list[Claim]:
-    """Claim the attempt ``step_id`` if it is still claimable (see CLAIM_NOTIFIED_SQL).
+def claim_notified(step_id: int, *, worker: str, queues: list[str], at: datetime | None = None) -> Claimed:
+    """Claim the attempt ``step_id`` if it is still claimable (see CLAIM_NOTIFIED_SQL), and say
+    when the earliest attempt left scheduled on ``queues`` comes due, as ``claim()`` does.
 
     For a worker that knows nothing else is due on its queues: then this claims what
     ``claim()`` would, in a cheaper statement. It knows nothing of priorities.
     """
     at = at or now()
     lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
-    params = {"id": step_id, "now": at, "worker": worker, "lease_until": lease_until}
+    params = {"id": step_id, "queues": queues, "now": at, "worker": worker, "lease_until": lease_until}
     with connection.cursor() as cursor:
         _claim_session(cursor)
         with hot_cursor() as prepared:
             prepared.execute(CLAIM_NOTIFIED_SQL, params, prepare=True)
-            return _claims(prepared.fetchall())
+            rows = prepared.fetchall()
+    return Claimed(_claims([row[1:] for row in rows if row[1] is not None]), rows[0][0])
 
 
 # The claiming connection's session, set once per connection (the worker's claim loop has its

@@ -22,12 +22,22 @@ def first_attempt(run) -> Step:
 def test_it_claims_the_announced_attempt_as_the_claim_would():
     run = wf.ThreeSteps.start(input={"a": 1})
     step = first_attempt(run)
-    (held,) = store.claim_notified(step.pk, worker="w-1")
+    (held,) = store.claim_notified(step.pk, worker="w-1", queues=["workflows"])
     assert (held.step_id, held.run_id, held.step_name, held.attempt) == (step.pk, run.pk, "one", 1)
     assert held.run().input == {"a": 1} and held.step_fields["queue"] == "workflows"
     step.refresh_from_db()
     assert (step.status, step.worker, step.claim_token) == ("in_progress", "w-1", held.token)
-    assert store.claim_notified(step.pk, worker="w-2") == []  # once
+    assert store.claim_notified(step.pk, worker="w-2", queues=["workflows"]) == []  # once
+
+
+def test_it_says_when_the_next_attempt_comes_due_as_the_claim_does():
+    later = first_attempt(wf.Delayed.start())
+    step = first_attempt(wf.ThreeSteps.start())
+    claimed = store.claim_notified(step.pk, worker="w", queues=["workflows"])
+    assert [held.step_id for held in claimed] == [step.pk]
+    assert claimed.next_due == later.scheduled_at
+    assert store.claim(worker="w", queues=["workflows"], limit=5).next_due == later.scheduled_at
+    assert store.claim_notified(step.pk, worker="w", queues=["mail"]).next_due is None
     assert store.claim(worker="w-2", queues=["workflows"], limit=5) == []
 
 
@@ -53,19 +63,19 @@ def test_it_claims_nothing_the_claim_would_leave(why):
         with other.cursor() as cursor:
             cursor.execute("SELECT 1 FROM pgflow_step WHERE id = %s FOR UPDATE", [step.pk])
         try:
-            assert store.claim_notified(step.pk, worker="w") == []
+            assert store.claim_notified(step.pk, worker="w", queues=["workflows", "limits"]) == []
         finally:
             other.rollback()
             other.close()
         return
-    assert store.claim_notified(step.pk, worker="w") == []
+    assert store.claim_notified(step.pk, worker="w", queues=["workflows", "limits"]) == []
     if why != "no such attempt":
         step.refresh_from_db()
         assert step.status == "scheduled" and step.worker in ("", None)
 
 
 def test_its_claim_is_not_waited_for_on_disk_like_the_claim():
-    store.claim_notified(10**12, worker="w")
+    store.claim_notified(10**12, worker="w", queues=["workflows"])
     with connection.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
         assert cursor.fetchone() == ("off",)
