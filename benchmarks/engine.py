@@ -26,6 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
+# The processes that start runs (the harness's drivers) run with DEBUG off too, as a
+# project's web processes do in production: with it on, Django records every query.
+os.environ.setdefault("DEBUG", "false")
 BENCH_DB = "pgflow_bench"
 
 
