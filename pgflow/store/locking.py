@@ -76,7 +76,7 @@ def read_note(payload: str) -> tuple[str, int | None]:
     """A notification on CHANNEL: the queue with an attempt due now, and the attempt's id when
     one start made it (``"<queue> <id>"``); a commit or an operator names the queue alone."""
     queue, _, step = payload.partition(" ")
-    return queue, int(step) if step.isdigit() else None
+    return queue, int(step) if step.isdecimal() else None
 
 
 def notify(queue: str) -> None:
