@@ -373,8 +373,8 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
 
 
 # One attempt by its id: the one a start just announced (its NOTIFY names it), claimed as the
-# ungated claim would, if it is still scheduled, ungated, due, on a queue not paused and not
-# locked by another claim; with, as that claim gives it, when the earliest attempt left
+# ungated claim would, if it is still scheduled, ungated, due, on one of the worker's queues
+# and not a paused one, and not locked by another claim; with, as that claim gives it, when the earliest attempt left
 # scheduled on the queues comes due. Its plan is one probe of the primary key and one of
 # each queue's due index; the ungated claim's scans of every queue's due rows are what an
 # idle worker's claim after a start cost most (~0.35 ms of ~1 ms after a pause, all of it
@@ -386,7 +386,7 @@ WITH claimed AS (
     SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
         lease_expires_at = %(lease_until)s, throttled_until = NULL
     WHERE s.id = (SELECT id FROM pgflow_step WHERE id = %(id)s AND status = 'scheduled' AND NOT gated
-                  AND scheduled_at <= %(now)s FOR UPDATE SKIP LOCKED)
+                  AND scheduled_at <= %(now)s AND queue = ANY(%(queues)s::text[]) FOR UPDATE SKIP LOCKED)
         AND NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = s.queue AND p.paused)
     RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
               s.waiting_since, s.queue, s.throttled_until
