@@ -22,7 +22,6 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
 
 import psycopg
 from django.db import InterfaceError, OperationalError, connection
@@ -31,6 +30,7 @@ from .. import store
 from ..conf import pgflow_settings
 from ..core import errors as error_capture
 from ..core.flow import PAUSE, Outcome
+from .answer import Answer
 
 logger = logging.getLogger("pgflow")
 
@@ -41,7 +41,8 @@ RETRY_LOCKED = 0.05  # seconds before trying again an outcome whose run another 
 
 class Committer:
     def __init__(self, *, threads: int = 1) -> None:
-        self._queue: queue.Queue[tuple[store.Finished, Future[bool]] | None] = queue.Queue()
+        # SimpleQueue: C, no condition variable (the step threads put an outcome each).
+        self._queue: queue.SimpleQueue[tuple[store.Finished, Answer[bool]] | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._loop, name=f"pgflow-commit-{index}", daemon=True) for index in range(threads)
         ]
@@ -52,9 +53,9 @@ class Committer:
         """Apply ``item`` (in some batch); True when it was applied, False when ignored."""
         return self.submit_later(item).result()
 
-    def submit_later(self, item: store.Finished) -> Future[bool]:
+    def submit_later(self, item: store.Finished) -> Answer[bool]:
         """Queue ``item``; the future answers as ``submit`` does, once its batch committed."""
-        future: Future[bool] = Future()
+        future: Answer[bool] = Answer()
         self._queue.put((item, future))
         return future
 
@@ -66,7 +67,7 @@ class Committer:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def _loop(self) -> None:
-        waiting: list[tuple[store.Finished, Future[bool]]] = []  # outcomes whose run was locked elsewhere
+        waiting: list[tuple[store.Finished, Answer[bool]]] = []  # outcomes whose run was locked elsewhere
         while True:
             if waiting:  # outcomes wait on another transaction's lock: look again soon
                 try:
@@ -96,7 +97,7 @@ class Committer:
                 break
         connection.close()
 
-    def _apply(self, batch: list[tuple[store.Finished, Future[bool]]]) -> list[tuple[store.Finished, Future[bool]]]:
+    def _apply(self, batch: list[tuple[store.Finished, Answer[bool]]]) -> list[tuple[store.Finished, Answer[bool]]]:
         """Apply ``batch``; returns the items whose run another transaction held (for later)."""
         try:
             results = store.finish_many([item for item, _ in batch])
@@ -130,7 +131,7 @@ class Committer:
                 future.set_result(applied)
         return later
 
-    def _refused(self, entry: tuple[store.Finished, Future[bool]], exc: BaseException) -> None:
+    def _refused(self, entry: tuple[store.Finished, Answer[bool]], exc: BaseException) -> None:
         """The database refused this outcome: record the refusal as the attempt's error and pause."""
         item, future = entry
         logger.error(

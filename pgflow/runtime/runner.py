@@ -17,7 +17,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,6 +31,7 @@ from ..exceptions import StepTimeout, WorkflowNotFound
 from ..failures import fail
 from ..registry import resolve
 from ..store import Claim, Prepared
+from .answer import Answer
 from .loop import cancel
 
 logger = logging.getLogger("pgflow")
@@ -47,7 +47,7 @@ class Result:
     seconds: float
     # Set when the outcome was handed to a group commit that has not answered yet: the
     # body is over, the transition is not. ``settled`` gives the final Result.
-    pending: Future[bool] | None = None
+    pending: Answer[bool] | None = None
 
     def settled(self, applied: bool) -> Result:
         """This result once its pending commit answered ``applied``; logs its line."""
@@ -70,7 +70,7 @@ class Runner:
     def __init__(
         self,
         finish: Callable[[store.Finished], bool] | None = None,
-        finish_later: Callable[[store.Finished], Future[bool]] | None = None,
+        finish_later: Callable[[store.Finished], Answer[bool]] | None = None,
     ) -> None:
         self._active: dict[Any, Prepared] = {}
         self._timed_out: set[Any] = set()

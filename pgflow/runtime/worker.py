@@ -33,6 +33,7 @@ from ..evaluation import is_async
 from ..registry import registered
 from ..store import Claim
 from . import presence, sweep
+from .answer import Answer
 from .committer import MAX_BATCH, TWO_COMMITTERS_FROM, Committer
 from .loop import EventLoop
 from .runner import Result, Runner
@@ -388,7 +389,7 @@ class Worker:
             self.completed += 1
         self._wake.set()
 
-    def _committed(self, result: Result, commit: Future[bool]) -> None:
+    def _committed(self, result: Result, commit: Answer[bool]) -> None:
         with self._running_lock:
             self._running.pop(result.claim.token, None)
         exc = commit.exception()
