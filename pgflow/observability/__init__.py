@@ -53,7 +53,7 @@ def attempt_failed(error: BaseException) -> None:
 
 def attempt_ended(held: Claim, outcome: str, *, applied: bool) -> None:
     """An attempt's final result (the runner's log line): counted in the worker's metrics."""
-    if not metrics.available():
+    if not metrics.counting():
         return
     try:
         metrics.attempt_ended(held, outcome, applied=applied, last_step=_is_last(held))

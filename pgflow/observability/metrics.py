@@ -57,6 +57,21 @@ def available() -> bool:
     return _INSTALLED
 
 
+# Whether this process counts. pgflow_worker turns it off in a worker whose counts no one
+# could read (no --metrics-port, no PROMETHEUS_MULTIPROC_DIR): counting cost a busy worker
+# about a tenth of its Python time. Every other process counts when metrics are available.
+_counting = _INSTALLED
+
+
+def counting() -> bool:
+    return _counting
+
+
+def stop_counting() -> None:
+    global _counting
+    _counting = False
+
+
 def _metric(name: str) -> Any:
     """The process's metric ``name``, made on first use in the default registry."""
     found = _made.get(name)
@@ -106,18 +121,18 @@ def _build(name: str) -> Any:
 
 
 def run_started(workflow_class: str) -> None:
-    if _INSTALLED:
+    if _counting:
         transaction.on_commit(lambda: _child("runs_started", workflow_class).inc())
 
 
 def signal_received(workflow_class: str, name: str) -> None:
-    if _INSTALLED:
+    if _counting:
         transaction.on_commit(lambda: _child("signals", workflow_class, name).inc())
 
 
 def attempt_ended(held: Claim, outcome: str, *, applied: bool, last_step: bool) -> None:
     """Count an attempt the worker ended (``outcome`` as the runner logs it)."""
-    if not _INSTALLED or not applied or outcome in _NOT_ENDED:
+    if not _counting or not applied or outcome in _NOT_ENDED:
         return
     path = held.run_fields.get("workflow_class", "")
     _child("attempts", path, held.step_name, outcome).inc()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -169,6 +170,8 @@ class Command(BaseCommand):
                 metrics.serve(metrics_port)
             except OSError as exc:
                 raise CommandError(f"--metrics-port {metrics_port}: cannot listen there ({exc})") from exc
+        elif not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            metrics.stop_counting()  # nothing would ever read this process's counts
         worker = Worker(
             queues=queues or [pgflow_settings.QUEUE],
             concurrency=concurrency,
