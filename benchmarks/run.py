@@ -18,7 +18,8 @@ round, in a rotated order, so drift and noise from elsewhere spread over all of 
 
 - the ceiling: pgbench running the least SQL one step needs (benchmarks/peers/ceiling.py)
   at 1, 2 and 4 clients, in transactions (= steps) per second;
-- for pgflow (one worker process, two, and one worker command with --processes 2) and for
+- for pgflow (one worker process, two, one worker command with --processes 2, and one worker
+  with --concurrency 64) and for
   Celery + Redis, Procrastinate, DBOS and django-q2 (one worker each): RUNS chains of three
   no-op steps enqueued with the worker stopped, then drained; steps/s = 3 x RUNS / (last
   step - first step);
@@ -72,6 +73,7 @@ LABELS = {
     "pgflow": "pgflow, 1 worker",
     "pgflow-2w": "pgflow, 2 workers",
     "pgflow-2p": "pgflow, 1 worker, --processes 2",
+    "pgflow-64": "pgflow, 1 worker, --concurrency 64",
     "celery": "Celery + Redis",
     "procrastinate": "Procrastinate",
     "dbos": "DBOS",
@@ -330,7 +332,7 @@ class Bench:
         for name in systems:
             self.rows[name] = report.Row(name, LABELS[name])
             if name == "pgflow":
-                for key in ("pgflow-2w", "pgflow-2p"):
+                for key in ("pgflow-2w", "pgflow-2p", "pgflow-64"):
                     self.rows[key] = report.Row(key, LABELS[key])
         self.start_postgres()
         for name in systems:
@@ -347,9 +349,15 @@ class Bench:
                 self.rows["celery"].failed = f"redis: {one_line(exc)}"
         self.run_ceiling_setup()
         whole_run = self.others_cpu()
-        # (system, worker processes started, row): pgflow also as two workers, and as one worker
-        # command running two processes (its --processes, as Celery's one worker runs a pool).
-        pgflow_jobs = [("pgflow", 1, "pgflow"), ("pgflow", 2, "pgflow-2w"), ("pgflow", 1, "pgflow-2p")]
+        # (system, worker processes started, row): pgflow also as two workers, as one worker
+        # command running two processes (its --processes, as Celery's one worker runs a pool),
+        # and as one worker of 64 slots (its group commit's batches grow with the slots).
+        pgflow_jobs = [
+            ("pgflow", 1, "pgflow"),
+            ("pgflow", 2, "pgflow-2w"),
+            ("pgflow", 1, "pgflow-2p"),
+            ("pgflow", 1, "pgflow-64"),
+        ]
         jobs = [job for name in systems for job in (pgflow_jobs if name == "pgflow" else [(name, 1, name)])]
         for round_number in range(1, args.rounds + 1):
             say(f"round {round_number} of {args.rounds}")
@@ -426,6 +434,8 @@ class Bench:
             argv += ["--redis", self.redis_url]
         if key == "pgflow-2p":
             argv += ["--processes", "2"]
+        if key == "pgflow-64":
+            argv += ["--concurrency", "64"]
         log = self.logs / f"{key}-round{round_number}.log"
         others = self.others_cpu()
         say(f"  {row.label} ...")
@@ -622,7 +632,8 @@ METHOD = [
     "django-q2 keep every step's state in PostgreSQL; Celery here keeps its messages in a Redis that saves "
     "nothing, acknowledges a task when it starts (its default) and stores no results. Worker settings are "
     "each system's usual ones for throughput, not all defaults: pgflow 32 threads (a thread a slot; its "
-    "group commit batches what ends together, so more slots mean bigger batches); Celery's prefork pool of "
+    "group commit batches what ends together, so more slots mean bigger batches: its row with --concurrency "
+    "64 shows by how much); Celery's prefork pool of "
     "one process a core (its default); Procrastinate 8 async jobs; DBOS 32 workflows a worker, its queue "
     "polled every 0.1 s (defaults, no limit and 1 s, gave ~235 steps/s and ~0.5 s of latency); django-q2 "
     "with save_limit 0 (see its line above). The chains are enqueued in whatever way is natural: pgflow's "

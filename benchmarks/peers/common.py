@@ -351,6 +351,7 @@ def parser(description: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=180.0, help="cap on the throughput phase, seconds")
     parser.add_argument("--redis", default=None)
     parser.add_argument("--processes", type=int, default=1, help="pgflow only: pgflow_worker --processes")
+    parser.add_argument("--concurrency", type=int, default=None, help="pgflow only: pgflow_worker --concurrency")
     parser.add_argument("--label", default="run", help="names the log file")
     return parser
 

@@ -2,7 +2,7 @@
 
     /tmp/venv311/bin/python -m benchmarks.peers.pgflow_peer --db URL --work DIR [--workers 2]
 
-``manage.py pgflow_worker --concurrency 32`` (BENCH_PGFLOW_CONCURRENCY to change it), in the database
+``manage.py pgflow_worker --concurrency 32`` (--concurrency or BENCH_PGFLOW_CONCURRENCY to change it), in the database
 pgflow_bench on the same PostgreSQL. Steps/s come from the step rows: first claim
 (``started_at``) to last finish (``finished_at``); latency and memory as for every peer.
 """
@@ -23,7 +23,11 @@ class Pgflow(System):
 
     def config(self) -> str:
         processes = f" --processes {self.args.processes}" if self.args.processes > 1 else ""
-        return f"{self.args.workers} x pgflow_worker --concurrency {CONCURRENCY}{processes} (threads)"
+        return f"{self.args.workers} x pgflow_worker --concurrency {self.concurrency}{processes} (threads)"
+
+    @property
+    def concurrency(self) -> int:
+        return self.args.concurrency or CONCURRENCY
 
     def versions(self) -> dict[str, str]:
         # The engine changes under our feet while others optimise it: name the sources measured.
@@ -48,13 +52,13 @@ class Pgflow(System):
     def worker_argv(self) -> list[str]:
         from benchmarks import engine
 
-        argv = engine.worker_command(CONCURRENCY)[0]
+        argv = engine.worker_command(self.concurrency)[0]
         return argv + (["--processes", str(self.args.processes)] if self.args.processes > 1 else [])
 
     def worker_env(self) -> dict[str, str]:
         from benchmarks import engine
 
-        return engine.worker_command(CONCURRENCY)[1]
+        return engine.worker_command(self.concurrency)[1]
 
     def throughput(self, workers: Workers) -> dict[str, Any]:
         from benchmarks import engine
