@@ -72,7 +72,7 @@ def main() -> None:
         f"{done:,} of {args.steps:,} async steps (await asyncio.sleep({args.sleep:g})) finished in {seconds:.1f} s "
         f"from the worker's launch (its start-up included); --concurrency {args.concurrency} "
         f"--async-concurrency {args.async_concurrency}: at most {peak_connections:.0f} database connections "
-        f"held by the worker, peak RSS {peak_rss:.0f} MB"
+        f"held by the worker, peak RSS {peak_rss:.1f} MB"
     )
 
 
