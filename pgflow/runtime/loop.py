@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
-from concurrent.futures import Future
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -27,9 +26,15 @@ class EventLoop:
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
-    def submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
-        """Run ``coroutine`` as a task on the loop; its future answers in the caller's world."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+    def submit(self, coroutine: Coroutine[Any, Any, T], done: Callable[[asyncio.Task[T]], object]) -> None:
+        """Run ``coroutine`` as a task on the loop; ``done(task)`` is called on the loop's
+        thread once it ended. (``run_coroutine_threadsafe`` also made a
+        ``concurrent.futures.Future`` per task, with its condition variable: a kilobyte for
+        each awaiting body.)"""
+        self._loop.call_soon_threadsafe(self._start, coroutine, done)
+
+    def _start(self, coroutine: Coroutine[Any, Any, T], done: Callable[[asyncio.Task[T]], object]) -> None:
+        self._loop.create_task(coroutine).add_done_callback(done)
 
     def stop(self) -> None:
         """Stop the loop; tasks still awaiting are abandoned (their attempts were handed back)."""

@@ -10,6 +10,7 @@ an idle worker costs the database one cheap query per poll interval.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -18,7 +19,6 @@ import socket
 import threading
 import time
 import uuid
-from concurrent.futures import Future
 from datetime import datetime
 from types import FrameType
 from typing import Any
@@ -350,8 +350,7 @@ class Worker:
                 self._running[held.token] = held
                 (self._awaiting if is_async else self._bodies).add(held.token)
             if is_async:
-                future = self.loop.submit(self._execute_async(held))
-                future.add_done_callback(functools.partial(self._done, held))
+                self.loop.submit(self._execute_async(held), functools.partial(self._done, held))
             else:
                 pool.submit(held)
         if claims:
@@ -370,9 +369,12 @@ class Worker:
     async def _execute_async(self, held: Claim) -> Result:
         return await observability.attempt_async(held, worker=self.name, execute=self.runner.execute_async)
 
-    def _done(self, held: Claim, future: Future[Result]) -> None:
-        exc = future.exception()
-        self._finished(held, None if exc is not None else future.result(), exc)
+    def _done(self, held: Claim, task: asyncio.Task[Result]) -> None:
+        if task.cancelled():  # its timeout cancelled it before its body: the timeout was reported
+            self._finished(held, None, None)
+            return
+        exc = task.exception()
+        self._finished(held, None if exc is not None else task.result(), exc)
 
     def _finished(self, held: Claim, result: Result | None, exc: BaseException | None) -> None:
         """The body is over: its slot is free; the attempt stays held until its commit answered."""

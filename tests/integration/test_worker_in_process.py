@@ -60,3 +60,46 @@ def test_an_idle_worker_is_woken_by_the_start_not_by_its_poll(settings):
         worker.stop()
         thread.join(30)
     assert not thread.is_alive()
+
+
+def test_an_async_task_cancelled_before_its_body_frees_its_slot():
+    # A timeout cancels an async attempt's task; if that lands before the body (the task is
+    # then cancelled, not finished), the slot and the held attempt must still be let go.
+    import asyncio
+
+    from pgflow.runtime.loop import EventLoop
+
+    worker = Worker(concurrency=1)
+    held = wf_claim()
+    with worker._running_lock:
+        worker._running[held.token] = held
+        worker._awaiting.add(held.token)
+    loop = EventLoop()
+    ended = threading.Event()
+
+    async def waits_for_ever():
+        await asyncio.sleep(3600)
+
+    def done(task):
+        worker._done(held, task)
+        ended.set()
+
+    try:
+        loop.submit(waits_for_ever(), done)
+        time.sleep(0.1)
+        for task in asyncio.all_tasks(loop._loop):
+            loop._loop.call_soon_threadsafe(task.cancel)
+        assert ended.wait(5), "the cancelled task's callback never ran"
+    finally:
+        loop.stop()
+    assert held.token not in worker._running and held.token not in worker._awaiting
+    assert worker._free() >= 1
+
+
+def wf_claim():
+    from pgflow import store
+
+    run = wf.ThreeSteps.start()
+    (held,) = store.claim(worker="t", queues=["workflows"], limit=1)
+    assert held.run_id == run.pk
+    return held
