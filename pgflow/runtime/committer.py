@@ -54,10 +54,10 @@ class Committer:
         return self.submit_later(item).result()
 
     def submit_later(self, item: store.Finished) -> Answer[bool]:
-        """Queue ``item``; the future answers as ``submit`` does, once its batch committed."""
-        future: Answer[bool] = Answer()
-        self._queue.put((item, future))
-        return future
+        """Queue ``item``; the answer is ``submit``'s, given once its batch committed."""
+        answer: Answer[bool] = Answer()
+        self._queue.put((item, answer))
+        return answer
 
     def stop(self) -> None:
         for _ in self._threads:
@@ -77,8 +77,8 @@ class Committer:
             else:
                 first = self._queue.get()
             if first is None:
-                for _, future in waiting:  # the lease and the sweep take these over
-                    future.set_exception(RuntimeError("the run stayed locked by another transaction until shutdown"))
+                for _, answer in waiting:  # the lease and the sweep take these over
+                    answer.set_exception(RuntimeError("the run stayed locked by another transaction until shutdown"))
                 break
             batch = [*waiting, first]
             waiting = []
@@ -103,8 +103,8 @@ class Committer:
             results = store.finish_many([item for item, _ in batch])
         except (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError) as exc:
             connection.close()  # the database went away: reconnect for the next batch
-            for _, future in batch:
-                future.set_exception(exc)
+            for _, answer in batch:
+                answer.set_exception(exc)
             return []
         except BaseException as exc:
             if len(batch) > 1:
@@ -124,16 +124,16 @@ class Committer:
             self._refused(batch[0], exc)
             return []
         later = []
-        for (item, future), applied in zip(batch, results, strict=True):
+        for (item, answer), applied in zip(batch, results, strict=True):
             if applied is None:
-                later.append((item, future))
+                later.append((item, answer))
             else:
-                future.set_result(applied)
+                answer.set_result(applied)
         return later
 
     def _refused(self, entry: tuple[store.Finished, Answer[bool]], exc: BaseException) -> None:
         """The database refused this outcome: record the refusal as the attempt's error and pause."""
-        item, future = entry
+        item, answer = entry
         logger.error(
             "applying the outcome of step %s failed: %s: %s",
             item.claim.step_id,
@@ -146,9 +146,9 @@ class Committer:
         try:
             (applied,) = store.finish_many([failed])
         except BaseException as again:  # noqa: BLE001 - left to the lease and the sweep
-            future.set_exception(again)
+            answer.set_exception(again)
             return
         if applied is None:
-            future.set_exception(exc)  # its run was locked meanwhile: the lease and the sweep take over
+            answer.set_exception(exc)  # its run was locked meanwhile: the lease and the sweep take over
         else:
-            future.set_result(False)  # the body's own outcome was not applied
+            answer.set_result(False)  # the body's own outcome was not applied

@@ -374,11 +374,11 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
 
 # One attempt by its id: the one a start just announced (its NOTIFY names it), claimed as the
 # ungated claim would, if it is still scheduled, ungated, due, on one of the worker's queues
-# and not a paused one, and not locked by another claim; with, as that claim gives it, when the earliest attempt left
-# scheduled on the queues comes due. Its plan is one probe of the primary key and one of
-# each queue's due index; the ungated claim's scans of every queue's due rows are what an
-# idle worker's claim after a start cost most (~0.35 ms of ~1 ms after a pause, all of it
-# on the start latency).
+# and not a paused one, and not locked by another claim; and, as that claim gives it, when
+# the earliest attempt left scheduled on the queues comes due. Its plan is one probe of the
+# primary key and one of each queue's due index; the ungated claim's scans of every queue's
+# due rows are what an idle worker's claim after a start cost most (~0.35 ms of ~1 ms after
+# a pause, all of it on the start latency).
 CLAIM_NOTIFIED_SQL = (
     """
 WITH claimed AS (
