@@ -351,18 +351,12 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
     """Take up to ``limit`` due attempts in one statement (``FOR UPDATE SKIP LOCKED``)."""
     if limit <= 0:
         return Claimed([], NOT_KNOWN)
-    at = at or now()
-    lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
-    params: dict[str, Any] = {"queues": queues, "now": at, "limit": limit, "worker": worker, "lease_until": lease_until}
-    # One statement is its own transaction: no BEGIN and COMMIT round trips around it.
+    params: dict[str, Any] = {"queues": queues, "limit": limit, **_lease(worker, at)}
     # The ungated claim is a prepared statement with one generic plan: planning it cost more
     # than running it (~0.5 ms of ~0.8 ms a claim, three times that on an idle machine, on
     # every start's path). Its plan does not depend on the values: each queue's scan follows
     # the claim index whatever the time and the limit.
-    with hot_cursor() as prepared:
-        _claim_session(prepared)
-        prepared.execute(UNGATED_CLAIM_SQL, params, prepare=True)
-        rows = prepared.fetchall()
+    rows = _claim_rows(UNGATED_CLAIM_SQL, params)
     if not rows[0][0]:  # no gated attempt scheduled: this was the whole claim
         return Claimed(_claims([row[2:] for row in rows if row[2] is not None]), rows[0][1])
     # Django's cursor binds the values into the SQL text: planned for them each time.
@@ -412,14 +406,23 @@ def claim_notified(step_id: int, *, worker: str, queues: list[str], at: datetime
     For a worker that knows nothing else is due on its queues: then this claims what
     ``claim()`` would, in a cheaper statement. It knows nothing of priorities.
     """
+    rows = _claim_rows(CLAIM_NOTIFIED_SQL, {"id": step_id, "queues": queues, **_lease(worker, at)})
+    return Claimed(_claims([row[1:] for row in rows if row[1] is not None]), rows[0][0])
+
+
+def _lease(worker: str, at: datetime | None) -> dict[str, Any]:
+    """A claim's ``now``, ``worker`` and ``lease_until`` parameters."""
     at = at or now()
-    lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
-    params = {"id": step_id, "queues": queues, "now": at, "worker": worker, "lease_until": lease_until}
+    return {"now": at, "worker": worker, "lease_until": at + timedelta(seconds=pgflow_settings.seconds("LEASE"))}
+
+
+def _claim_rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run a prepared claim statement on the claiming session; one statement is its own
+    transaction (no BEGIN and COMMIT round trips around it)."""
     with hot_cursor() as prepared:
         _claim_session(prepared)
-        prepared.execute(CLAIM_NOTIFIED_SQL, params, prepare=True)
-        rows = prepared.fetchall()
-    return Claimed(_claims([row[1:] for row in rows if row[1] is not None]), rows[0][0])
+        prepared.execute(sql, params, prepare=True)
+        return prepared.fetchall()
 
 
 # The claiming connection's session, set once per connection (the worker's claim loop has its
@@ -522,15 +525,13 @@ def hand_back(held: list[Claim], *, at: datetime | None = None) -> int:
 
 def claim_step(step_id: int, *, worker: str, at: datetime | None = None) -> Claim | None:
     """Claim one specific scheduled attempt, due or not (``pgflow.testing`` skips waits)."""
-    at = at or now()
-    lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "UPDATE pgflow_step AS s SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, "
             "claim_token = gen_random_uuid(), lease_expires_at = %(lease_until)s, "
             "scheduled_at = LEAST(s.scheduled_at, %(now)s) "
             "FROM pgflow_run AS r WHERE s.id = %(id)s AND s.status = 'scheduled' AND r.id = s.run_id " + _RETURNING,
-            {"id": step_id, "now": at, "worker": worker, "lease_until": lease_until},
+            {"id": step_id, **_lease(worker, at)},
         )
         rows = cursor.fetchall()
     claims = _claims(rows)

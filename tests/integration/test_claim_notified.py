@@ -78,6 +78,9 @@ def test_it_claims_nothing_the_claim_would_leave(why):
 
 
 def test_its_claim_is_not_waited_for_on_disk_like_the_claim():
+    connection.close()  # a fresh session, which no earlier claim has set
+    with connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit = on")  # whatever the test server's default
     store.claim_notified(10**12, worker="w", queues=["workflows"])
     with connection.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")

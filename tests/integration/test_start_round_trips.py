@@ -37,7 +37,6 @@ def test_a_plain_start_is_one_statement_with_its_rows_and_notify():
     assert notes == [f"workflows {step.pk}"]  # the queue and the attempt, for a claim by its id
     run.refresh_from_db()
     assert (run.status, run.current_step, run.input, run.key) == ("running", "one", {"a": 1}, None)
-    (step,) = Step.objects.filter(run=run)
     assert (step.step_name, step.attempt, step.status, step.queue, step.gated) == (
         "one",
         1,
