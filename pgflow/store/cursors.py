@@ -1,5 +1,5 @@
-"""Cursors for the worker's hot statements (the claim, the group commit), on the same
-connection and transaction as Django's but without its client-side binding.
+"""Cursors for the hot statements (the claim, the group commit, the plain start), on the
+same connection and transaction as Django's but without its client-side binding.
 
 Django's psycopg cursors quote every parameter into the SQL text in Python (a batch's arrays
 element by element) and parse every timestamptz with a Python loader (~4.5 µs each; a
@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
 
 _TIMESTAMPTZ = psycopg.adapters.types["timestamptz"].oid
 _C_LOADER = psycopg.adapters.get_loader(_TIMESTAMPTZ, psycopg.pq.Format.TEXT)
@@ -51,3 +52,30 @@ def hot_cursor() -> Iterator[psycopg.Cursor[Any]]:
         _local.kept = kept = (raw, cursor)
     with connection.wrap_database_errors:
         yield kept[1]
+
+
+class _Preparing(psycopg.Cursor[Any]):
+    """A server-binding cursor whose statements are prepared unless told otherwise: Django's
+    cursor wrapper calls ``execute(sql, params)``, with no way to ask."""
+
+    def execute(
+        self, query: Any, params: Any = None, *, prepare: bool | None = True, binary: bool | None = None
+    ) -> Any:
+        return super().execute(query, params, prepare=prepare, binary=binary)
+
+
+def preparing_cursor() -> CursorWrapper:
+    """Django's cursor wrapper, with its execute wrappers, its query log under ``DEBUG``, its
+    broken-transaction check and its errors, over this thread's preparing cursor on Django's
+    connection: for a hot statement run in the caller's process (the plain start), where
+    those must see it as any query."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    kept = getattr(_local, "preparing", None)
+    if kept is None or kept[0] is not raw:
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED
+        _local.preparing = kept = (raw, _Preparing(raw))
+    return connection._prepare_cursor(kept[1])  # type: ignore[attr-defined]  # what Django wraps its own with

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, transaction
+from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
 from pgflow import store
-from pgflow.models import Step
+from pgflow.models import Step, WorkflowRun
 from tests import workflows as wf
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -58,3 +59,26 @@ def test_a_start_with_a_key_keeps_its_savepoint_path():
     first = wf.ThreeSteps.start(key="k-1")
     assert wf.ThreeSteps.start(key="k-1").pk == first.pk
     assert Step.objects.filter(run=first).count() == 1
+
+
+def test_the_plain_start_is_prepared_once_and_seen_as_any_query():
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        runs = [wf.ThreeSteps.start() for _ in range(3)]
+    assert len(seen) == 3 and all("pg_notify" in sql for sql in seen)  # execute wrappers see it
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%pg_notify%%'")
+        assert cursor.fetchone() == (1,)  # one statement, prepared on the first start
+    assert Step.objects.filter(run__in=runs, status="scheduled").count() == 3
+
+
+def test_a_plain_start_in_a_transaction_marked_for_rollback_is_refused_as_any_query():
+    with pytest.raises(TransactionManagementError), transaction.atomic():
+        transaction.set_rollback(True)
+        wf.ThreeSteps.start()
+    assert not WorkflowRun.objects.exists()
