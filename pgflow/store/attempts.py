@@ -17,7 +17,7 @@ from ..core.states import RunStatus, StepStatus
 from ..exceptions import StepNotFound, WorkflowNotFound
 from ..models import Signal, Step, WorkflowRun
 from ..registry import resolve
-from .claims import Claim, held_attempt, log_ignored
+from .claims import Claim, held_attempt, loaded, log_ignored
 from .locking import event, locked, now
 from .mailbox import take_signal
 from .scheduling import missing_step_message, outputs_of
@@ -136,16 +136,18 @@ def quick_prepare(held: Claim) -> Prepared | None:
     definition = workflow_class.steps().get(held.step_name)
     if definition is None or definition.locks_before_body or workflow_class.cancel_conditions():
         return None
-    step = Step(
-        id=held.step_id,
-        run_id=held.run_id,
-        step_name=held.step_name,
-        attempt=held.attempt,
-        status=StepStatus.IN_PROGRESS,
-        started_at=held.started_at,
-        claim_token=held.token,
+    step = loaded(
+        Step,
+        {
+            "id": held.step_id,
+            "run_id": held.run_id,
+            "step_name": held.step_name,
+            "attempt": held.attempt,
+            "status": StepStatus.IN_PROGRESS,
+            "started_at": held.started_at,
+            "claim_token": held.token,
+        },
     )
-    step._state.adding = False
     workflow = workflow_class(run=run, step_name=held.step_name, attempt=held.attempt, outputs=lambda: outputs_of(run))
     return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow)
 

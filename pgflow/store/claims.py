@@ -3,14 +3,16 @@ the claimed attempt's fencing check (its claim token)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import connection, transaction
+from django.db.models import Model
 
 from ..conf import pgflow_settings
 from ..core.events import EventKind
@@ -290,6 +292,9 @@ SELECT probe.gated, later.next_due, """
 )
 
 
+M = TypeVar("M", bound=Model)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Claim:
     """An attempt this worker holds: every write for it checks ``token``."""
@@ -305,10 +310,31 @@ class Claim:
 
     def run(self) -> WorkflowRun:
         """The run as it was at the claim (no query); ``refresh_from_db()`` for now."""
-        run = WorkflowRun(id=self.run_id, **self.run_fields)
-        run._state.adding = False
-        run._state.db = "default"
-        return run
+        return loaded(WorkflowRun, {"id": self.run_id, **self.run_fields})
+
+
+def loaded(model: type[M], values: dict[str, Any]) -> M:
+    """An instance of ``model`` as if loaded from the database, with ``values`` (by attname)
+    and every other field at its default. Django's positional construction: with keywords
+    its ``__init__`` looks each field up in them, ~18 µs a model and ~10× that in a worker
+    that had been idle, on every attempt before its body (the start latency)."""
+    places, defaults, fresh = _row_of(model)
+    row = list(defaults)
+    for index, made in fresh:  # a callable default (dict, now…) makes a new value each time
+        row[index] = made.get_default()
+    for name, value in values.items():
+        row[places[name]] = value
+    return model.from_db("default", places.keys(), row)
+
+
+@functools.cache
+def _row_of(model: type[Model]) -> tuple[dict[str, int], tuple[Any, ...], tuple[tuple[int, Any], ...]]:
+    """``model``'s concrete fields: each attname's place in a row, the constant defaults, and
+    the places of the defaults to call for each instance."""
+    fields = model._meta.concrete_fields
+    called = tuple((index, f) for index, f in enumerate(fields) if f.has_default() and callable(f.default))
+    constant = tuple(None if any(f is c for _, c in called) else f.get_default() for f in fields)
+    return {f.attname: index for index, f in enumerate(fields)}, constant, called
 
 
 def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:

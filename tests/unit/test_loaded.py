@@ -1,0 +1,54 @@
+"""store.claims.loaded: a model instance built positionally, as Django loads a row, equal
+field by field to Django's own keyword construction (no database)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from pgflow.core.states import StepStatus
+from pgflow.models import Event, Step, WorkflowRun
+from pgflow.store.claims import loaded
+
+AT = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
+
+
+def fields(instance):
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+@pytest.mark.parametrize(
+    ("model", "values"),
+    [
+        (
+            Step,
+            {
+                "id": 7,
+                "run_id": 3,
+                "step_name": "one",
+                "attempt": 2,
+                "status": StepStatus.IN_PROGRESS,
+                "started_at": AT,
+                "claim_token": uuid.uuid4(),
+            },
+        ),
+        (WorkflowRun, {"id": 3, "workflow_class": "a.B", "input": {"x": 1}, "created_at": AT, "parent_id": None}),
+        (Event, {"run_id": 3, "event": "started"}),
+    ],
+)
+def test_an_instance_has_the_values_given_and_the_defaults_django_gives(model, values):
+    built = loaded(model, values)
+    assert fields(built) == fields(model(**values))
+    assert (built._state.adding, built._state.db) == (False, "default")
+
+
+def test_a_callable_default_is_made_anew_for_each_instance():
+    first, second = loaded(WorkflowRun, {"id": 1}), loaded(WorkflowRun, {"id": 2})
+    assert first.input == {} and first.input is not second.input
+
+
+def test_a_name_that_is_not_a_field_is_refused():
+    with pytest.raises(KeyError, match="nope"):
+        loaded(Step, {"nope": 1})
