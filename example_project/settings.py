@@ -68,6 +68,11 @@ else:
     os.environ["DATABASE_URL"] = cluster.url  # child processes (worker, qcluster, web) reuse it
     DATABASES = {"default": env.db("DATABASE_URL")}
 
+if "postgresql" in DATABASES["default"]["ENGINE"]:
+    # psycopg may prepare statements (Django turns that off by default, for transaction-mode
+    # poolers; nothing pools here): pgflow's start is then a prepared statement.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 5)
+
 # Parallel test sessions on one cluster each name their own test database.
 DATABASES["default"]["TEST"] = {"NAME": env("PGFLOW_TEST_DATABASE", default=None)}
 if os.environ.get("PGFLOW_TEST_DB_NAME"):

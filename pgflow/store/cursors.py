@@ -55,12 +55,17 @@ def hot_cursor() -> Iterator[psycopg.Cursor[Any]]:
 
 
 class _Preparing(psycopg.Cursor[Any]):
-    """A server-binding cursor whose statements are prepared unless told otherwise: Django's
-    cursor wrapper calls ``execute(sql, params)``, with no way to ask."""
+    """A server-binding cursor whose statements are prepared on their first run if its
+    connection prepares statements at all (a ``prepare_threshold`` set): Django's cursor
+    wrapper calls ``execute(sql, params)``, with no way to ask. Django turns preparing off by
+    default, for transaction-mode poolers, where a statement prepared on one server
+    connection is missing on the next; sent unprepared, the parameters still go apart."""
 
     def execute(
-        self, query: Any, params: Any = None, *, prepare: bool | None = True, binary: bool | None = None
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
     ) -> Any:
+        if prepare is None:
+            prepare = self.connection.prepare_threshold is not None
         return super().execute(query, params, prepare=prepare, binary=binary)
 
 
@@ -75,7 +80,5 @@ def preparing_cursor() -> CursorWrapper:
     assert raw is not None
     kept = getattr(_local, "preparing", None)
     if kept is None or kept[0] is not raw:
-        if raw.prepare_threshold is None:
-            raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED
         _local.preparing = kept = (raw, _Preparing(raw))
     return connection._prepare_cursor(kept[1])  # type: ignore[attr-defined]  # what Django wraps its own with

@@ -114,9 +114,10 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
         *statement.event.params(details=details),
         *statement.step.params(step_name=first.name, queue=queue, priority=workflow.priority_for(first.name)),
     ]
-    # Prepared once per connection: parsing and planning its three INSERTs on every start cost
-    # ~0.45 ms in a process that had been idle, and quoting its 49 parameters into the SQL as
-    # much again (benchmarks/RESULTS.md, seventh pass).
+    # Its parameters sent apart, and the statement prepared where the connection prepares
+    # statements: quoting its 49 parameters into the SQL cost ~0.45 ms of a start in a
+    # process that had been idle, and parsing and planning its three INSERTs as much again
+    # (benchmarks/RESULTS.md, seventh pass).
     cursor = preparing_cursor()
     cursor.execute(statement.sql, [*params, CHANNEL, queue])
     (run.pk,) = cursor.fetchone()[:1]

@@ -61,7 +61,15 @@ def test_a_start_with_a_key_keeps_its_savepoint_path():
     assert Step.objects.filter(run=first).count() == 1
 
 
+def prepared_starts() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%pg_notify%%'")
+        return cursor.fetchone()[0]
+
+
 def test_the_plain_start_is_prepared_once_and_seen_as_any_query():
+    connection.ensure_connection()
+    assert connection.connection.prepare_threshold is not None  # the project's OPTIONS
     seen = []
 
     def wrapper(execute, sql, params, many, context):
@@ -71,10 +79,20 @@ def test_the_plain_start_is_prepared_once_and_seen_as_any_query():
     with connection.execute_wrapper(wrapper):
         runs = [wf.ThreeSteps.start() for _ in range(3)]
     assert len(seen) == 3 and all("pg_notify" in sql for sql in seen)  # execute wrappers see it
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%pg_notify%%'")
-        assert cursor.fetchone() == (1,)  # one statement, prepared on the first start
+    assert prepared_starts() == 1  # one statement, prepared on the first start
     assert Step.objects.filter(run__in=runs, status="scheduled").count() == 3
+
+
+def test_where_django_prepares_nothing_the_start_is_not_prepared():
+    connection.close()
+    connection.ensure_connection()
+    connection.connection.prepare_threshold = None  # Django's default: a transaction-mode pooler
+    try:
+        runs = [wf.ThreeSteps.start() for _ in range(3)]
+        assert prepared_starts() == 0
+        assert Step.objects.filter(run__in=runs, status="scheduled").count() == 3
+    finally:
+        connection.close()
 
 
 def test_a_plain_start_in_a_transaction_marked_for_rollback_is_refused_as_any_query():
