@@ -611,7 +611,9 @@ METHOD = [
     "slowest one. Each worker loads its jobs' code when it starts: the peers' workers their task modules, "
     "pgflow's worker each installed app's workflows module (the benchmarks run as an app, benchmarks/settings.py), "
     "as in a project; before, pgflow's imported the latency workflow on its first claim, inside the first sample "
-    "(10 ms of it).",
+    "(10 ms of it). pgflow's driver runs with the example project's settings, whose `prepare_threshold` makes "
+    "`start()` a prepared statement (Django's default prepares nothing, for transaction-mode poolers; README, "
+    "Settings).",
     "- Memory: the worker's process tree (found through /proc/<pid>/task/*/children) is sampled every 100 ms "
     "from its start to its stop; the figure is the largest summed VmRSS. RSS counts pages that forked "
     "children share with their parent once per process, so the PSS beside it is the fairer figure for "
