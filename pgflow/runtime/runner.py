@@ -16,7 +16,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -99,16 +99,22 @@ class Runner:
         finally:
             self._untrack(held.token)
 
-    async def execute_async(self, held: Claim) -> Result:
-        """``execute`` for an ``async def`` body, awaited on the worker's loop."""
+    async def execute_async(self, held: Claim, outputs: Mapping[str, Any] | None = None) -> Result:
+        """``execute`` for an ``async def`` body, awaited on the worker's loop; ``outputs``: the
+        run's, if the claim loop read them (otherwise read here, before the body)."""
         started = time.monotonic()
-        prepared = store.quick_prepare(held) or await sync_to_async(store.prepare)(held)
+        prepared = store.quick_prepare(held, outputs=outputs)
+        outputs_read = prepared is not None and outputs is not None
+        if prepared is None:
+            prepared = await sync_to_async(store.prepare)(held)
         if prepared is None:
             return self._result(held, "ended_before_body", started)
         self._track(prepared, asyncio.current_task())
         try:
-            # self.outputs reads the database: read now, so the body may use it on the loop.
-            await sync_to_async(lambda: prepared.workflow.outputs)()
+            if not outputs_read:
+                # self.outputs reads the database: read now, so the body may use it on the loop.
+                # (Each such read waits its turn in asgiref's one thread for sync code.)
+                await sync_to_async(lambda: prepared.workflow.outputs)()
             outcome, output, error = await run_body_async(prepared)
             if error is None and self._finish_later is not None and self._hand_over(held.token):
                 return self._pending(held, outcome, output, started)

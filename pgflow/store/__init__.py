@@ -63,7 +63,7 @@ from .locking import (
 from .mailbox import deliver, take_signal, time_out, wake_stale
 from .rerun import rerun_from, rerun_plan
 from .retention import purge_runs
-from .scheduling import WaitFailed, delay_of, outputs_of
+from .scheduling import WaitFailed, delay_of, outputs_of, outputs_of_runs
 from .starting import start_run
 from .transitions import apply, park, wake
 
@@ -104,6 +104,7 @@ __all__ = [
     "open_attempt",
     "open_batch",
     "outputs_of",
+    "outputs_of_runs",
     "park",
     "pause",
     "prepare",

@@ -4,6 +4,7 @@ under the run lock, then ``finish`` with its outcome."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from ..core.states import RunStatus, StepStatus
 from ..exceptions import StepNotFound, WorkflowNotFound
 from ..models import Signal, Step, WorkflowRun
 from ..registry import resolve
-from .claims import Claim, held_attempt, loaded, log_ignored
+from .claims import Claim, deferred, held_attempt, log_ignored
 from .locking import event, locked, now
 from .mailbox import take_signal
 from .scheduling import missing_step_message, outputs_of
@@ -119,12 +120,14 @@ def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
     return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow, signal=signal)
 
 
-def quick_prepare(held: Claim) -> Prepared | None:
+def quick_prepare(held: Claim, *, outputs: Mapping[str, Any] | None = None) -> Prepared | None:
     """The prepare of a plain step, with no query: nothing needs the run lock before its
     body (no cancel_if, no skip_if, no signal, no batch) and the claim just read the run.
 
     Returns None when the attempt needs the full ``prepare``. An operator who pauses or
     cancels from here on is handled when the outcome is applied, as for any running body.
+    ``outputs``: the run's, read already (an async body's, by the claim loop); otherwise
+    ``self.outputs`` reads them when first used.
     """
     run = held.run()
     if run.status != RunStatus.RUNNING:
@@ -136,7 +139,7 @@ def quick_prepare(held: Claim) -> Prepared | None:
     definition = workflow_class.steps().get(held.step_name)
     if definition is None or definition.locks_before_body or workflow_class.cancel_conditions():
         return None
-    step = loaded(
+    step = deferred(
         Step,
         {
             "id": held.step_id,
@@ -148,7 +151,8 @@ def quick_prepare(held: Claim) -> Prepared | None:
             "claim_token": held.token,
         },
     )
-    workflow = workflow_class(run=run, step_name=held.step_name, attempt=held.attempt, outputs=lambda: outputs_of(run))
+    source = outputs if outputs is not None else lambda: outputs_of(run)
+    workflow = workflow_class(run=run, step_name=held.step_name, attempt=held.attempt, outputs=source)
     return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow)
 
 

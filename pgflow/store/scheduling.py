@@ -277,3 +277,16 @@ def outputs_of(run: WorkflowRun) -> dict[str, Any]:
         .values_list("step_name", "output")
     )
     return dict(rows)
+
+
+def outputs_of_runs(run_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """``outputs_of`` for each of ``run_ids``, in one query (a run with none maps to ``{}``)."""
+    outputs: dict[int, dict[str, Any]] = {run_id: {} for run_id in run_ids}
+    rows = (
+        Step.objects.filter(run_id__in=run_ids, status=StepStatus.COMPLETED)
+        .order_by("created_at", "id")
+        .values_list("run_id", "step_name", "output")
+    )
+    for run_id, step_name, output in rows:
+        outputs[run_id][step_name] = output
+    return outputs

@@ -1,5 +1,6 @@
-"""store.claims.loaded: a model instance built positionally, as Django loads a row, equal
-field by field to Django's own keyword construction (no database)."""
+"""store.claims.loaded and deferred: model instances built positionally, as Django loads a
+row: equal field by field to Django's own keyword construction, or with only the fields
+given loaded (no database)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from pgflow.core.states import StepStatus
 from pgflow.models import Event, Step, WorkflowRun
-from pgflow.store.claims import loaded
+from pgflow.store.claims import deferred, loaded
 
 AT = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
 
@@ -52,3 +53,11 @@ def test_a_callable_default_is_made_anew_for_each_instance():
 def test_a_name_that_is_not_a_field_is_refused():
     with pytest.raises(KeyError, match="nope"):
         loaded(Step, {"nope": 1})
+
+
+def test_a_deferred_instance_holds_only_the_fields_given():
+    values = {"claim_token": uuid.uuid4(), "id": 7, "step_name": "one", "run_id": 3, "attempt": 2}  # any order
+    built = deferred(Step, values)
+    assert {name: getattr(built, name) for name in values} == values
+    assert built.get_deferred_fields() == {f.attname for f in Step._meta.concrete_fields} - values.keys()
+    assert (built._state.adding, built._state.db) == (False, "default")
