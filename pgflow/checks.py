@@ -3,6 +3,9 @@ pgflow.E003 and pgflow.W002 for what a @fan_out needs from django-q2."""
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from collections.abc import Callable
 from importlib import import_module
 from importlib.util import find_spec
@@ -104,7 +107,7 @@ def check_fan_out(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
         f"{workflow.workflow_path()}.{definition.name}"
         for workflow in registry.registered()
         for definition in workflow.steps()
-        if definition.fans_out
+        if definition.fans_out and not adds_only_child_runs(_source(getattr(workflow, definition.method, None)))
     ]
     if not users:
         return []
@@ -160,6 +163,36 @@ def fan_out_problems(
             f"is delivered again and runs twice; make 'retry' longer than 'timeout'"
         )
     return [], warnings
+
+
+def adds_only_child_runs(source: str | None) -> bool:
+    """Whether a @fan_out body's source adds child runs (``batch.add_run``), calls nothing
+    named ``add`` (a task) and hands its batch to no other call: such a batch needs no
+    qcluster. Unknown source may add tasks."""
+    if source is None:
+        return False
+    try:
+        body = ast.parse(textwrap.dedent(source)).body[0]
+    except (SyntaxError, IndexError):
+        return False
+    if not isinstance(body, ast.FunctionDef | ast.AsyncFunctionDef) or len(body.args.args) < 2:
+        return False
+    batch = body.args.args[1].arg  # (self, batch)
+    calls = [node for node in ast.walk(body) if isinstance(node, ast.Call)]
+    called = {call.func.attr for call in calls if isinstance(call.func, ast.Attribute)}
+    handed_on = any(
+        isinstance(value, ast.Name) and value.id == batch
+        for call in calls
+        for value in [*call.args, *(keyword.value for keyword in call.keywords)]
+    )
+    return "add_run" in called and "add" not in called and not handed_on
+
+
+def _source(body: object) -> str | None:
+    try:
+        return inspect.getsource(body)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None
 
 
 def _importable(module: str) -> bool:

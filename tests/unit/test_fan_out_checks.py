@@ -1,5 +1,6 @@
-"""pgflow.E003 / pgflow.W002: a @fan_out needs django-q2 installed with a broker that works,
-and E002's message for a workflows module whose class declaration is refused."""
+"""pgflow.E003 / pgflow.W002: a @fan_out needs django-q2 installed with a broker that works
+(unless its body only adds child runs), and E002's message for a workflows module whose
+class declaration is refused."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.core import checks as django_checks
 from django.test import override_settings
 
 from pgflow import Workflow, fan_out, registry, step
-from pgflow.checks import check_fan_out, discover, fan_out_problems
+from pgflow.checks import adds_only_child_runs, check_fan_out, discover, fan_out_problems
 
 ORM = {"name": "shop", "orm": "default", "timeout": 60, "retry": 90, "max_attempts": 1, "ack_failures": True}
 
@@ -126,6 +127,50 @@ def test_e003_when_django_q_is_not_installed() -> None:
             ("pgflow.E003", "'django_q' is not in INSTALLED_APPS, so nothing can run its tasks")
         ]
         assert check_fan_out()[0].hint.startswith("pgflow hands @fan_out tasks to django-q2: add 'django_q'")
+
+
+def test_a_fan_out_of_child_runs_only_needs_no_django_q() -> None:
+    class Child(Workflow):
+        @step
+        def a(self) -> None:
+            pass
+
+    class Parent(Workflow):
+        @fan_out
+        def spawn(self, batch: object) -> None:
+            for index in range(3):
+                batch.add_run(Child, input={"i": index})  # type: ignore[attr-defined]
+
+    without = [app for app in settings.INSTALLED_APPS if app != "django_q"]
+    with override_settings(INSTALLED_APPS=without):
+        assert check_fan_out() == []
+        register_fan_out()  # a fan_out that may add tasks, beside it
+        assert [m.msg.split(": ")[0] for m in check_fan_out()] == ["@fan_out " + registered("notify_vendors")]
+
+
+def registered(step_name: str) -> str:
+    (path,) = [w.workflow_path() for w in registry.registered() if w.steps().get(step_name)]
+    return f"{path}.{step_name}"
+
+
+@pytest.mark.parametrize(
+    ("source", "only_runs"),
+    [
+        ("def f(self, batch):\n    batch.add_run(C)\n", True),
+        ("def f(self, b):\n    for i in range(3):\n        b.add_run(C, key=str(i))\n", True),
+        ("async def f(self, batch):\n    batch.add_run(C)\n", True),
+        ("def f(self, batch):\n    batch.add(task)\n", False),  # a task
+        ("def f(self, batch):\n    batch.add_run(C)\n    batch.add(task)\n", False),
+        ("def f(self, batch):\n    batch.add_run(C)\n    more(batch)\n", False),  # handed on
+        ("def f(self, batch):\n    batch.add_run(C)\n    more(into=batch)\n", False),
+        ("def f(self, batch):\n    pass\n", False),  # adds nothing we can see
+        ("    def f(self, batch):\n        batch.add_run(C)\n", True),  # indented, as in a class
+        (None, False),  # no source (a built-in, a REPL)
+        ("def f(self, batch):\n    batch.add_run(\n", False),  # not Python
+    ],
+)
+def test_whether_a_fan_out_body_adds_only_child_runs(source: str | None, only_runs: bool) -> None:
+    assert adds_only_child_runs(source) is only_runs
 
 
 def test_no_fan_out_needs_no_django_q() -> None:
