@@ -343,7 +343,8 @@ def _row_of(model: type[Model]) -> tuple[dict[str, int], tuple[Any, ...], tuple[
     the places of the defaults to call for each instance."""
     fields = model._meta.concrete_fields
     called = tuple((index, f) for index, f in enumerate(fields) if f.has_default() and callable(f.default))
-    constant = tuple(None if any(f is c for _, c in called) else f.get_default() for f in fields)
+    made = {index for index, _ in called}
+    constant = tuple(None if index in made else f.get_default() for index, f in enumerate(fields))
     return {f.attname: index for index, f in enumerate(fields)}, constant, called
 
 

@@ -12,7 +12,7 @@ psycopg's own C loader (~0.6 µs), which gives the same aware datetimes when Dja
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,18 +40,29 @@ def hot_cursor() -> Iterator[psycopg.Cursor[Any]]:
     """This thread's psycopg cursor on Django's connection (connected if need be); its errors
     are Django's, as those of Django's own cursors. Not to be nested: it is one cursor."""
     connection.ensure_connection()
+    cursor = _kept("hot", _hot)
+    with connection.wrap_database_errors:
+        yield cursor
+
+
+def _hot(raw: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED
+    cursor = psycopg.Cursor(raw)
+    if settings.USE_TZ and _C_LOADER is not None:
+        cursor.adapters.register_loader(_TIMESTAMPTZ, _C_LOADER)
+    return cursor
+
+
+def _kept(slot: str, make: Callable[[psycopg.Connection[Any]], psycopg.Cursor[Any]]) -> psycopg.Cursor[Any]:
+    """This thread's cursor in ``slot`` on Django's connection, made again for a new connection."""
     raw = connection.connection
     assert raw is not None
-    kept = getattr(_local, "kept", None)
+    kept = getattr(_local, slot, None)
     if kept is None or kept[0] is not raw:
-        if raw.prepare_threshold is None:
-            raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED
-        cursor = psycopg.Cursor(raw)
-        if settings.USE_TZ and _C_LOADER is not None:
-            cursor.adapters.register_loader(_TIMESTAMPTZ, _C_LOADER)
-        _local.kept = kept = (raw, cursor)
-    with connection.wrap_database_errors:
-        yield kept[1]
+        kept = (raw, make(raw))
+        setattr(_local, slot, kept)
+    return kept[1]
 
 
 class _Preparing(psycopg.Cursor[Any]):
@@ -76,9 +87,4 @@ def preparing_cursor() -> CursorWrapper:
     those must see it as any query."""
     connection.close_if_health_check_failed()
     connection.ensure_connection()
-    raw = connection.connection
-    assert raw is not None
-    kept = getattr(_local, "preparing", None)
-    if kept is None or kept[0] is not raw:
-        _local.preparing = kept = (raw, _Preparing(raw))
-    return connection._prepare_cursor(kept[1])  # type: ignore[attr-defined]  # what Django wraps its own with
+    return connection._prepare_cursor(_kept("preparing", _Preparing))  # type: ignore[attr-defined]  # what Django wraps its own with

@@ -271,12 +271,7 @@ def workflow_or_none(run: WorkflowRun) -> type[Workflow] | None:
 
 def outputs_of(run: WorkflowRun) -> dict[str, Any]:
     """``{step_name: output}`` of the run's completed attempts, oldest first."""
-    rows = (
-        Step.objects.filter(run=run, status=StepStatus.COMPLETED)
-        .order_by("created_at", "id")
-        .values_list("step_name", "output")
-    )
-    return dict(rows)
+    return outputs_of_runs([run.pk])[run.pk]
 
 
 def outputs_of_runs(run_ids: list[int]) -> dict[int, dict[str, Any]]:
