@@ -76,3 +76,21 @@ class OnlyOne(pgflow.Workflow):
     @step
     def only(self):
         time.sleep(0.1)
+
+
+class ReadsItsRun(pgflow.Workflow):
+    """A plain step (quick-prepared: no lock before its body) that returns every field of
+    ``self.run`` as it reads it, for comparison with the row."""
+
+    queue = "runfields"
+
+    @step
+    def report(self):
+        from pgflow.models import WorkflowRun  # the model, for its field list (a worker imports it late)
+
+        return {f.attname: _plain(getattr(self.run, f.attname)) for f in WorkflowRun._meta.concrete_fields}
+
+
+def _plain(value):
+    """A field's value as JSON can hold it: timestamps as ISO text."""
+    return value.isoformat() if hasattr(value, "isoformat") else value

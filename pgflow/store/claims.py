@@ -309,8 +309,11 @@ class Claim:
     step_fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # _STEP_COLUMNS
 
     def run(self) -> WorkflowRun:
-        """The run as it was at the claim (no query); ``refresh_from_db()`` for now."""
-        return loaded(WorkflowRun, {"id": self.run_id, **self.run_fields})
+        """The run as it was at the claim (no query); ``refresh_from_db()`` for now. The
+        columns the claim does not return (``rerun_of_id``, ``singleton_key``) are deferred,
+        read from the row when first used, as with ``.only()``: left at their defaults, a
+        body read a re-run's ``rerun_of_id`` as None. Returning them would cost every claim."""
+        return deferred(WorkflowRun, {"id": self.run_id, **self.run_fields})
 
 
 def loaded(model: type[M], values: dict[str, Any]) -> M:
