@@ -23,7 +23,8 @@ from . import jsonvalue
 
 OVERLAP = ("allow", "skip", "buffer_one", "cancel_previous")
 # A tick this late is still on time, not missed: it starts even with catch_up=None. It
-# covers a worker's sleep between checks and a burst of schedules due at once.
+# covers a worker's sleep between checks and a burst of schedules due at once; it holds for
+# every due tick, so a schedule shorter than the delay does not lose the older ones.
 ON_TIME = timedelta(seconds=60)
 MAX_COUNTED = 10_000  # missed ticks counted one by one; past this the walk jumps ahead
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -174,14 +175,16 @@ class Plan:
 def plan(rule: Rule, *, next_tick: datetime, now: datetime, catch_up: timedelta | None, limit: int = 100) -> Plan:
     """Sort the ticks due by ``now``, from ``next_tick`` on, into started and missed.
 
-    A tick starts when it is within ``catch_up`` of ``now``, or when it is the latest due
-    tick and at most ON_TIME late; any older tick is missed. At most ``limit`` ticks start;
-    the rest stay due (``next_tick`` is the first of them).
+    A tick starts when it is at most ``window(catch_up)`` late: ON_TIME (a minute), or
+    ``catch_up`` when that is longer. Every such tick is on time, not only the latest: a
+    busy worker that comes round 2 s late to a 1 s schedule starts both due ticks. Any older
+    tick is missed. At most ``limit`` ticks start; the rest stay due (``next_tick`` is the
+    first of them).
     """
     count = 0
     first_missed: datetime | None = None
     last_missed: datetime | None = None
-    horizon = now - max(catch_up or timedelta(0), ON_TIME)  # nothing older than this starts
+    horizon = now - window(catch_up)  # nothing older than this starts
     tick = next_tick
     while tick < horizon:
         count += 1
@@ -190,20 +193,16 @@ def plan(rule: Rule, *, next_tick: datetime, now: datetime, catch_up: timedelta 
         if count >= MAX_COUNTED and tick < horizon:
             tick = rule.next_after(horizon - timedelta(microseconds=1))  # a long outage: stop counting
             break
-    due: list[datetime] = []
-    while tick <= now and len(due) < limit:
-        due.append(tick)
-        tick = rule.next_after(tick)
-    all_seen = tick > now
     start: list[datetime] = []
-    for index, moment in enumerate(due):
-        latest = all_seen and index == len(due) - 1
-        if (catch_up is not None and now - moment <= catch_up) or (latest and now - moment <= ON_TIME):
-            start.append(moment)
-        else:
-            count += 1
-            first_missed, last_missed = first_missed or moment, moment
+    while tick <= now and len(start) < limit:
+        start.append(tick)
+        tick = rule.next_after(tick)
     return Plan(start=tuple(start), missed=count, first_missed=first_missed, last_missed=last_missed, next_tick=tick)
+
+
+def window(catch_up: timedelta | None) -> timedelta:
+    """How late a tick may be and still start: ON_TIME, or ``catch_up`` when longer."""
+    return max(catch_up or timedelta(0), ON_TIME)
 
 
 # What a tick does when the schedule's previous run may still be open.

@@ -125,6 +125,16 @@ def test_downtime_with_catch_up_starts_each_recent_tick_once_oldest_first():
     assert row.next_tick_at == T0 + timedelta(hours=6)
 
 
+def test_ticks_a_few_seconds_late_all_start_without_catch_up():
+    # A busy worker comes round 2.5 s late to a 1 s schedule: every due tick is on time.
+    row = make(every=timedelta(seconds=1), overlap="allow", catch_up=None)
+    assert schedules.fire_due(now=T0 + timedelta(seconds=2.5)) == 1
+    assert outcomes(row) == ["started", "started", "started"]
+    assert WorkflowRun.objects.count() == 3
+    row.refresh_from_db()
+    assert row.next_tick_at == T0 + timedelta(seconds=3)
+
+
 def test_downtime_without_catch_up_starts_none():
     row = make(catch_up=None)
     schedules.fire_due(now=T0 + timedelta(hours=3, minutes=10))

@@ -113,11 +113,31 @@ def test_catch_up_starts_the_recent_missed_ticks_oldest_first():
     assert (result.missed, result.first_missed, result.last_missed) == (3, T0, T0 + timedelta(hours=2))
 
 
+def test_every_tick_less_than_a_minute_late_starts_not_only_the_latest():
+    # A busy worker comes round 2.5 s late to a 1 s schedule: three ticks due, all on time.
+    every_second = Rule(every=timedelta(seconds=1))
+    result = plan(every_second, next_tick=T0, now=T0 + timedelta(seconds=2.5), catch_up=None)
+    assert result.start == (T0, T0 + timedelta(seconds=1), T0 + timedelta(seconds=2))
+    assert (result.missed, result.first_missed) == (0, None)
+    assert result.next_tick == T0 + timedelta(seconds=3)
+
+
+def test_a_tick_a_minute_late_starts_and_one_later_is_missed():
+    ten = Rule(every=timedelta(seconds=10))
+    result = plan(ten, next_tick=T0, now=T0 + timedelta(seconds=65), catch_up=None)
+    assert (result.missed, result.first_missed, result.last_missed) == (1, T0, T0)
+    assert result.start == tuple(T0 + timedelta(seconds=s) for s in (10, 20, 30, 40, 50, 60))
+    # A catch_up shorter than a minute does not shorten the minute.
+    assert plan(ten, next_tick=T0, now=T0 + timedelta(seconds=65), catch_up=timedelta(seconds=5)) == result
+
+
 def test_a_long_outage_is_counted_up_to_a_cap_and_then_jumped():
     every_second = Rule(every=timedelta(seconds=1))
-    result = plan(every_second, next_tick=T0, now=T0 + timedelta(days=2), catch_up=None)
+    back = T0 + timedelta(days=2)
+    result = plan(every_second, next_tick=T0, now=back, catch_up=None)
     assert result.missed >= ticks.MAX_COUNTED
-    assert result.start == (T0 + timedelta(days=2),)
+    assert result.start == tuple(back - timedelta(seconds=s) for s in range(60, -1, -1))  # the last minute's
+    assert result.next_tick == back + timedelta(seconds=1)
 
 
 def test_limit_leaves_the_rest_due():
