@@ -795,4 +795,7 @@ class AlertDelivery(models.Model):
         indexes = [models.Index(fields=["next_at"], name="pgflow_delivery_due", condition=Q(next_at__isnull=False))]
 
     def __str__(self) -> str:
-        return f"{self.event} of {self.alert_id} to {self.target}"
+        # The webhook's URL, never its secret (the admin shows this label to view-only users).
+        target = self.target
+        shown = (target.get("webhook") or target.get("callable")) if isinstance(target, dict) else target
+        return f"{self.event} of {self.alert_id} to {shown}"

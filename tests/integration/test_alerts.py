@@ -272,3 +272,104 @@ def test_the_admin_lists_alerts_acknowledges_them_and_checks_a_rule(settings, ad
     )
     assert good.status_code == 302
     assert AlertRule.objects.get(name="slow").params["window"] == 3600.0
+
+
+# --- who may act on alerts, and the webhook secret (issue 33, finding 10) ----------------------------
+
+HOOK_SECRET = "whsec-do-not-show-9f8e7d"
+
+
+def staff(username: str, *perms: str):
+    from tests.dashboard_support import make_user
+
+    return make_user(username, perms=perms)
+
+
+def logged_in(user, *, csrf: bool = False):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=csrf)
+    client.force_login(user)
+    return client
+
+
+def webhook_rule() -> AlertRule:
+    return AlertRule.objects.create(
+        name="hooked",
+        kind="runs_paused",
+        params={"count": 0, "workflow_class": None},
+        targets=["mail_admins", {"webhook": "https://hooks.example.com/a", "secret": HOOK_SECRET}],
+        cooldown=timedelta(minutes=30),
+        created_at=now(),
+    )
+
+
+def fired(rule: AlertRule) -> Alert:
+    alert = Alert.objects.create(rule=rule, fired_at=now(), value=1, message="1 runs paused")
+    AlertDelivery.objects.create(alert=alert, event="fired", target=rule.targets[1], next_at=None, created_at=now())
+    return alert
+
+
+def test_a_view_only_user_can_neither_mute_nor_acknowledge():
+    rule = webhook_rule()
+    alert = fired(rule)
+    viewer = logged_in(staff("alert-viewer", "view_alert", "view_alertrule"))
+    assert viewer.get("/admin/pgflow/alert/").status_code == 200
+    for action in ("mute_rule", "acknowledge"):
+        viewer.post("/admin/pgflow/alert/", {"action": action, "_selected_action": [alert.pk]})
+    for action in ("mute_day", "mute_hour"):
+        viewer.post("/admin/pgflow/alertrule/", {"action": action, "_selected_action": [rule.pk]})
+    page = viewer.get("/admin/pgflow/alert/")
+    assert b'value="mute_rule"' not in page.content and b'value="acknowledge"' not in page.content  # not offered
+    rule.refresh_from_db()
+    alert.refresh_from_db()
+    assert rule.muted_until is None and alert.acknowledged_at is None
+
+    # Each write with its change permission works.
+    muter = logged_in(staff("alert-muter", "view_alert", "change_alertrule"))
+    muter.post("/admin/pgflow/alert/", {"action": "mute_rule", "_selected_action": [alert.pk]})
+    rule.refresh_from_db()
+    assert rule.muted_until is not None
+    acker = logged_in(staff("alert-acker", "view_alert", "change_alert"))
+    acker.post("/admin/pgflow/alert/", {"action": "acknowledge", "_selected_action": [alert.pk]})
+    alert.refresh_from_db()
+    assert alert.acknowledged_by == "user:alert-acker"
+
+
+def test_a_saved_webhook_secret_is_never_shown_and_is_kept_or_replaced_by_the_form():
+    rule = webhook_rule()
+    alert = fired(rule)
+    viewer = logged_in(staff("rule-viewer", "view_alertrule", "view_alert", "view_alertdelivery"))
+    for url in (f"/admin/pgflow/alertrule/{rule.pk}/change/", f"/admin/pgflow/alert/{alert.pk}/change/"):
+        page = viewer.get(url)
+        assert page.status_code == 200, url
+        assert HOOK_SECRET.encode() not in page.content, url
+        assert b"hooks.example.com/a" in page.content and b"(unchanged)" in page.content, url
+
+    editor = logged_in(staff("rule-editor", "view_alertrule", "change_alertrule"))
+    url = f"/admin/pgflow/alertrule/{rule.pk}/change/"
+    page = editor.get(url)
+    assert HOOK_SECRET.encode() not in page.content and b"(unchanged)" in page.content
+    form = {
+        "name": "hooked",
+        "kind": "runs_paused",
+        "params": '{"count": 0}',
+        "cooldown": "00:30:00",
+        "enabled": "on",
+    }
+    kept = '["mail_admins", {"webhook": "https://hooks.example.com/a", "secret": "(unchanged)"}]'
+    assert editor.post(url, {**form, "targets": kept}).status_code == 302
+    rule.refresh_from_db()
+    assert rule.targets[1] == {"webhook": "https://hooks.example.com/a", "secret": HOOK_SECRET}
+
+    moved = '[{"webhook": "https://elsewhere.example.com/", "secret": "(unchanged)"}]'
+    refused = editor.post(url, {**form, "targets": moved})
+    assert refused.status_code == 200
+    assert b"has no saved secret to keep" in refused.content and HOOK_SECRET.encode() not in refused.content
+    rule.refresh_from_db()
+    assert rule.targets[1]["secret"] == HOOK_SECRET
+
+    replaced = '[{"webhook": "https://hooks.example.com/a", "secret": "new-secret"}]'
+    assert editor.post(url, {**form, "targets": replaced}).status_code == 302
+    rule.refresh_from_db()
+    assert rule.targets == [{"webhook": "https://hooks.example.com/a", "secret": "new-secret"}]
