@@ -158,4 +158,4 @@ def singleton_key(instance: Workflow) -> str | None:
     singleton = type(instance).singleton
     if singleton is None:
         return None
-    return key_value(instance, singleton.key, "*")
+    return key_value(instance, singleton.key, "*", "singleton key")

@@ -94,3 +94,39 @@ class ReadsItsRun(pgflow.Workflow):
 def _plain(value):
     """A field's value as JSON can hold it: timestamps as ISO text."""
     return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+class OddKeys(pgflow.Workflow):
+    """A limit whose key method raises, or returns text PostgreSQL cannot store, for its
+    second step: the key is computed when the first step's outcome is applied."""
+
+    queue = "limits"
+
+    def tenant(self):
+        if self.input["tenant"] == "raise":
+            raise LookupError("no tenant for this run")
+        return "acme\x00evil" if self.input["tenant"] == "nul" else self.input["tenant"]
+
+    @step
+    def first(self):
+        return "done"
+
+    @step(concurrency=pgflow.Limit(max=2, key="tenant"))
+    def second(self):
+        return "done"
+
+
+class OddSingleton(pgflow.Workflow):
+    """A singleton whose key method raises, or returns text PostgreSQL cannot store."""
+
+    queue = "limits"
+    singleton = pgflow.Singleton(key="account")
+
+    def account(self):
+        if self.input["account"] == "raise":
+            raise LookupError("no account for this run")
+        return "acme\x00evil" if self.input["account"] == "nul" else self.input["account"]
+
+    @step
+    def only(self):
+        return "done"

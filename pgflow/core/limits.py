@@ -15,6 +15,7 @@ from typing import Any
 
 from ..exceptions import DefinitionError
 from .durations import seconds
+from .jsonvalue import text_problem
 
 Key = str | Callable[..., Any] | None
 ON_CONFLICT = ("queue", "skip")
@@ -97,17 +98,26 @@ def checked(value: Any, kind: type, option: str) -> Any:
     return value
 
 
-def key_value(instance: Any, key: Key, default: str) -> str | None:
+def key_value(instance: Any, key: Key, default: str, what: str = "a limit's key") -> str | None:
     """The key a declaration gives for ``instance``: ``default`` without one, None when the
-    method or callable returns None (not limited)."""
+    method or callable returns None (not limited). ``what`` names the declaration in an error
+    (``step 'send': concurrency key``)."""
     if key is None:
         return default
     value = getattr(instance, key)() if isinstance(key, str) else key(instance)
     if value is None:
         return None
+    named = f"{what} {key!r}" if isinstance(key, str) else f"{what} {getattr(key, '__name__', repr(key))}"
     if not isinstance(value, str | int) or isinstance(value, bool):
-        raise TypeError(f"a limit's key must be a string or None, got {value!r}")
-    return str(value)[:MAX_KEY]
+        raise TypeError(f"{named} must return a string or None, got {value!r}")
+    text = str(value)[:MAX_KEY]
+    # Refused here, naming the key: stored as it is, it failed the INSERT of the gate row
+    # (or the run's singleton_key) with a raw DataError, in the transaction of the step
+    # before, whose completed body was then recorded as failed.
+    problem = text_problem(text)
+    if problem:
+        raise ValueError(f"{named} returned {value!r}: {problem}; return a string without it, or None")
+    return text
 
 
 @dataclass(frozen=True)
@@ -153,12 +163,14 @@ def gates_of(
     if singleton is not None:
         gate, gate_max = f"s:{workflow_path}:{singleton}", 1
     elif concurrency is not None:
-        key = key_value(instance, concurrency.key, f"{workflow_path}.{step_name}")
+        key = key_value(
+            instance, concurrency.key, f"{workflow_path}.{step_name}", f"step {step_name!r}: concurrency key"
+        )
         if key is not None:
             gate, gate_max = f"c:{key}", concurrency.max
     rate_gate, rate_limit, rate_per = "", 0, 0.0
     if rate is not None:
-        key = key_value(instance, rate.key, f"{workflow_path}.{step_name}")
+        key = key_value(instance, rate.key, f"{workflow_path}.{step_name}", f"step {step_name!r}: rate key")
         if key is not None:
             rate_gate, rate_limit, rate_per = f"r:{key}", rate.limit, rate.seconds
     return Gates(gate=gate, gate_max=gate_max, rate_gate=rate_gate, rate_limit=rate_limit, rate_per=rate_per)

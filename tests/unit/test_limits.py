@@ -76,3 +76,23 @@ def test_an_attempts_gate_columns_name_the_step_fields():
     }
     assert NO_GATES.columns()["gated"] is False
     assert set(gates.columns()) <= {field.name for field in Step._meta.get_fields()}
+
+
+@pytest.mark.parametrize(
+    ("returned", "error", "message"),
+    [
+        ("a\x00b", ValueError, r"step 'send': concurrency key 'tenant' returned 'a\\x00b': it holds a NUL"),
+        ("a\ud800", ValueError, r"returned 'a\\ud800': it holds a lone surrogate"),
+        (3.5, TypeError, r"step 'send': concurrency key 'tenant' must return a string or None, got 3.5"),
+    ],
+)
+def test_a_key_postgresql_cannot_store_is_refused_naming_the_key(returned, error, message):
+    from pgflow.core.limits import key_value
+
+    class Instance:
+        def tenant(self):
+            return returned
+
+    with pytest.raises(error, match=message):
+        key_value(Instance(), "tenant", "default", "step 'send': concurrency key")
+    assert key_value(Instance(), None, "default") == "default"
