@@ -10,14 +10,29 @@ gap in another. This checks each run on its own, from the rows a user can read:
   one before it closed, and at most one is open now;
 - an ended run (finished or cancelled) has exactly one ending event, and no event after it.
 
-``violations`` is pure (plain dicts in, messages out) so the checker itself is tested on
-hand-made rows; ``assert_exactly_once`` reads the rows from the database.
+And what the second wave added, each from its own rows:
+
+- batches (``batch_violations``): a batch's counts equal its members' outcomes (no member
+  counted twice or lost), it finished exactly when they all were, a child run's member says
+  how the child ended, and at most one ``fan_out_finished`` names it, with its counts;
+- schedule ticks (``tick_violations``): no tick starts two runs, a ``started`` or ``manual``
+  tick has its run (a ``started`` one with the tick's key), and every run with a tick's key
+  has its tick;
+- gates (``gate_violations``): at no instant more attempts of one concurrency key in progress
+  than its max, more runs of one singleton key than one, or more starts of one rate key in a
+  window than its limit, from the attempts' own ``started_at`` / ``finished_at``;
+- signals (``signal_violations``): each stored once (one ``signal_received`` each), consumed
+  by at most one step (a reattempt of that step carries it), and a step's signal consumed.
+
+Each of those is pure (plain dicts in, messages out) so the checker itself is tested on
+hand-made rows; ``assert_exactly_once`` reads the rows from the database and runs them all.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 OPEN = {"scheduled", "waiting", "in_progress"}
@@ -96,6 +111,205 @@ def _run_violations(run: Row, steps: list[Row], events: list[Row]) -> list[str]:
     return found
 
 
+# --- batches ------------------------------------------------------------------------------------
+
+
+def batch_violations(
+    batches: Iterable[Row], members: Iterable[Row], fan_out_finished: Iterable[Row], child_status: dict[Any, str]
+) -> list[str]:
+    """``batches``: id, status, total, succeeded, failed; ``members``: batch_id, position,
+    status, child_id; ``fan_out_finished``: the events' details; ``child_status``: the
+    status of each member's child run."""
+    members_of: dict[Any, list[Row]] = defaultdict(list)
+    for member in members:
+        members_of[str(member["batch_id"])].append(member)
+    events_of: dict[str, list[Row]] = defaultdict(list)
+    for details in fan_out_finished:
+        events_of[str(details.get("batch_id"))].append(details)
+    found: list[str] = []
+    for batch in batches:
+        name = f"batch {batch['id']}"
+        mine = members_of[str(batch["id"])]
+        by_status = Counter(m["status"] for m in mine)
+        if batch["total"] != len(mine):
+            found.append(f"{name}: total {batch['total']}, {len(mine)} members")
+        for column in ("succeeded", "failed"):
+            if batch[column] != by_status[column]:
+                found.append(f"{name}: counted {column} {batch[column]}, {by_status[column]} members {column}")
+        done = batch["succeeded"] + batch["failed"]
+        if batch["status"] == "finished" and (by_status["pending"] or done != batch["total"]):
+            found.append(f"{name}: finished with {done} of {batch['total']} counted, {by_status['pending']} pending")
+        if batch["status"] == "open" and batch["total"] and done >= batch["total"]:
+            found.append(f"{name}: open with all {done} of {batch['total']} members counted")
+        for member in mine:
+            child = member.get("child_id")
+            ended = {"succeeded": "finished", "failed": "cancelled"}.get(member["status"])
+            if child is not None and ended and child_status.get(child, ended) != ended:
+                found.append(
+                    f"{name} member {member['position']}: {member['status']}, but its child run {child} "
+                    f"is {child_status[child]}"
+                )
+        events = events_of[str(batch["id"])]
+        if len(events) > 1:
+            found.append(f"{name}: {len(events)} fan_out_finished events, expected at most 1")
+        for details in events:
+            said = {column: details.get(column) for column in ("total", "succeeded", "failed")}
+            counted = {column: batch[column] for column in said}
+            if not details.get("vanished") and said != counted:
+                found.append(f"{name}: fan_out_finished says {said}, the batch counted {counted}")
+    return found
+
+
+# --- schedule ticks ------------------------------------------------------------------------------
+
+STARTED_TICKS = {"started", "manual"}
+
+
+def _tick_key(schedule_id: Any, tick_at: datetime) -> str:
+    # pgflow.schedules.run_key, written out: the checker must not trust the code it checks.
+    return f"schedule:{schedule_id}:{tick_at.astimezone(UTC).isoformat()}"
+
+
+def tick_violations(ticks: Iterable[Row], runs: Iterable[Row]) -> list[str]:
+    """``ticks``: id, schedule_id, tick_at, outcome, run_id; ``runs``: id, key, rerun_of_id
+    of the runs the ticks name and of the runs with a schedule's key."""
+    ticks = list(ticks)
+    key_of = {run["id"]: run["key"] for run in runs}
+    found: list[str] = []
+    started = [t for t in ticks if t["outcome"] == "started"]
+    per_tick = Counter((t["schedule_id"], t["tick_at"]) for t in started)
+    for (schedule_id, tick_at), count in per_tick.items():
+        if count > 1:
+            found.append(f"schedule {schedule_id} tick {tick_at.isoformat()}: started {count} runs")
+    per_run = Counter(t["run_id"] for t in ticks if t["outcome"] in STARTED_TICKS and t["run_id"] is not None)
+    for run_id, count in per_run.items():
+        if count > 1:
+            found.append(f"run {run_id}: started by {count} ticks")
+    for tick in ticks:
+        if tick["outcome"] not in STARTED_TICKS:
+            continue
+        name = f"schedule {tick['schedule_id']} tick {tick['tick_at'].isoformat()} ({tick['outcome']})"
+        if tick["run_id"] is None:
+            found.append(f"{name}: recorded without its run")
+        elif tick["outcome"] == "started" and tick["run_id"] in key_of:
+            if key_of[tick["run_id"]] != _tick_key(tick["schedule_id"], tick["tick_at"]):
+                found.append(f"{name}: its run {tick['run_id']} has the key {key_of[tick['run_id']]!r}")
+    ticked = {t["run_id"] for t in ticks if t["outcome"] in STARTED_TICKS}
+    for run in runs:
+        key = run["key"] or ""
+        if key.startswith("schedule:") and run.get("rerun_of_id") is None and run["id"] not in ticked:
+            found.append(f"run {run['id']} has a schedule's key {key!r} but no tick that started it")
+    return found
+
+
+# --- gates ---------------------------------------------------------------------------------------
+
+_FOREVER = datetime.max.replace(tzinfo=UTC)
+
+
+def _held(attempt: Row) -> tuple[datetime, datetime] | None:
+    """When the attempt held its place: from its claim to its end (still held while in progress)."""
+    if attempt["started_at"] is None:
+        return None
+    if attempt["finished_at"] is not None:
+        return attempt["started_at"], attempt["finished_at"]
+    return (attempt["started_at"], _FOREVER) if attempt["status"] == "in_progress" else None
+
+
+def gate_violations(attempts: Iterable[Row]) -> list[str]:
+    """``attempts``: id, run_id, status, started_at, finished_at, gate, gate_max, rate_gate,
+    rate_limit, rate_per. A concurrency gate (``c:``) counts attempts in progress, a singleton
+    (``s:``) counts runs; an end at the same instant as a start frees the place first."""
+    by_gate: dict[str, list[Row]] = defaultdict(list)
+    by_rate: dict[str, list[Row]] = defaultdict(list)
+    for attempt in attempts:
+        if attempt.get("gate"):
+            by_gate[attempt["gate"]].append(attempt)
+        if attempt.get("rate_gate") and attempt["started_at"] is not None:
+            by_rate[attempt["rate_gate"]].append(attempt)
+    found: list[str] = []
+    for gate, rows in sorted(by_gate.items()):
+        moments: list[tuple[datetime, int, Row]] = []
+        for row in rows:
+            held = _held(row)
+            if held is not None:
+                moments += [(held[0], 1, row), (held[1], 0, row)]
+        holding: Counter[Any] = Counter()
+        for at, opens, row in sorted(moments, key=lambda m: (m[0], m[1], m[2]["id"])):
+            who = row["run_id"] if gate.startswith("s:") else row["id"]
+            holding[who] += 1 if opens else -1
+            if not holding[who]:
+                del holding[who]
+            limit = 1 if gate.startswith("s:") else row["gate_max"]
+            if opens and len(holding) > limit:
+                what = "runs" if gate.startswith("s:") else "attempts"
+                found.append(
+                    f"gate {gate}: {len(holding)} {what} in progress at {at.isoformat()} (max {limit}): "
+                    f"{sorted(holding)}"
+                )
+                break  # one breach names the gate; the rest follow from it
+    for gate, rows in sorted(by_rate.items()):
+        starts = sorted(rows, key=lambda r: (r["started_at"], r["id"]))
+        first = 0
+        for last, row in enumerate(starts):
+            window = timedelta(seconds=row["rate_per"])
+            while starts[first]["started_at"] <= row["started_at"] - window:
+                first += 1
+            if last - first + 1 > row["rate_limit"]:
+                found.append(
+                    f"rate {gate}: {last - first + 1} starts within {row['rate_per']:g}s up to "
+                    f"{row['started_at'].isoformat()} (limit {row['rate_limit']})"
+                )
+                break
+    return found
+
+
+# --- signals -------------------------------------------------------------------------------------
+
+
+def signal_violations(signals: Iterable[Row], steps: Iterable[Row], received: Iterable[Row]) -> list[str]:
+    """``signals``: id, run_id, name, consumed_at, consumed_by_id; ``steps``: id, run_id,
+    step_name, signal_id of the attempts holding or consuming one; ``received``: run_id and
+    name of each ``signal_received`` event."""
+    signals = list(signals)
+    step_of = {step["id"]: step for step in steps}
+    holders: dict[Any, list[Row]] = defaultdict(list)
+    for step in step_of.values():
+        if step["signal_id"] is not None:
+            holders[step["signal_id"]].append(step)
+    found: list[str] = []
+    stored = Counter((s["run_id"], s["name"]) for s in signals)
+    events = Counter((e["run_id"], e["name"]) for e in received)
+    for run_id, name in sorted(set(stored) | set(events), key=str):
+        if stored[(run_id, name)] != events[(run_id, name)]:
+            found.append(
+                f"run {run_id} signal {name!r}: {stored[(run_id, name)]} stored, "
+                f"{events[(run_id, name)]} signal_received events"
+            )
+    consumers = Counter(s["consumed_by_id"] for s in signals if s["consumed_by_id"] is not None)
+    for step_id, count in consumers.items():
+        if count > 1:
+            found.append(f"step {step_id} consumed {count} signals")
+    for signal in signals:
+        name = f"run {signal['run_id']} signal {signal['id']} {signal['name']!r}"
+        mine = holders.pop(signal["id"], [])
+        consumer = signal["consumed_by_id"]
+        if (signal["consumed_at"] is None) != (consumer is None):
+            found.append(f"{name}: consumed_at {signal['consumed_at']} but consumed_by {consumer}")
+        if signal["consumed_at"] is None:
+            if mine:
+                found.append(f"{name}: not consumed, yet attempts {sorted(s['id'] for s in mine)} hold it")
+            continue
+        places = {(s["run_id"], s["step_name"]) for s in mine}
+        if len(places) > 1 or any(run_id != signal["run_id"] for run_id, _ in places):
+            found.append(f"{name}: held by attempts of {sorted(places)}, consumed twice")
+        if consumer in step_of and step_of[consumer]["signal_id"] != signal["id"]:
+            found.append(f"{name}: its consumer {consumer} holds signal {step_of[consumer]['signal_id']}")
+    for signal_id, mine in holders.items():
+        found.append(f"signal {signal_id}: held by attempts {sorted(s['id'] for s in mine)} but not stored")
+    return found
+
+
 def assert_exactly_once(run_ids: Iterable[Any] | None = None) -> int:
     """Check every run (or those given) in the database; returns how many runs were checked."""
     from pgflow.models import Event, Step, WorkflowRun
@@ -111,6 +325,72 @@ def assert_exactly_once(run_ids: Iterable[Any] | None = None) -> int:
         )
     )
     event_rows = list(Event.objects.filter(run_id__in=ids).values("id", "run_id", "step_id", "event", "created_at"))
-    found = violations(run_rows, step_rows, event_rows)
+    found = violations(run_rows, step_rows, event_rows) + flow_violations(None if run_ids is None else ids)
     assert not found, f"{len(found)} exactly-once violations:\n" + "\n".join(found[:20])
     return len(run_rows)
+
+
+def flow_violations(run_ids: list[Any] | None = None) -> list[str]:
+    """The batches, schedule ticks, gates and signals of these runs (None: of every run), read
+    and checked."""
+    # Imported here, not at the top: the pure checkers above are tested without Django.
+    from django.db.models import Q
+
+    from pgflow.models import Batch, BatchMember, Event, ScheduleTick, Signal, Step, WorkflowRun
+
+    def of(rows: Any, field: str = "run_id") -> Any:
+        return rows if run_ids is None else rows.filter(**{f"{field}__in": run_ids})
+
+    batches = list(of(Batch.objects).values("id", "status", "total", "succeeded", "failed"))
+    members = list(
+        BatchMember.objects.filter(batch_id__in=[b["id"] for b in batches]).values(
+            "batch_id", "position", "status", "child_id"
+        )
+    )
+    children = {m["child_id"] for m in members if m["child_id"] is not None}
+    child_status = dict(WorkflowRun.objects.filter(pk__in=children).values_list("id", "status"))
+    finished = of(Event.objects.filter(event="fan_out_finished")).values_list("details", flat=True)
+    # Every tick of the schedules that started these runs: a started tick without its run too.
+    schedules = of(ScheduleTick.objects).values("schedule_id")
+    ticks = list(
+        ScheduleTick.objects.filter(schedule_id__in=schedules).values(
+            "id", "schedule_id", "tick_at", "outcome", "run_id"
+        )
+    )
+    keyed = of(WorkflowRun.objects.filter(key__startswith="schedule:"), "pk").values("id", "key", "rerun_of_id")
+    ticked = WorkflowRun.objects.filter(pk__in=[t["run_id"] for t in ticks]).values("id", "key", "rerun_of_id")
+    # A gate's attempts come from every run that passed it, not only the runs checked.
+    limited = of(Step.objects).exclude(gate="", rate_gate="")
+    gated = list(
+        Step.objects.filter(Q(gate__in=limited.values("gate")) | Q(rate_gate__in=limited.values("rate_gate")))
+        .exclude(gate="", rate_gate="")
+        .values(
+            "id",
+            "run_id",
+            "status",
+            "started_at",
+            "finished_at",
+            "gate",
+            "gate_max",
+            "rate_gate",
+            "rate_limit",
+            "rate_per",
+        )
+    )
+    signals = list(of(Signal.objects).values("id", "run_id", "name", "consumed_at", "consumed_by_id"))
+    signal_steps = list(
+        Step.objects.filter(
+            Q(pk__in=of(Step.objects.filter(signal_id__isnull=False)).values("pk"))
+            | Q(pk__in=[s["consumed_by_id"] for s in signals])
+        ).values("id", "run_id", "step_name", "signal_id")
+    )
+    received = [
+        {"run_id": run_id, "name": details.get("name")}
+        for run_id, details in of(Event.objects.filter(event="signal_received")).values_list("run_id", "details")
+    ]
+    return (
+        batch_violations(batches, members, finished, child_status)
+        + tick_violations(ticks, [*keyed, *ticked])
+        + gate_violations(gated)
+        + signal_violations(signals, signal_steps, received)
+    )

@@ -76,3 +76,57 @@ def test_the_one_open_attempt_index_holds_when_two_connections_race_to_open_one(
         racer.join(10)
     assert errors == ["pgflow_step_one_open"]
     assert list(run.steps.filter(status="scheduled").values_list("step_name", "attempt")) == [("two", 1)]
+
+
+def test_batches_ticks_gates_and_signals_the_engine_wrote_pass_and_a_planted_breach_of_each_fails():
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    from pgflow.models import Batch, ScheduleTick, Step
+    from pgflow.testing import fire_schedule
+    from tests import composition_workflows as cw
+    from tests import flowcontrol_workflows as fc
+    from tests import schedule_workflows as sw
+    from tests.invariants import flow_violations
+
+    parent = run_workflow(cw.Parent.start(input={"n": 3}))
+    limited = [run_workflow(fc.PerTenant.start(input={"tenant": "t1", "sleep": 0})) for _ in range(3)]
+    approved = run_workflow(wf.TwoApprovals.start(), signals={"approval": ["yes", "also yes"]})
+    ticked = run_workflow(fire_schedule(sw.Report, "hourly"))
+    assert parent.status == approved.status == ticked.status == "finished"
+    assert {run.status for run in limited} == {"finished"}
+    assert flow_violations() == []
+    assert assert_exactly_once() == 3 + 1 + 3 + 1 + 1  # the parent and its children, the rest
+
+    # A member counted twice.
+    Batch.objects.filter(run=parent).update(succeeded=F("succeeded") + 1)
+    assert any("counted succeeded 4, 3 members succeeded" in found for found in flow_violations())
+    Batch.objects.filter(run=parent).update(succeeded=F("succeeded") - 1)
+    # A tick that started a second run.
+    tick = ScheduleTick.objects.get(run=ticked)
+    ScheduleTick.objects.create(
+        schedule_id=tick.schedule_id,
+        tick_at=tick.tick_at,
+        outcome="started",
+        run=limited[0],
+        started_at=tick.started_at,
+    )
+    assert f"schedule {tick.schedule_id} tick {tick.tick_at.isoformat()}: started 2 runs" in flow_violations()
+    ScheduleTick.objects.exclude(pk=tick.pk).delete()
+    # Three attempts of a gate of two in progress at once.
+    attempts = list(Step.objects.filter(run__in=limited).order_by("id"))
+    first = attempts[0]
+    Step.objects.filter(pk__in=[a.pk for a in attempts]).update(
+        started_at=first.started_at, finished_at=first.started_at + timedelta(seconds=1)
+    )
+    assert any(found.startswith("gate c:t1: 3 attempts in progress") for found in flow_violations())
+    Step.objects.filter(pk__in=[a.pk for a in attempts[1:]]).update(started_at=first.started_at + timedelta(seconds=1))
+    assert flow_violations() == []
+    # A signal consumed again by the run's second step.
+    second = Step.objects.get(run=approved, step_name="second")
+    taken_first = Step.objects.get(run=approved, step_name="first").signal_id
+    Step.objects.filter(pk=second.pk).update(signal_id=taken_first)
+    with pytest.raises(AssertionError) as failure:
+        assert_exactly_once([approved.pk])
+    assert "consumed twice" in str(failure.value)
