@@ -36,6 +36,10 @@ DEFAULTS: dict[str, Any] = {
     # Who may read /metrics: clients from these addresses or networks, or any client sending
     # "Authorization: Bearer <METRICS_TOKEN>" when a token is set.
     "METRICS_ALLOWED_IPS": ["127.0.0.1", "::1"],
+    # Reverse proxies (addresses or networks) whose X-Forwarded-For / Forwarded / X-Real-IP
+    # /metrics believes. A request carrying one of those headers from any other address is
+    # not let in by address (a proxy on the same host would make every client 127.0.0.1).
+    "METRICS_TRUSTED_PROXIES": [],
     "METRICS_TOKEN": None,
     "METRICS_CACHE": timedelta(seconds=5),  # how long /metrics reuses its database gauges
     "ALERTS": [],  # alert rules (pgflow.core.alerting), synced to the admin's rules by name
@@ -169,19 +173,22 @@ def _observability_problems(raw: dict[str, Any]) -> list[str]:
     from .core.alerting import rule_problems
 
     problems = []
-    allowed = raw.get("METRICS_ALLOWED_IPS", [])
-    if not isinstance(allowed, list | tuple):
-        problems.append(
-            f"PGFLOW['METRICS_ALLOWED_IPS'] must be a list of addresses or networks, e.g. "
-            f"['127.0.0.1', '10.0.0.0/8'], got {allowed!r}"
-        )
-    else:
+    for key in ("METRICS_ALLOWED_IPS", "METRICS_TRUSTED_PROXIES"):
+        allowed = raw.get(key, [])
+        if not isinstance(allowed, list | tuple):
+            problems.append(
+                f"PGFLOW[{key!r}] must be a list of addresses or networks, e.g. "
+                f"['127.0.0.1', '10.0.0.0/8'], got {allowed!r}"
+            )
+            continue
         for entry in allowed:
             try:
+                if not isinstance(entry, str):
+                    raise TypeError(entry)  # ip_network takes an int too (5 is 0.0.0.5)
                 ipaddress.ip_network(entry, strict=False)
             except (TypeError, ValueError):
                 problems.append(
-                    f"PGFLOW['METRICS_ALLOWED_IPS'] holds {entry!r}, which is not an address or "
+                    f"PGFLOW[{key!r}] holds {entry!r}, which is not an address or "
                     f"network (e.g. '127.0.0.1', '10.0.0.0/8')"
                 )
     token = raw.get("METRICS_TOKEN")
