@@ -18,7 +18,7 @@ from ..exceptions import InvalidTransition, StepNotFound
 from ..models import Step, WorkflowRun
 from .locking import event, locked, now, open_attempt
 from .scheduling import definition_changed, schedule_attempt
-from .starting import _checked_input
+from .starting import _checked_input, take_singleton
 from .transitions import cancel_run, close_attempt
 
 if TYPE_CHECKING:
@@ -61,8 +61,17 @@ def rerun_from(run_id: int, step_name: str, *, input: Any = None, actor: Any = N
             )
         plan = rerun_plan(original, step_name)
         workflow = original.workflow()
+        # The re-run takes over the original's idempotency key: the key names the piece of
+        # work (an order), and whatever finds the run by it (a payment webhook's
+        # ``runs().get(key=...)``, a repeated ``start(key=...)``) must find the run that now
+        # does that work. The key is unique per class, so the original gives it up first.
+        key = original.key
+        if key is not None:
+            original.key = None
+            original.save(update_fields=["key"])
         rerun = WorkflowRun.objects.create(
             workflow_class=original.workflow_class,
+            key=key,
             input=original.input if payload is None else payload,
             subject_type_id=original.subject_type_id,
             subject_id=original.subject_id,
@@ -72,7 +81,7 @@ def rerun_from(run_id: int, step_name: str, *, input: Any = None, actor: Any = N
             traceparent=observability.run_starting(original.workflow_class),
             rerun_of=original,
         )
-        event(rerun, EventKind.STARTED, at=at, actor=actor, workflow=original.workflow_class, key=None)
+        event(rerun, EventKind.STARTED, at=at, actor=actor, workflow=original.workflow_class, key=key)
         _copy(rerun, workflow, plan["copied"], at=at)
         event(
             rerun,
@@ -86,12 +95,19 @@ def rerun_from(run_id: int, step_name: str, *, input: Any = None, actor: Any = N
             definition_changed=plan["definition_changed"],
             input_changed=payload is not None and payload != original.input,
         )
-        event(original, EventKind.RERUN_AS, at=at, actor=actor, rerun=rerun.pk, step_name=step_name)
+        handed = {} if key is None else {"key": key}  # the idempotency key it handed over
+        event(original, EventKind.RERUN_AS, at=at, actor=actor, rerun=rerun.pk, step_name=step_name, **handed)
         if original.status == RunStatus.PAUSED:
             step = open_attempt(original)
             if step is not None:
                 close_attempt(step, status=StepStatus.CANCELLED, outcome="cancelled", at=at)
             cancel_run(original, at, actor=actor, step=step, reason=f"re-run as #{rerun.pk}")
+        # The class's singleton key, as a start takes it (after a paused original is cancelled,
+        # so it no longer holds the key): "skip" refuses the re-run while another run of the
+        # key is open (SingletonConflict; this transaction, the original's changes included,
+        # rolls back), "queue" gates its attempts behind that run.
+        if workflow.singleton is not None:
+            take_singleton(workflow, rerun)
         definition = workflow.steps().get(step_name)
         assert definition is not None  # rerun_plan checked it
         # Due at once: the original served the step's wait; the operator wants it run now.

@@ -86,7 +86,7 @@ def start_run(
             else:
                 raced = False
                 if workflow.singleton is not None:
-                    _take_singleton(workflow, run)
+                    take_singleton(workflow, run)
         if raced:
             return WorkflowRun.objects.get(workflow_class=path, key=key)
         details: dict[str, Any] = {"parent": parent.pk} if parent else {}
@@ -219,8 +219,8 @@ def _plain_start_statement() -> _PlainStart:
     )
 
 
-def _take_singleton(workflow: type[Workflow], run: WorkflowRun) -> None:
-    """Give the new run its singleton key. With ``on_conflict="skip"`` another open run of the
+def take_singleton(workflow: type[Workflow], run: WorkflowRun) -> None:
+    """Give the new run (a start's or a re-run's) its singleton key. With ``on_conflict="skip"`` another open run of the
     key refuses it (checked under a lock on the key, so two racing starts cannot both pass);
     with ``"queue"`` its attempts wait at the claim for the key's gate."""
     key = evaluation.singleton_key(workflow(run=run))
