@@ -29,14 +29,15 @@ class Ledger(pgflow.Workflow):
 
 
 class Child(pgflow.Workflow):
-    """Doubles input["i"]; cancels itself when input["fail"], pauses when input["pause"]."""
+    """Doubles input["i"]; cancels itself when input["fail"], pauses in its first attempt when
+    input["pause"] (resumed, it finishes)."""
 
     @step
     def work(self):
         _mark(f"child:{self.input['i']}")
         if self.input.get("fail"):
             self.cancel()
-        if self.input.get("pause"):
+        if self.input.get("pause") and self.attempt == 1:
             self.pause()
         return {"double": self.input["i"] * 2}
 

@@ -4,6 +4,8 @@ runs them on real workers."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from pgflow import fanout, store
@@ -209,3 +211,86 @@ def test_explain_run_counts_a_parents_children_and_names_a_reruns_original():
     assert not any(
         "re-run of" in sentence for sentence in reads.explain_run(original.pk, now=timezone.now())["explanation"]
     )
+
+
+# --- what the second wave promised of child runs and re-runs ---------------------------------
+
+
+def test_a_resumed_fan_out_links_its_keyed_children_again_and_counts_those_that_ended():
+    parent = run_workflow(cw.Parent.start(input={"n": 3, "pause": [1]}))
+    assert parent.status == "running"  # child 1 paused: the batch stays open
+    children = list(parent.children.order_by("id"))
+    assert [c.status for c in children] == ["finished", "paused", "finished"]
+    first_batch = parent.steps.get(status="waiting").batch_id
+    parent.pause(actor="ops")  # closes the waiting attempt; resume runs the body again
+    parent.resume(actor="ops")
+    parent = run_workflow(parent)
+    # The body added the same keys again: the same three runs, linked to the fresh batch.
+    assert parent.children.count() == WorkflowRun.objects.filter(parent=parent).count() == 3
+    fresh = parent.steps.get(status="waiting").batch_id
+    assert fresh != first_batch
+    members = BatchMember.objects.filter(batch_id=fresh).order_by("position")
+    assert [m.child_id for m in members] == [c.pk for c in children]
+    assert [m.status for m in members] == ["succeeded", "pending", "succeeded"]  # the ended ones counted at once
+    paused_child = children[1]
+    paused_child.resume(actor="ops")
+    assert run_workflow(paused_child).status == "finished"
+    parent = run_workflow(parent)
+    assert parent.status == "finished", parent.paused_reason
+    assert parent.outputs["collect"]["doubles"] == [0, 2, 4]
+    assert parent.outputs["collect"]["children"] == [c.pk for c in children]
+    assert_exactly_once()
+
+
+@pytest.mark.django_db(transaction=True)  # the children are cancelled once the parent's cancel commits
+def test_the_sweep_cancels_the_open_children_of_a_cancelled_parent_only_after_fan_out_grace(monkeypatch, settings):
+    from pgflow.runtime import sweep
+    from pgflow.store import children as store_children
+
+    settings.PGFLOW = {**settings.PGFLOW, "FAN_OUT_GRACE": timedelta(minutes=7)}
+    parent = run_workflow(cw.ParentOfWaiters.start())
+    waiter, abandoned = parent.children.order_by("id")
+    with monkeypatch.context() as crash:
+        # The process dies between the parent's cancel and its children's.
+        crash.setattr(store_children, "cancel_children", lambda parent_id: 0)
+        parent.cancel(actor="ops")
+    parent.refresh_from_db()
+    assert parent.status == "cancelled"
+    assert WorkflowRun.objects.get(pk=waiter.pk).status == "running"
+    sweep.run(at=parent.finished_at + timedelta(minutes=7) - timedelta(seconds=1))
+    assert WorkflowRun.objects.get(pk=waiter.pk).status == "running", "within FAN_OUT_GRACE"
+    sweep.run(at=parent.finished_at + timedelta(minutes=7) + timedelta(seconds=1))
+    waiter.refresh_from_db()
+    assert waiter.status == "cancelled"
+    assert waiter.events.get(event="cancelled").actor == f"parent run #{parent.pk}"
+    assert WorkflowRun.objects.get(pk=abandoned.pk).status == "running"  # on_parent_cancel = "abandon"
+    assert_exactly_once()
+
+
+def test_a_rerun_copies_the_latest_completed_attempt_and_not_a_step_that_never_completed():
+    original = run_workflow(cw.Ledger.start(input={"n": 3, "amount": 5, "fail": True}))
+    assert original.status == "paused"  # fetch completed, charge failed and paused
+    fetch = original.steps.get(step_name="fetch")
+    # An earlier completed attempt of fetch with another output: the later one is the one to copy.
+    Step.objects.filter(pk=fetch.pk).update(attempt=2)
+    Step.objects.create(
+        run=original,
+        step_name="fetch",
+        attempt=1,
+        status="completed",
+        outcome="completed",
+        queue=fetch.queue,
+        created_at=fetch.created_at - timedelta(seconds=5),
+        scheduled_at=fetch.created_at - timedelta(seconds=5),
+        finished_at=fetch.created_at - timedelta(seconds=4),
+        output={"fetched": "stale"},
+    )
+    plan = original.rerun_plan("receipt")
+    assert plan["copied"] == {"fetch": {"fetched": 3}}
+    assert plan["not_copied"] == ["charge"]
+    rerun = original.rerun_from("receipt", actor="ops")
+    assert list(rerun.steps.filter(outcome="copied").values_list("step_name", "output")) == [("fetch", {"fetched": 3})]
+    assert not rerun.steps.filter(step_name="charge").exists()
+    assert "charge" not in rerun.outputs
+    made = rerun.events.get(event="rerun_of").details
+    assert (made["copied"], made["not_copied"]) == (["fetch"], ["charge"])
