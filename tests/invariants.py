@@ -3,8 +3,9 @@
 Global totals (``step_completed`` events == runs x steps) let a duplicate in one run hide a
 gap in another. This checks each run on its own, from the rows a user can read:
 
-- every closed attempt has exactly one event that closed it, the one its outcome names, and
-  an open attempt has none;
+- every closed attempt has exactly one event that closed it, the one its outcome names (a
+  failed attempt its policy skipped: its ``step_failed`` and its ``skipped``), and an open
+  attempt has none;
 - a step's attempts are numbered 1, 2, 3 ... without gaps or repeats;
 - at most one attempt of a run is open at any time: each attempt opens no earlier than the
   one before it closed, and at most one is open now;
@@ -78,6 +79,9 @@ def _run_violations(run: Row, steps: list[Row], events: list[Row]) -> list[str]:
         mine = {kind: n for (step_id, kind), n in closers.items() if step_id == step["id"]}
         expected = None if step["status"] in OPEN else closing_event(step)
         wanted = {expected: 1} if expected else {}
+        if step["status"] == "failed" and step["outcome"] == "skipped":
+            # The error and the skip its policy chose: step_failed, then the skip that moved on.
+            wanted = {"step_failed": 1, "skipped": 1}
         if mine != wanted:
             found.append(
                 f"{attempt} ({step['status']}, outcome {step['outcome'] or '-'}): closing events {mine}, "

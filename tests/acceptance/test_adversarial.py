@@ -11,6 +11,7 @@ from pgflow.models import Step, WorkflowRun
 from tests import adversarial_workflows as aw
 from tests import workflows as wf
 from tests.acceptance.conftest import wait_until
+from tests.invariants import assert_exactly_once
 
 
 def test_a_run_held_by_another_transaction_does_not_stall_the_worker(start_worker):
@@ -42,6 +43,7 @@ def test_a_run_held_by_another_transaction_does_not_stall_the_worker(start_worke
     )
     assert worker.terminate() == 0
     assert not Step.objects.filter(outcome="lost").exists()
+    assert_exactly_once()
 
 
 def test_a_body_raising_a_base_exception_fails_its_attempt_and_the_worker_goes_on(start_worker):
@@ -66,6 +68,7 @@ def test_a_body_raising_a_base_exception_fails_its_attempt_and_the_worker_goes_o
     )
     assert worker.proc.poll() is None
     assert worker.terminate() == 0
+    assert_exactly_once()
 
 
 def test_a_poison_output_fails_only_its_own_run_with_its_own_error(start_worker):
@@ -87,3 +90,4 @@ def test_a_poison_output_fails_only_its_own_run_with_its_own_error(start_worker)
         attempt = Step.objects.get(run=run)
         assert attempt.error_class == "ValueError" and "lone surrogate" in attempt.error_message
     assert worker.terminate() == 0
+    assert_exactly_once()

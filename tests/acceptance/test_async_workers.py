@@ -47,6 +47,7 @@ def test_verbs_from_async_bodies_in_a_worker(start_worker):
     status = {verb: WorkflowRun.objects.get(pk=run.pk).status for verb, run in runs.items()}
     assert status == {"skip": "finished", "pause": "paused", "cancel": "cancelled", "reattempt": "finished"}
     assert runs["reattempt"].steps.filter(step_name="decide").count() == 3
+    assert_exactly_once()
 
 
 def test_an_async_step_past_its_timeout_is_cancelled(start_worker, marks):
@@ -60,6 +61,7 @@ def test_an_async_step_past_its_timeout_is_cancelled(start_worker, marks):
     assert f"{run.pk}:slow:started" in marks.read_text()
     assert f"{run.pk}:slow:woke" not in marks.read_text()
     assert "late completion ignored" in worker.output()
+    assert_exactly_once()
 
 
 def test_sigterm_lets_awaiting_async_bodies_finish(start_worker, marks):
@@ -93,3 +95,4 @@ def test_500_awaiting_bodies_hold_at_most_concurrency_plus_5_connections(start_w
     wait_until(lambda: finished(500), timeout=60, what="the 500 runs to finish")
     worker.terminate()
     assert {r.pk for r in runs} == set(WorkflowRun.objects.filter(status="finished").values_list("pk", flat=True))
+    assert assert_exactly_once() == 500

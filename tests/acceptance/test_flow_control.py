@@ -10,6 +10,7 @@ import pgflow
 from pgflow.models import Step, WorkflowRun
 from tests import flowcontrol_workflows as fc
 from tests.acceptance.conftest import wait_until
+from tests.invariants import assert_exactly_once
 
 
 def four_workers(start_worker, queue: str = "limits") -> list:
@@ -58,6 +59,7 @@ def test_a_limit_of_two_never_has_three_in_progress_and_other_keys_keep_flowing(
     held = [s for s in busy if s.throttled_until and s.throttled_until > s.scheduled_at]
     assert len(held) >= 10
     assert all(s.scheduled_at <= s.throttled_until <= s.started_at for s in held)
+    assert_exactly_once()
 
 
 def test_a_rate_never_has_four_starts_in_a_second(start_worker):
@@ -76,6 +78,7 @@ def test_a_rate_never_has_four_starts_in_a_second(start_worker):
     assert starts[-1] - starts[0] >= timedelta(seconds=3)  # 12 starts at 3 a second: 4 windows
     other = [s.started_at for s in attempts_of("other", "call_api")]
     assert max(other) - min(other) < window  # its own key: not held by the busy one
+    assert_exactly_once()
 
 
 def test_round_robin_takes_a_quiet_tenants_one_step_in_the_first_claim_round(start_worker):
@@ -89,6 +92,7 @@ def test_round_robin_takes_a_quiet_tenants_one_step_in_the_first_claim_round(sta
     order = list(Step.objects.order_by("started_at", "id").values_list("run__input__tenant", flat=True))
     # four workers of four slots: one claim round takes at most 16
     assert order.index("quiet") < 16
+    assert_exactly_once()
 
 
 def test_a_queued_singleton_runs_one_run_per_key_at_a_time(start_worker):
@@ -111,6 +115,7 @@ def test_a_queued_singleton_runs_one_run_per_key_at_a_time(start_worker):
     assert most_at_once(spans("a")) == 1
     assert most_at_once(spans("b")) == 1
     assert most_at_once(spans("a") + spans("b")) == 2  # another key is not held
+    assert_exactly_once()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pgflow import schedules
 from pgflow.models import Schedule, ScheduleTick, WorkflowRun
 from tests import schedule_workflows as sw
+from tests.invariants import assert_exactly_once
 
 from .conftest import wait_until
 
@@ -53,3 +54,4 @@ def test_two_workers_start_each_due_tick_once(start_worker):
             this_hour - timedelta(hours=h) for h in (2, 1, 0)
         ]
     assert WorkflowRun.objects.filter(key=schedules.run_key(Schedule.objects.get(name="race-0").pk, this_hour)).exists()
+    assert assert_exactly_once() == expected

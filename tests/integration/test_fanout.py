@@ -30,6 +30,7 @@ from pgflow.testing import run_workflow
 from tests import fanout_workflows as fw
 from tests import fidelity_workflows
 from tests.acceptance.conftest import marks, start_worker, wait_until  # noqa: F401 - fixtures
+from tests.invariants import assert_exactly_once
 
 ROOT = Path(__file__).resolve().parents[2]
 GRACE = timedelta(minutes=5)  # FAN_OUT_GRACE's default, which these tests keep
@@ -183,6 +184,7 @@ def test_a_batch_of_50_runs_on_django_q2_and_the_workflow_moves_on(start_qcluste
     assert details(run, "fan_out_opened") == [{"batch_id": str(batch.pk), "size": 50}]
     assert details(run, "fan_out_finished") == [{"batch_id": str(batch.pk), "total": 50, "succeeded": 50, "failed": 0}]
     assert not OrmQ.objects.exists(), "every task was acknowledged"
+    assert_exactly_once()
 
 
 @pytest.mark.parametrize(
@@ -232,6 +234,7 @@ def test_one_member_failing_for_good_applies_on_batch_failure(start_qcluster, wo
         )
     if run_status == "finished":
         assert Step.objects.get(run=run, step_name="after").output == {"fan": None}
+    assert_exactly_once()
 
 
 def test_two_tasks_ending_at_the_same_instant_resolve_the_step_once(start_qcluster):
@@ -250,6 +253,7 @@ def test_two_tasks_ending_at_the_same_instant_resolve_the_step_once(start_qclust
     assert len(details(run, "fan_out_finished")) == 1
     assert fan_step(run).status == "completed"
     assert Step.objects.filter(run=run, step_name="after").count() == 1
+    assert_exactly_once()
 
 
 def test_members_of_a_run_cancelled_before_django_q2_ran_them_do_not_run(start_qcluster, tmp_path):
@@ -272,6 +276,7 @@ def test_members_of_a_run_cancelled_before_django_q2_ran_them_do_not_run(start_q
     }
     assert WorkflowRun.objects.get(pk=run.pk).status == "cancelled"
     assert "fan_out_finished" not in events(run)
+    assert_exactly_once()
 
 
 def test_a_member_whose_worker_was_killed_counts_as_failed_after_the_sweep(start_qcluster):
@@ -304,6 +309,7 @@ def test_a_member_whose_worker_was_killed_counts_as_failed_after_the_sweep(start
         f"1 of 2 jobs failed (batch {batch.pk})",
     )
     assert WorkflowRun.objects.get(pk=run.pk).status == "paused"
+    assert_exactly_once()
 
 
 # --- the batch's life in this process -----------------------------------------------------------
@@ -468,6 +474,7 @@ def test_members_finishing_together_in_many_threads_make_exactly_one_winner(monk
         assert len(details(run, "fan_out_finished")) == 1
         assert events(run).count("step_completed") == 1
         assert Step.objects.filter(run=run, step_name="after").count() == 1
+    assert_exactly_once()
 
 
 # --- the sweep and late results -------------------------------------------------------------------
@@ -493,6 +500,7 @@ def test_a_lost_batch_callback_is_repaired_by_the_sweep_after_the_grace(monkeypa
     assert Step.objects.get(run=run, step_name="after").status == "scheduled"
     assert len(details(run, "fan_out_finished")) == 1
     assert fanout.repair_lost(at=batch.finished_at + GRACE + timedelta(seconds=2)) == 0
+    assert_exactly_once()
 
 
 @pytest.mark.django_db(transaction=True)

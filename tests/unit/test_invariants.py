@@ -321,3 +321,16 @@ def test_a_signal_stored_twice_for_one_delivery_is_caught():
     assert signal_violations([signal(1, None), signal(2, None)], [], received(1)) == [
         "run 1 signal 'go': 2 stored, 1 signal_received events"
     ]
+
+
+def test_a_failure_its_policy_skipped_closes_with_its_step_failed_and_its_skipped_once_each():
+    run, steps, events = finished_run(1, steps=1)
+    steps[0].update(status="failed", outcome="skipped")
+    events[1]["event"] = "step_failed"
+    events.insert(2, {**events[1], "id": 777, "event": "skipped"})
+    assert check((run, steps, events)) == []
+    events.append({**events[2], "id": 778})
+    assert check((run, steps, events)) == [
+        "run 1 s0#1 (failed, outcome skipped): closing events {'step_failed': 1, 'skipped': 2}, "
+        "expected {'step_failed': 1, 'skipped': 1}"
+    ]
