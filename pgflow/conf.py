@@ -43,9 +43,20 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_TOKEN": None,
     "METRICS_CACHE": timedelta(seconds=5),  # how long /metrics reuses its database gauges
     "ALERTS": [],  # alert rules (pgflow.core.alerting), synced to the admin's rules by name
+    # Total time one alert notice may take to send (connect and the whole answer); a target
+    # past it has failed and is tried again later. Targets are sent side by side.
+    "ALERT_DELIVERY_DEADLINE": timedelta(seconds=10),
 }
 
-_DURATIONS = ("LEASE", "POLL_INTERVAL", "SWEEP_INTERVAL", "SHUTDOWN_GRACE", "FAN_OUT_GRACE", "METRICS_CACHE")
+_DURATIONS = (
+    "LEASE",
+    "POLL_INTERVAL",
+    "SWEEP_INTERVAL",
+    "SHUTDOWN_GRACE",
+    "FAN_OUT_GRACE",
+    "METRICS_CACHE",
+    "ALERT_DELIVERY_DEADLINE",
+)
 # Durations counted in days or minutes: a bare number reads as that unit but would mean
 # seconds ("RETENTION": 30 would purge every run half a minute after it ends), so only a
 # timedelta is accepted. The others are seconds-long, and a number of seconds reads right.

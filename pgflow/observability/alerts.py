@@ -7,20 +7,31 @@ failed send is tried again by a later sweep after a backoff (``pgflow.core.alert
 up to MAX_DELIVERY_ATTEMPTS. A rule whose figure cannot be read, or a target that fails,
 is logged and never stops the other rules or targets. A muted rule still records its
 alerts; it just sends nothing until ``muted_until``.
+
+Each send has a total deadline, ``PGFLOW["ALERT_DELIVERY_DEADLINE"]`` (10 s), and the sends
+of one pass run side by side in a bounded pool (SEND_THREADS), so a slow target never
+delays another. A socket timeout bounds each read, not the request (a receiver answering a
+byte every few seconds never trips it), so a webhook's connection is shut by a timer at its
+deadline; a callable or ``mail_admins`` cannot be stopped, so one past its deadline is
+recorded as failed and left to finish in its thread.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
+import math
+import socket
 import threading
 import time
-import urllib.request
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.core.mail import mail_admins
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.utils.module_loading import import_string
 
 from .. import rollup
@@ -30,8 +41,9 @@ from ..models import Alert, AlertDelivery, AlertRule, Worker
 
 logger = logging.getLogger("pgflow")
 
-WEBHOOK_TIMEOUT = 10.0  # seconds per webhook request
-DELIVERY_LEASE = timedelta(minutes=2)  # a delivery being sent is not picked again before this
+SEND_THREADS = 8  # targets sent to at once by one pass; the others wait for a free thread
+BATCH = 100  # deliveries one pass takes
+LEASE_MARGIN = 60.0  # seconds a taken delivery stays leased past the pass's longest possible run
 _sending = threading.Lock()
 
 
@@ -282,46 +294,90 @@ def _deliver_in_thread() -> None:
 
 
 def deliver_due(at: datetime | None = None) -> int:
-    """Send every delivery due now; returns how many were sent."""
+    """Send every delivery due now, side by side, each within its deadline; returns how many were sent."""
     from django.utils import timezone
 
     at = at or timezone.now()
+    deadline = pgflow_settings.seconds("ALERT_DELIVERY_DEADLINE")
     with transaction.atomic():
         due = list(
             AlertDelivery.objects.select_for_update(skip_locked=True)
             .filter(next_at__lte=at)
             .select_related("alert__rule")
-            .order_by("next_at")[:100]
+            .order_by("next_at")[:BATCH]
         )
-        AlertDelivery.objects.filter(pk__in=[d.pk for d in due]).update(next_at=at + DELIVERY_LEASE)
+        # Leased for as long as this pass may take (the pool's rounds of deadlines), so no
+        # other process sends them meanwhile.
+        rounds = math.ceil(len(due) / SEND_THREADS)
+        lease = timedelta(seconds=rounds * deadline + LEASE_MARGIN)
+        AlertDelivery.objects.filter(pk__in=[d.pk for d in due]).update(next_at=at + lease)
+    if not due:
+        return 0
+    pool = ThreadPoolExecutor(max_workers=min(SEND_THREADS, len(due)), thread_name_prefix="pgflow-alert-send")
+    started: dict[int, float] = {}
+    pending: dict[Future[None], AlertDelivery] = {
+        pool.submit(_send_in_pool, delivery, deadline, started): delivery for delivery in due
+    }
+    pool.shutdown(wait=False)  # a callable past its deadline finishes in its own thread
     sent = 0
-    for delivery in due:
-        try:
-            send(delivery.target, payload(delivery))
-        except Exception as exc:  # noqa: BLE001 - a failing target is retried, never stops the others
-            delivery.attempts += 1
-            delivery.last_error = f"{type(exc).__name__}: {exc}"[:2000]
-            give_up = delivery.attempts >= alerting.MAX_DELIVERY_ATTEMPTS
-            delivery.next_at = (
-                None if give_up else timezone.now() + timedelta(seconds=alerting.retry_delay(delivery.attempts))
-            )
-            logger.error(
-                "alerts: delivering %s of %r to %s failed (try %d%s): %s",
-                delivery.event,
-                delivery.alert.rule.name,
-                _describe(delivery.target),
-                delivery.attempts,
-                ", given up" if give_up else "",
-                delivery.last_error,
-                extra={"action": "alert_delivery_failed", "rule": delivery.alert.rule.name},
-            )
-        else:
-            delivery.attempts += 1
-            delivery.next_at = None
-            delivery.delivered_at = timezone.now()
-            sent += 1
-        delivery.save(update_fields=["attempts", "next_at", "delivered_at", "last_error"])
+    # A pass ends by this moment even if stuck callables hold every thread.
+    give_up_at = time.monotonic() + rounds * (deadline + 1.0) + 1.0
+    while pending:
+        done, _ = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+        for future in done:
+            delivery = pending.pop(future)
+            error = future.exception()
+            sent += _record(delivery, error)
+        moment = time.monotonic()
+        for future, delivery in list(pending.items()):
+            begun = started.get(delivery.pk)
+            # A webhook's own timer ends it at its deadline; this catches what cannot be stopped.
+            if begun is not None and moment - begun > deadline + 1.0:
+                problem = f"{_describe(delivery.target)} did not finish within {deadline:g}s"
+            elif begun is None and moment > give_up_at:
+                problem = "no sending thread came free (the others are stuck past their deadline)"
+            else:
+                continue
+            del pending[future]
+            future.cancel()
+            _record(delivery, TimeoutError(problem))
     return sent
+
+
+def _send_in_pool(delivery: AlertDelivery, deadline: float, started: dict[int, float]) -> None:
+    started[delivery.pk] = time.monotonic()
+    try:
+        send(delivery.target, payload(delivery), deadline=deadline)
+    finally:
+        connections.close_all()  # a callable's queries opened this pool thread's own connection
+
+
+def _record(delivery: AlertDelivery, error: BaseException | None) -> int:
+    """Write one send's outcome on its row; 1 if it was delivered."""
+    from django.utils import timezone
+
+    delivery.attempts += 1
+    if error is None:
+        delivery.next_at = None
+        delivery.delivered_at = timezone.now()
+    else:
+        delivery.last_error = f"{type(error).__name__}: {error}"[:2000]
+        give_up = delivery.attempts >= alerting.MAX_DELIVERY_ATTEMPTS
+        delivery.next_at = (
+            None if give_up else timezone.now() + timedelta(seconds=alerting.retry_delay(delivery.attempts))
+        )
+        logger.error(
+            "alerts: delivering %s of %r to %s failed (try %d%s): %s",
+            delivery.event,
+            delivery.alert.rule.name,
+            _describe(delivery.target),
+            delivery.attempts,
+            ", given up" if give_up else "",
+            delivery.last_error,
+            extra={"action": "alert_delivery_failed", "rule": delivery.alert.rule.name},
+        )
+    delivery.save(update_fields=["attempts", "next_at", "delivered_at", "last_error"])
+    return int(error is None)
 
 
 def payload(delivery: AlertDelivery) -> dict[str, Any]:
@@ -339,8 +395,9 @@ def payload(delivery: AlertDelivery) -> dict[str, Any]:
     }
 
 
-def send(target: Any, body: dict[str, Any]) -> None:
-    """Deliver one notice; raises when the target failed."""
+def send(target: Any, body: dict[str, Any], *, deadline: float | None = None) -> None:
+    """Deliver one notice; raises when the target failed. A webhook gets ``deadline`` seconds
+    in all (``ALERT_DELIVERY_DEADLINE`` when None) to connect and answer."""
     if target == "mail_admins":
         word = "FIRING" if body["event"] == "fired" else "RESOLVED"
         mail_admins(
@@ -351,22 +408,56 @@ def send(target: Any, body: dict[str, Any]) -> None:
     elif "webhook" in target:
         data = json.dumps(body, sort_keys=True).encode()
         stamp = int(time.time())
-        request = urllib.request.Request(  # noqa: S310 - an http(s) URL the admin configured
-            target["webhook"],
-            data=data,
-            method="POST",
-            headers={
-                "Content-Type": "application/json",
-                "User-Agent": "pgflow-alerts",
-                "X-Pgflow-Timestamp": str(stamp),
-                "X-Pgflow-Signature": alerting.signature(target["secret"], stamp, data),
-            },
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "pgflow-alerts",
+            "X-Pgflow-Timestamp": str(stamp),
+            "X-Pgflow-Signature": alerting.signature(target["secret"], stamp, data),
+        }
+        status = post(
+            target["webhook"], data, headers, deadline=deadline or pgflow_settings.seconds("ALERT_DELIVERY_DEADLINE")
         )
-        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT) as answer:  # noqa: S310 - the admin's URL
-            if answer.status >= 300:
-                raise RuntimeError(f"the webhook answered {answer.status}")
+        if not 200 <= status < 300:
+            raise RuntimeError(f"the webhook answered {status}")
     else:
         import_string(target["callable"])(body)
+
+
+def post(url: str, data: bytes, headers: dict[str, str], *, deadline: float) -> int:
+    """POST ``data`` to ``url`` and return the answer's status, all within ``deadline``
+    seconds: a timer shuts the socket then, whatever read it is in. Redirects are not
+    followed (a 3xx is an answer, and not a 2xx)."""
+    parts = urlsplit(url)
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname or "", parts.port, timeout=deadline)
+    expired = threading.Event()
+
+    def shut() -> None:
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the read blocked in the sending thread
+            except OSError:
+                pass
+
+    timer = threading.Timer(deadline, shut)
+    timer.daemon = True
+    timer.start()
+    try:
+        conn.connect()
+        if expired.is_set():
+            raise TimeoutError
+        target = parts.path or "/"
+        conn.request("POST", f"{target}?{parts.query}" if parts.query else target, body=data, headers=headers)
+        return conn.getresponse().status
+    except (OSError, http.client.HTTPException) as exc:
+        if expired.is_set():
+            raise TimeoutError(f"{parts.netloc} sent no whole answer within {deadline:g}s") from None
+        raise exc
+    finally:
+        timer.cancel()
+        conn.close()
 
 
 def _describe(target: Any) -> str:

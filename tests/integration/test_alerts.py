@@ -373,3 +373,191 @@ def test_a_saved_webhook_secret_is_never_shown_and_is_kept_or_replaced_by_the_fo
     assert editor.post(url, {**form, "targets": replaced}).status_code == 302
     rule.refresh_from_db()
     assert rule.targets == [{"webhook": "https://hooks.example.com/a", "secret": "new-secret"}]
+
+
+# --- a delivery's deadline, and one target never delays another (issue 33, finding 12) -----------
+
+
+class Trickle(BaseHTTPRequestHandler):
+    """Answers one byte of a valid answer every half second (~10 s in all): each read gets a
+    byte well within any socket timeout. Records when pgflow let go of the connection."""
+
+    closed_at: list[float] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        import time
+
+        self.rfile.read(int(self.headers["Content-Length"]))
+        try:
+            for byte in b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n":
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.25)
+        except OSError:
+            pass
+        finally:
+            Trickle.closed_at.append(time.monotonic())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class Fast(BaseHTTPRequestHandler):
+    status = 200
+    received_at: list[float] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        import time
+
+        self.rfile.read(int(self.headers["Content-Length"]))
+        Fast.received_at.append(time.monotonic())
+        self.send_response(self.status)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class Silent(BaseHTTPRequestHandler):
+    """Reads the request and never answers (until the test ends)."""
+
+    release = threading.Event()
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers["Content-Length"]))
+        Silent.release.wait(60)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def serve(handler: type[BaseHTTPRequestHandler]):
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/hook"
+
+
+def deliveries_to(settings, *urls: str) -> list[AlertDelivery]:
+    """One fired alert per URL, each of its own rule, the first URL's due first."""
+    made = []
+    for index, url in enumerate(urls):
+        rule = AlertRule.objects.create(
+            name=f"rule {index}",
+            kind="runs_paused",
+            params={"count": 0, "workflow_class": None},
+            targets=[{"webhook": url, "secret": "s"}],
+            cooldown=timedelta(minutes=30),
+            created_at=now(),
+        )
+        alert = Alert.objects.create(rule=rule, fired_at=now(), value=1, message="paused")
+        made.append(
+            AlertDelivery.objects.create(
+                alert=alert,
+                event="fired",
+                target=rule.targets[0],
+                next_at=now() - timedelta(seconds=10 - index),
+                created_at=now(),
+            )
+        )
+    return made
+
+
+def test_a_trickling_receiver_is_cut_at_the_deadline_and_never_delays_another_target(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "ALERT_DELIVERY_DEADLINE": 1}
+    trickle, trickle_url = serve(Trickle)
+    fast, fast_url = serve(Fast)
+    Trickle.closed_at.clear()
+    Fast.received_at.clear()
+    Fast.status = 200
+    try:
+        slow_one, fast_one = deliveries_to(settings, trickle_url, fast_url)
+        assert alerts.deliver_due() == 1
+        slow_one.refresh_from_db()
+        fast_one.refresh_from_db()
+        assert fast_one.delivered_at is not None and fast_one.attempts == 1
+        assert slow_one.delivered_at is None and slow_one.attempts == 1 and slow_one.next_at is not None
+        assert "TimeoutError" in slow_one.last_error and "within 1s" in slow_one.last_error
+        # The fast target was served while the trickling one was still being sent to.
+        Silent.release.wait(0.5)  # let the trickle's handler notice the closed socket
+        assert Fast.received_at[0] < Trickle.closed_at[0]
+    finally:
+        trickle.shutdown()
+        fast.shutdown()
+
+
+def test_a_non_2xx_answer_and_a_silence_past_the_deadline_count_as_failures(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "ALERT_DELIVERY_DEADLINE": 0.5}
+    failing, failing_url = serve(Fast)
+    silent, silent_url = serve(Silent)
+    Fast.status = 503
+    Silent.release.clear()
+    try:
+        answered, silence = deliveries_to(settings, failing_url, silent_url)
+        assert alerts.deliver_due() == 0
+        answered.refresh_from_db()
+        silence.refresh_from_db()
+        assert "the webhook answered 503" in answered.last_error
+        assert "within 0.5s" in silence.last_error
+        for delivery in (answered, silence):
+            assert delivery.delivered_at is None and delivery.attempts == 1
+            assert delivery.next_at is not None, "tried again after the backoff"
+    finally:
+        Fast.status = 200
+        Silent.release.set()
+        failing.shutdown()
+        silent.shutdown()
+
+
+def test_a_callable_past_the_deadline_is_recorded_as_failed_and_the_others_are_sent(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "ALERT_DELIVERY_DEADLINE": 0.5}
+    CALLED.clear()
+    Silent.release.clear()
+    slow, quick = deliveries_to(settings, "http://unused.invalid/", "http://unused.invalid/")
+    AlertDelivery.objects.filter(pk=slow.pk).update(target={"callable": "tests.integration.test_alerts.hang"})
+    AlertDelivery.objects.filter(pk=quick.pk).update(target={"callable": "tests.integration.test_alerts.record"})
+    try:
+        assert alerts.deliver_due() == 1
+    finally:
+        Silent.release.set()
+    slow.refresh_from_db()
+    assert "did not finish within 0.5s" in slow.last_error and slow.next_at is not None
+    assert [body["rule"] for body in CALLED] == ["rule 1"]
+
+
+def hang(body: dict) -> None:
+    Silent.release.wait(30)
+
+
+# --- rules: one that truly fails, one removed from the setting ----------------------------------------
+
+
+def test_a_rule_that_raises_never_stops_the_others(settings, caplog):
+    # Stored before the good one, so it is evaluated first; its params lack the phase its
+    # kind needs, so measuring it raises (KeyError), as a hand-edited row would.
+    AlertRule.objects.create(
+        name="raises", kind="phase_p95", params={}, targets=[], cooldown=timedelta(0), created_at=now()
+    )
+    with pytest.raises(KeyError):
+        alerts.measure("phase_p95", {}, now())
+    rules(settings, {"name": "paused", "kind": "runs_paused"})
+    alerts.sync_declared(now())
+    wf.ThreeSteps.start().pause()
+    assert alerts.evaluate(now()) == 1
+    assert states("paused") == [(True, False)] and states("raises") == []
+    assert "rule 'raises' could not be evaluated" in caplog.text
+
+
+def test_a_rule_removed_from_the_setting_is_disabled_and_declaring_it_again_enables_it(settings):
+    rules(settings, {"name": "kept", "kind": "runs_paused"}, {"name": "removed", "kind": "runs_paused"})
+    alerts.sync_declared(now())
+    assert dict(AlertRule.objects.values_list("name", "enabled")) == {"kept": True, "removed": True}
+    rules(settings, {"name": "kept", "kind": "runs_paused"})
+    wf.ThreeSteps.start().pause()
+    assert check(now()) == 1
+    assert dict(AlertRule.objects.values_list("name", "enabled")) == {"kept": True, "removed": False}
+    assert states("removed") == []
+    rules(settings, {"name": "kept", "kind": "runs_paused"}, {"name": "removed", "kind": "runs_paused"})
+    assert check(now()) == 1 and states("removed") == [(True, False)]
