@@ -25,9 +25,9 @@ from django.db.models import Min, Q
 from django.utils.module_loading import autodiscover_modules
 
 from . import registry, store
-from .core import ticks
+from .core import jsonvalue, ticks
 from .core.states import RunStatus
-from .exceptions import InvalidTransition, PgflowError
+from .exceptions import DefinitionError, InvalidTransition, PgflowError
 from .models import Schedule, ScheduleTick, WorkflowRun
 
 if TYPE_CHECKING:
@@ -240,7 +240,8 @@ def _due(at: datetime) -> Q:
 
 
 def fire_due(*, now: datetime | None = None, limit: int = BATCH) -> int:
-    """Claim up to ``limit`` due schedules and act on their due ticks, in one transaction.
+    """Claim up to ``limit`` due schedules and act on their due ticks, in one transaction,
+    each schedule in a savepoint of its own: one that cannot fire never holds up the others.
     Returns how many schedules were claimed (call again while it returns ``limit``)."""
     with transaction.atomic():
         at = now or store.now()
@@ -250,7 +251,7 @@ def fire_due(*, now: datetime | None = None, limit: int = BATCH) -> int:
             .order_by("next_tick_at")[:limit]
         )
         for row in rows:
-            _fire(row, at)
+            _fire_alone(row, at)
     return len(rows)
 
 
@@ -258,7 +259,43 @@ def fire(schedule_id: int, *, now: datetime | None = None) -> list[WorkflowRun]:
     """Act on one schedule's due ticks as of ``now`` (blocking on its lock); the runs started."""
     with transaction.atomic():
         row = Schedule.objects.select_for_update(of=("self",)).get(pk=schedule_id)
-        return _fire(row, now or store.now())
+        return _fire_alone(row, now or store.now())
+
+
+def _fire_alone(row: Schedule, at: datetime) -> list[WorkflowRun]:
+    """``_fire`` in a savepoint. A refused start is already a recorded tick (``_start``); this
+    catches the rest (a row whose rule no longer reads, a failing write): the schedule's work
+    is rolled back, the failure recorded as a skipped tick and its next tick moved on, so it
+    is not first in line again at the next look and the batch's other schedules still fire."""
+    try:
+        with transaction.atomic():
+            return _fire(row, at)
+    except Exception as exc:  # noqa: BLE001 - one schedule's failure is recorded on that schedule
+        # (a lost connection fails the writes below too, and that reaches the caller)
+        problem = exc
+    logger.error(
+        "schedule %s of %s could not fire: %s: %s",
+        row.name,
+        row.workflow_class,
+        type(problem).__name__,
+        problem,
+        extra={"action": "schedule_failed", "schedule": row.pk},
+    )
+    row.refresh_from_db()  # the savepoint's rollback undid what _fire wrote; so must the instance
+    with transaction.atomic():
+        try:
+            nxt: datetime | None = row.rule().next_after(at)
+        except DefinitionError:
+            nxt = None  # no next tick to compute: out of rotation until the row is fixed
+        _record(row, row.next_tick_at or at, ScheduleTick.Outcome.SKIPPED, reason=_refusal(problem, "the tick failed"))
+        row.next_tick_at, row.buffered_tick_at = nxt, None
+        row.save(update_fields=["next_tick_at", "buffered_tick_at"])
+    return []
+
+
+def _refusal(exc: BaseException, what: str = "the start was refused") -> str:
+    """A refused tick's reason, as PostgreSQL can store it."""
+    return str(jsonvalue.storable(f"{what}: {type(exc).__name__}: {exc}"))
 
 
 def _fire(row: Schedule, at: datetime) -> list[WorkflowRun]:
@@ -272,9 +309,11 @@ def _fire(row: Schedule, at: datetime) -> list[WorkflowRun]:
         problem = str(exc)
     open_run = row.last_run_id is not None and WorkflowRun.objects.filter(pk=row.last_run_id, status__in=_OPEN).exists()
     if row.buffered_tick_at is not None and not open_run and workflow is not None:
-        started.append(_start(row, workflow, row.buffered_tick_at, buffered=True))
+        run = _start(row, workflow, row.buffered_tick_at, buffered=True)
         row.buffered_tick_at = None
-        open_run = True
+        if run is not None:
+            started.append(run)
+            open_run = True
     if row.next_tick_at is None or row.next_tick_at > at:
         row.save(update_fields=["buffered_tick_at", "last_run", "last_tick_at"])
         return started
@@ -302,17 +341,29 @@ def _fire(row: Schedule, at: datetime) -> list[WorkflowRun]:
         else:
             if action == ticks.CANCEL_AND_START and row.last_run_id is not None:
                 _cancel_previous(row, tick)
-            started.append(_start(row, workflow, tick))
-            open_run = True
+            run = _start(row, workflow, tick)
+            if run is not None:
+                started.append(run)
+                open_run = True
         row.last_tick_at = tick
     row.next_tick_at = plan.next_tick
     row.save(update_fields=["next_tick_at", "last_tick_at", "last_run", "buffered_tick_at"])
     return started
 
 
-def _start(row: Schedule, workflow: type[Workflow], tick: datetime, *, buffered: bool = False) -> WorkflowRun:
-    run = workflow.start(input=dict(row.input), key=run_key(row.pk, tick))
-    details = {"buffered": True} if buffered else {}
+def _start(row: Schedule, workflow: type[Workflow], tick: datetime, *, buffered: bool = False) -> WorkflowRun | None:
+    """Start the tick's run in a savepoint; a start that raises (a Singleton(on_conflict="skip")
+    whose key an open run holds, an input over MAX_INPUT_BYTES, a key method that fails) is
+    recorded as a skipped tick with the reason, and None is returned."""
+    details: dict[str, Any] = {"buffered": True} if buffered else {}
+    try:
+        with transaction.atomic():
+            run = workflow.start(input=dict(row.input), key=run_key(row.pk, tick))
+    except Exception as exc:  # noqa: BLE001 - whatever refused the start is the tick's reason
+        # (the savepoint is rolled back; a lost connection fails this write too, and that
+        # reaches the caller with the tick still due)
+        _record(row, tick, ScheduleTick.Outcome.SKIPPED, reason=_refusal(exc), **details)
+        return None
     ScheduleTick.objects.create(
         schedule=row,
         tick_at=tick,

@@ -25,3 +25,18 @@ class Quick(pgflow.Workflow):
     @pgflow.step
     def go(self):
         return "done"
+
+
+class OnePerAccount(pgflow.Workflow):
+    """A singleton per account that refuses a second start: a tick whose account has an
+    open run cannot start. No test worker serves its queue, so its runs stay open."""
+
+    queue = "schedules-unserved"
+    singleton = pgflow.Singleton(key="account", on_conflict="skip")
+
+    def account(self):
+        return self.input["account"]
+
+    @pgflow.step
+    def go(self):
+        return self.input["account"]

@@ -121,3 +121,22 @@ def test_insights_show_lag_and_skipped_ticks_per_schedule(login, scheduler):
     assert 2.0 <= figures["lag_p50"] < 10
     page = login(scheduler).get("/admin/pgflow/insights/?window=1h").content.decode()
     assert "lagging" in page.split('id="pgflow-schedules"')[1]
+
+
+def test_a_refused_tick_shows_its_reason_on_the_schedule_page(login, scheduler):
+    held = sw.OnePerAccount.start(input={"account": "acme"})  # holds the singleton key
+    row = schedules.save(
+        Schedule(
+            workflow_class=sw.OnePerAccount.workflow_path(),
+            name="acme-hourly",
+            every=timedelta(hours=1),
+            input={"account": "acme"},
+        )
+    )
+    schedules.fire_due(now=row.next_tick_at + timedelta(seconds=1))
+    page = login(scheduler).get(reverse("admin:pgflow_schedule_change", args=[row.pk])).content.decode()
+    table = page.split('id="schedule-ticks"')[1].split("</table>")[0]
+    assert "skipped" in table
+    reason = table.split('class="pgflow-tick-reason">')[1].split("</span>")[0]
+    assert reason.startswith("the start was refused: SingletonConflict: OnePerAccount is a singleton per key")
+    assert f"run #{held.pk}" in reason

@@ -135,6 +135,46 @@ def test_ticks_a_few_seconds_late_all_start_without_catch_up():
     assert row.next_tick_at == T0 + timedelta(seconds=3)
 
 
+def test_a_schedule_whose_start_is_refused_is_a_skipped_tick_and_the_others_fire(settings):
+    held = sw.OnePerAccount.start(input={"account": "acme"})  # holds the singleton key
+    singleton = make(sw.OnePerAccount, name="singleton", overlap="allow", input={"account": "acme"})
+    too_big = make(name="too-big", overlap="allow", input={"blob": "x" * 2000})
+    # Saved when the limit was higher; the limit is lowered later (or a row predates the check).
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "MAX_INPUT_BYTES": 1000}
+    healthy = make(name="healthy", overlap="allow")
+
+    for hour in (0, 1):  # the refused schedules stay refused; the healthy one keeps ticking
+        assert schedules.fire_due(now=T0 + timedelta(hours=hour, seconds=2)) == 3
+
+    assert outcomes(healthy) == ["started", "started"]
+    assert healthy.ticks.filter(run__isnull=False).count() == 2
+    for row, words in ((singleton, "SingletonConflict"), (too_big, "MAX_INPUT_BYTES")):
+        row.refresh_from_db()
+        assert outcomes(row) == ["skipped", "skipped"]
+        assert all(
+            reason.startswith("the start was refused: ") and words in reason
+            for reason in row.ticks.values_list("details__reason", flat=True)
+        )
+        assert row.next_tick_at == T0 + timedelta(hours=2) and row.last_tick_at == T0 + timedelta(hours=1)
+    assert (
+        list(WorkflowRun.objects.exclude(pk=held.pk).values_list("workflow_class", flat=True))
+        == [sw.Quick.workflow_path()] * 2
+    )
+
+
+def test_a_schedule_that_cannot_fire_at_all_is_recorded_and_leaves_the_rotation():
+    broken = make(name="broken")
+    Schedule.objects.filter(pk=broken.pk).update(timezone="Mars/Base")  # a row edited past the checks
+    healthy = make(name="healthy")
+    assert schedules.fire_due(now=T0 + timedelta(seconds=2)) == 2
+    assert outcomes(healthy) == ["started"]
+    broken.refresh_from_db()
+    (tick,) = broken.ticks.all()
+    assert tick.outcome == "skipped" and "the tick failed: DefinitionError: timezone" in tick.details["reason"]
+    assert broken.next_tick_at is None  # out of rotation until the row is fixed, not first in line
+    assert schedules.fire_due(now=T0 + timedelta(seconds=3)) == 0
+
+
 def test_downtime_without_catch_up_starts_none():
     row = make(catch_up=None)
     schedules.fire_due(now=T0 + timedelta(hours=3, minutes=10))
