@@ -26,6 +26,7 @@ from pgflow.models import Batch, Event, Signal, Step, Worker, WorkflowRun
 from .. import insights, runpage, timeline
 from ..window import WorkflowWindow
 from . import explain
+from .redact import secret_values
 
 MAX_SEARCH = 200  # runs one search_runs answers at most
 DEFAULT_SEARCH = 50
@@ -38,6 +39,33 @@ STATUSES = tuple(status.value for status in RunStatus)
 
 class Refused(ValueError):
     """A tool argument or request that cannot be served; the message says why."""
+
+
+MAX_SECRET_RUNS = 500  # runs an answer names whose inputs and payloads are read for secret values
+
+
+def known_secrets(answer: Any, keys: list[str] | tuple[str, ...]) -> set[str]:
+    """Values held under a secret key in ``answer`` and in the inputs and signal payloads of
+    the runs it names (its ``run_id`` values): a body's error message may quote them."""
+    found = secret_values(answer, keys)
+    run_ids = sorted(_run_ids(answer, set()))[:MAX_SECRET_RUNS]
+    if run_ids:
+        found |= secret_values(list(WorkflowRun.objects.filter(pk__in=run_ids).values_list("input", flat=True)), keys)
+        found |= secret_values(list(Signal.objects.filter(run_id__in=run_ids).values_list("payload", flat=True)), keys)
+    return found
+
+
+def _run_ids(value: Any, found: set[int]) -> set[int]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in ("run_id", "rerun_id") and isinstance(item, int) and not isinstance(item, bool):
+                found.add(item)
+            else:
+                _run_ids(item, found)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _run_ids(item, found)
+    return found
 
 
 def plain(value: Any) -> Any:

@@ -4,7 +4,10 @@ Each tool call re-reads the user (an admin who removes a permission or deactivat
 user takes effect at the next call), checks the permission the tool needs, runs the work
 through ``sync_to_async`` (thread-sensitive: the ORM runs in the thread that owns the
 request's connection, not on the SDK's worker threads) and masks ``PGFLOW["REDACT"]``
-keys in the answer. A refusal (a missing permission, a bad argument, a control that does
+keys in the answer, and secrets in its text: error messages, paused reasons and event
+details are free text a body wrote, so a value after a secret key (``password=…``), a URL's
+password, and every value held under a secret key in the inputs and signal payloads of the
+runs the answer names are masked in them too. A refusal (a missing permission, a bad argument, a control that does
 not apply) is a tool error whose text says why.
 """
 
@@ -169,7 +172,8 @@ def _guarded(principal: Principal, agent: str, need: str, work: Callable[[str], 
         answer = work(actor)
     except reads.Refused as exc:
         raise ToolError(str(exc)) from exc
-    return reads.plain(redact(answer, pgflow_settings.REDACT))
+    keys = pgflow_settings.REDACT
+    return reads.plain(redact(answer, keys, reads.known_secrets(answer, keys)))
 
 
 def _client_name(ctx: Context) -> str | None:

@@ -392,3 +392,39 @@ def test_http_tools_act_as_the_tokens_user(http_server, users):
     )
     assert "lacks the pgflow.change_workflowrun permission" in error(denied)
     assert WorkflowRun.objects.get(pk=other.pk).status == "paused"
+
+
+# --- secrets inside error text (issue 33, finding 13) ---------------------------------------------
+
+
+def test_stdio_masks_secrets_in_error_messages_paused_reasons_and_event_details(users):
+    from tests import redaction_workflows as rw
+
+    password = "hunter2-zebra"
+    run = run_workflow(rw.LeaksPassword.start(input={"user": "ada", "profile": {"password": password}}))
+    assert run.status == "paused"
+    assert password in run.paused_reason and rw.TOKEN in run.paused_reason  # what the body wrote is kept as is
+
+    async def session(client: Client) -> dict[str, Any]:
+        return {
+            "run": await client.call_tool("get_run", {"run_id": run.pk}),
+            "explain": await client.call_tool("explain_run", {"run_id": run.pk}),
+            "stuck": await client.call_tool("stuck", {}),
+            "search": await client.call_tool("search_runs", {"status": "paused"}),
+        }
+
+    got = stdio("viewer", session)
+    for tool, result in got.items():
+        text = result.content[0].text
+        assert password not in text and rw.TOKEN not in text, tool
+        assert "[redacted]" in text, tool
+    shown = answer(got["run"])
+    (failure,) = shown["errors"]
+    assert failure["error_message"] == (
+        "login as ada refused: [redacted] is wrong (smtp://mailer:[redacted]@mail.example.com, token=[redacted])"
+    )
+    paused = [event for event in shown["events"] if event["event"] == "paused"]
+    assert paused and "[redacted] is wrong" in json.dumps(paused[0]["details"])
+    assert "login as ada refused: [redacted] is wrong" in answer(got["explain"])["explanation"][0]
+    (row,) = answer(got["stuck"])["paused"]["rows"]
+    assert "login as ada refused: [redacted] is wrong" in row["paused_reason"]

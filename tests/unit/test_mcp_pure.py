@@ -8,7 +8,7 @@ import pytest
 
 from pgflow.conf import DEFAULTS, validate
 from pgflow_dashboard.mcp.explain import explain, span
-from pgflow_dashboard.mcp.redact import MASK, redact
+from pgflow_dashboard.mcp.redact import MASK, redact, redact_text, secret_values
 
 NOW = datetime(2025, 3, 4, 10, 16, tzinfo=UTC)  # a Tuesday
 
@@ -31,6 +31,34 @@ def test_redact_masks_matching_keys_at_any_depth_and_keeps_the_rest():
     assert value["Card_Number"] == "4242"  # the input is not changed
     assert redact("password", ["password"]) == "password"  # values are never matched, only keys
     assert redact({"password": 1}, []) == {"password": 1}
+
+
+def test_redact_masks_secrets_in_text_after_their_key_in_urls_and_where_known():
+    keys = DEFAULTS["REDACT"]
+    assert redact_text("login failed: password=hunter2, user=ada", keys) == f"login failed: password={MASK}, user=ada"
+    assert redact_text("""got {'api_key': 'sk_live_1', "Token": "t0k", 'n': 1}""", keys) == (
+        f"""got {{'api_key': {MASK}, "Token": {MASK}, 'n': 1}}"""
+    )
+    assert redact_text("RuntimeError: db-password: s3cr3t", keys) == f"RuntimeError: db-password: {MASK}"
+    assert redact_text("cannot reach postgres://app:pw0rd@db:5432/x", keys) == (
+        f"cannot reach postgres://app:{MASK}@db:5432/x"
+    )
+    # A known secret value is masked wherever it appears, even with no key in front of it.
+    assert redact_text("the card 4242 4242 was refused for ada", keys, {"4242 4242", "ada"}) == (
+        f"the card {MASK} was refused for ada"  # "ada" is shorter than MIN_SECRET: ordinary words stay
+    )
+    assert redact_text("step charge (attempt 1) failed with RuntimeError: boom", keys) == (
+        "step charge (attempt 1) failed with RuntimeError: boom"
+    )
+    assert secret_values({"plan": "pro", "profile": {"password": "hunter2", "card": 4242424242424242}}, keys) == {
+        "hunter2",
+        "4242424242424242",
+    }
+    # In structured answers, every string is redacted as text, at any depth.
+    answer = {"events": [{"details": {"reason": "step b #1 failed: RuntimeError: hunter2 rejected"}}]}
+    assert redact(answer, keys, {"hunter2"}) == {
+        "events": [{"details": {"reason": f"step b #1 failed: RuntimeError: {MASK} rejected"}}]
+    }
 
 
 @pytest.mark.parametrize(
