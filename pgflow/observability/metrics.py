@@ -130,10 +130,35 @@ def signal_received(workflow_class: str, name: str) -> None:
         transaction.on_commit(lambda: _child("signals", workflow_class, name).inc())
 
 
+BEFORE_BODY = "ended_before_body"  # the runner's word for an attempt its prepare ended or parked
+
+
+def settled_before_body(step_id: int) -> str | None:
+    """The outcome an attempt ``BEFORE_BODY`` ended with, as its row holds it (``skipped``,
+    ``cancelled``, ``paused`` …), or None when it did not end: a signal step parked to wait
+    for its signal (its row still open) goes on, and is counted when it truly ends. One
+    query, on that rare path only."""
+    # Here, not at the top: the store imports this module while pgflow.models is loading.
+    from ..core.states import OPEN_STEP
+    from ..models import Step
+
+    row = Step.objects.filter(pk=step_id).values_list("status", "outcome").first()
+    if row is None or row[0] in OPEN_STEP:
+        return None
+    return row[1] or None
+
+
 def attempt_ended(held: Claim, outcome: str, *, applied: bool, last_step: bool) -> None:
     """Count an attempt the worker ended (``outcome`` as the runner logs it)."""
     if not _counting or not applied or outcome in _NOT_ENDED:
         return
+    if outcome == BEFORE_BODY:
+        # A park on a signal would count the attempt twice (here and when it completes), and
+        # an end in prepare would be counted under a word no row holds.
+        settled = settled_before_body(held.step_id)
+        if settled is None:
+            return
+        outcome = settled
     path = held.run_fields.get("workflow_class", "")
     _child("attempts", path, held.step_name, outcome).inc()
     status = _RUN_ENDS.get(outcome) or ("finished" if outcome in ("completed", "skipped") and last_step else None)

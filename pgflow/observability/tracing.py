@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from ..core import phases
+from . import metrics
 
 if TYPE_CHECKING:
     from ..store import Claim
@@ -101,6 +102,10 @@ class AttemptSpan:
         at = timezone.now()
         fields = self.held.step_fields
         span = self.span
+        if outcome == metrics.BEFORE_BODY:
+            # Ended or parked before its body: the span says which, from the row (a signal
+            # step with no signal yet parked; a skip_if skipped …).
+            outcome = metrics.settled_before_body(self.held.step_id) or "parked"
         span.set_attribute("pgflow.outcome", outcome)
         if outcome == "parked":
             span.add_event("parked", timestamp=_ns(at))

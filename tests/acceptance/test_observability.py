@@ -15,6 +15,7 @@ from django.test import Client
 from pgflow.models import Step, WorkflowRun
 from tests import workflows as wf
 from tests.acceptance.conftest import wait_until
+from tests.invariants import assert_exactly_once
 
 pytest.importorskip("opentelemetry.sdk")
 pytest.importorskip("prometheus_client")
@@ -82,6 +83,7 @@ def test_the_spans_of_a_three_step_run_share_the_trace_its_request_began(start_w
     flaky = [span for span in spans if span["attributes"]["pgflow.run_id"] == failing.pk]
     assert [span["attributes"]["pgflow.outcome"] for span in flaky] == ["reattempted", "reattempted", "cancelled"]
     assert all(span["status"] == "ERROR" and "exception" in [e["name"] for e in span["events"]] for span in flaky)
+    assert_exactly_once()
 
 
 def _free_port() -> int:
@@ -114,6 +116,11 @@ def _total(values: dict, name: str, **labels: str) -> float:
 def test_metrics_of_two_workers_add_up_to_the_database_counts(start_worker, settings):
     # Gauges read now, not a scrape cached by a test before this one.
     settings.PGFLOW = {**settings.PGFLOW, "METRICS_CACHE": timedelta(0)}
+    started_before = _total(
+        _parse(Client(REMOTE_ADDR="127.0.0.1").get("/metrics").content.decode()),
+        "pgflow_runs_started_total",
+        workflow_class="tests.workflows.ThreeSteps",
+    )
     ports = [_free_port(), _free_port()]
     workers = [start_worker("--metrics-port", str(port), "--concurrency", "2") for port in ports]
     # Both listening before the work arrives, or the first could take all of it.
@@ -155,7 +162,8 @@ def test_metrics_of_two_workers_add_up_to_the_database_counts(start_worker, sett
     answer = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
     assert answer.status_code == 200
     web = _parse(answer.content.decode())
-    assert _total(web, "pgflow_runs_started_total", workflow_class="tests.workflows.ThreeSteps") >= 21
+    started = _total(web, "pgflow_runs_started_total", workflow_class="tests.workflows.ThreeSteps") - started_before
+    assert started == 21  # this test's starts, each once
     assert _total(web, "pgflow_runs_paused", workflow_class="tests.workflows.ThreeSteps") == 1
     assert _total(web, "pgflow_workers_live", queue="workflows") == 2
     assert (
@@ -163,6 +171,7 @@ def test_metrics_of_two_workers_add_up_to_the_database_counts(start_worker, sett
         == Step.objects.filter(status="scheduled", scheduled_at__lte=paused.created_at).count()
     )
     assert "pgflow_attempts_total" not in answer.content.decode().split("pgflow_steps_due")[1]
+    assert_exactly_once()
 
 
 def test_metrics_refuse_an_address_not_allowed_and_accept_the_token(settings, db):
@@ -173,3 +182,84 @@ def test_metrics_refuse_an_address_not_allowed_and_accept_the_token(settings, db
     assert wrong.status_code == 403
     allowed = Client(REMOTE_ADDR="10.1.2.3").get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-s3cret-s3cret")
     assert allowed.status_code == 200 and b"pgflow_steps_due" in allowed.content
+
+
+def test_a_bodys_own_spans_nest_under_its_attempt_and_a_parked_step_records_its_park_and_wake(start_worker, tmp_path):
+    from tests import observability_workflows as ow
+
+    spans_file = tmp_path / "spans.jsonl"
+    run = ow.Traced.start()
+    port = _free_port()
+    start_worker(
+        "--concurrency",
+        "2",
+        "--metrics-port",
+        str(port),
+        env={"DJANGO_SETTINGS_MODULE": "tests.acceptance.settings_otel", "PGFLOW_SPANS_FILE": str(spans_file)},
+    )
+    wait_until(
+        lambda: Step.objects.filter(run=run, step_name="approve", status="waiting").exists(),
+        timeout=60,
+        what="approve to park",
+    )
+    wait_until(
+        lambda: any(span["name"] == "pgflow Traced.approve" for span in _spans(spans_file)),
+        timeout=10,
+        what="the parked attempt's span",
+    )
+    import pgflow
+
+    pgflow.signal(run, "approved", "yes")
+    wait_until(lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished", timeout=60, what="the run to finish")
+    wait_until(lambda: len(_spans(spans_file)) >= 6, timeout=10, what="every span")
+    spans = _spans(spans_file)
+    by_name: dict[str, list[dict]] = {}
+    for span in sorted(spans, key=lambda s: s["start"]):
+        by_name.setdefault(span["name"], []).append(span)
+    # The bodies' own spans (a plain body's, an async body's) are children of their attempt's.
+    for attempt, own in (("pgflow Traced.charge", "charge card"), ("pgflow Traced.notify", "send email")):
+        (outer,) = by_name[attempt]
+        (inner,) = by_name[own]
+        assert (inner["trace_id"], inner["parent_id"]) == (outer["trace_id"], outer["span_id"]), own
+        assert outer["start"] <= inner["start"] <= inner["end"] <= outer["end"]
+    # approve: claimed and parked on the signal, then claimed again once the signal woke it.
+    parked, woken = by_name["pgflow Traced.approve"]
+    assert parked["attributes"]["pgflow.outcome"] == "parked"
+    assert [event["name"] for event in parked["events"]] == ["due", "claimed", "parked"]
+    assert woken["attributes"]["pgflow.outcome"] == "completed"
+    assert [event["name"] for event in woken["events"]] == ["parked", "woken", "due", "claimed"]
+    assert woken["attributes"]["pgflow.waiting_seconds"] >= 0
+    # The park is not an end: the worker counts each attempt once, by the outcome its row holds.
+    scraped = _scrape(f"http://127.0.0.1:{port}/metrics")
+    counted = {
+        (dict(labels)["step"], dict(labels)["outcome"]): value
+        for (name, labels), value in scraped.items()
+        if name == "pgflow_attempts_total" and dict(labels)["workflow_class"] == ow.Traced.workflow_path()
+    }
+    assert counted == {(step.step_name, step.outcome): 1 for step in Step.objects.filter(run=run)}
+    assert _total(scraped, "pgflow_runs_ended_total", workflow_class=ow.Traced.workflow_path()) == 1
+    assert_exactly_once()
+
+
+def test_the_throttled_histogram_observes_each_limited_attempt_once_with_its_rows_throttled_time(start_worker):
+    from tests import flowcontrol_workflows as fc
+
+    for _ in range(4):
+        fc.PerTenant.start(input={"tenant": "busy", "sleep": 0.3})
+    for _ in range(2):
+        fc.PerTenant.start(input={"sleep": 0})  # no tenant: not limited, never throttled
+    port = _free_port()
+    worker = start_worker("--queues", "limits", "--concurrency", "4", "--metrics-port", str(port))
+    wait_until(lambda: WorkflowRun.objects.filter(status="finished").count() == 6, timeout=60, what="6 runs")
+    scraped = _scrape(f"http://127.0.0.1:{port}/metrics")
+    assert worker.terminate() == 0
+    labels = {"workflow_class": "tests.flowcontrol_workflows.PerTenant", "step": "work"}
+    limited = list(Step.objects.filter(run__input__tenant="busy"))
+    assert all(step.throttled_until is not None for step in limited)
+    assert _total(scraped, "pgflow_step_throttled_seconds_count", **labels) == len(limited) == 4
+    assert _total(scraped, "pgflow_step_ran_seconds_count", **labels) == 6
+    # Its sum is the rows' own throttled time (due -> let through), which two of the four had.
+    throttled = [(min(step.throttled_until, step.started_at) - step.scheduled_at).total_seconds() for step in limited]
+    assert _total(scraped, "pgflow_step_throttled_seconds_sum", **labels) == pytest.approx(sum(throttled), abs=1e-3)
+    assert sum(seconds > 0 for seconds in throttled) >= 2  # a limit of two held two of them back
+    assert_exactly_once()
