@@ -130,3 +130,9 @@ class OddSingleton(pgflow.Workflow):
     @step
     def only(self):
         return "done"
+
+
+class PerTenantOfThree(PerTenant):
+    """PerTenant with its max changed to 3 (the same keys, so the same gates)."""
+
+    concurrency = pgflow.Limit(max=3, key="tenant")

@@ -120,35 +120,60 @@ _CANDIDATES = """candidates AS (
 # planner working from stale statistics (a table just truncated or filled) drove the claim
 # from every run instead.
 #
-# Gated attempts (pgflow.Limit, Rate, Singleton): a loose scan of pgflow_step_gated lists the
-# groups (queue, gate, rate_gate) with scheduled attempts, one probe each. The gate rows with
-# room in this statement's snapshot are locked FOR UPDATE SKIP LOCKED, which reads their
-# latest version: their room is worked out again from it, so two claims never both fill a
-# gate's last place (a gate another claim holds is skipped this round, never waited for).
-# Each group then gives at most its room of due attempts, in its own index order; a gate
+# Gated attempts (pgflow.Limit, Rate, Singleton): a loose scan of pgflow_step_gated walks the
+# groups (queue, gate, rate_gate) with scheduled attempts, one probe each, from where this
+# process's last claim of the queue stopped (its cursor, ``after_gate`` / ``after_rate``),
+# round the end back to the start, and stops after ``visits`` groups (gate_visits: a few more
+# than the claim's limit) or a whole lap. So a claim visits, locks and reads a bounded number
+# of gates however many keys have work due: walking every group and locking every gate row
+# with room cost ~190 ms a claim with 2,000 keys due (benchmarks/gated_claim.py), and the
+# next claim carries on with the groups after, so every key gets its turn. The visited gate
+# rows with room in this statement's snapshot are locked FOR UPDATE SKIP LOCKED, which reads
+# their latest version: their room is worked out again from it, so two claims never both
+# fill a gate's last place (a gate another claim holds is skipped this round, never waited
+# for). Each group then gives at most its room of due attempts, in its own index order; a gate
 # shared by several groups is cut to its room by rank. A singleton's open run passes its own
 # gate without taking a place, so that needs no lock (a run leaves the holders only once it
-# ended, when it has no attempt left). The merge takes every group's first attempt before any group's second, least
-# recently served gate first (round-robin across keys), and the gates record what passed.
-# An attempt let through a place that came free at ``freed_at`` (an attempt's finish, a rate's
-# window end, stamped by another process's clock) starts no earlier: its own times then show
-# it never overlapped what it replaced. It was throttled from its due time until then.
+# ended, when it has no attempt left). The merge takes every group's first attempt before any
+# group's second, least recently served gate first (round-robin across keys), and the gates
+# record what passed. An attempt let through a place that came free at ``freed_at`` (an
+# attempt's finish, a rate's window end, stamped by another process's clock) starts no
+# earlier: its own times then show it never overlapped what it replaced. It was throttled
+# from its due time until then. The first row also gives where each queue's walk stopped.
+_GATED_QUEUES = """open_queues AS (
+    SELECT q.name, q.after_gate, q.after_rate
+    FROM unnest(%(queues)s::text[], %(after_gates)s::text[], %(after_rates)s::text[]) AS q(name, after_gate, after_rate)
+    WHERE NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = q.name AND p.paused)
+)"""
+# The group after (gate, rate_gate) ``{after}`` in queue ``{queue}``, else (once a walk, not
+# wrapped yet: ``{wrap}``) the queue's first group, flagged ``wrapped``.
+_NEXT_GROUP = """LATERAL (SELECT * FROM (
+        (SELECT queue, gate, rate_gate, {wrapped} AS wrapped FROM pgflow_step
+         WHERE status = 'scheduled' AND gated AND queue = {queue} AND (gate, rate_gate) > {after}
+         ORDER BY gate, rate_gate LIMIT 1)
+        UNION ALL
+        (SELECT queue, gate, rate_gate, true FROM pgflow_step
+         WHERE {wrap} AND status = 'scheduled' AND gated AND queue = {queue}
+         ORDER BY gate, rate_gate LIMIT 1)
+    ) AS found LIMIT 1)"""
 CLAIM_SQL = (
     """
 WITH RECURSIVE """
-    + _OPEN_QUEUES
+    + _GATED_QUEUES
     + ", "
     + _CANDIDATES.format(also="")
-    + """, groups(queue, gate, rate_gate) AS (
-    SELECT f.queue, f.gate, f.rate_gate FROM open_queues AS q,
-    LATERAL (SELECT queue, gate, rate_gate FROM pgflow_step
-             WHERE status = 'scheduled' AND gated AND queue = q.name
-             ORDER BY gate, rate_gate LIMIT 1) AS f
+    + """, groups(queue, gate, rate_gate, after_gate, after_rate, visit, wrapped) AS (
+    SELECT f.queue, f.gate, f.rate_gate, q.after_gate, q.after_rate, 1, f.wrapped FROM open_queues AS q, """
+    + _NEXT_GROUP.format(wrapped="false", queue="q.name", after="(q.after_gate, q.after_rate)", wrap="true")
+    + """ AS f
     UNION ALL
-    SELECT n.queue, n.gate, n.rate_gate FROM groups AS g,
-    LATERAL (SELECT queue, gate, rate_gate FROM pgflow_step
-             WHERE status = 'scheduled' AND gated AND queue = g.queue AND (gate, rate_gate) > (g.gate, g.rate_gate)
-             ORDER BY gate, rate_gate LIMIT 1) AS n
+    SELECT n.queue, n.gate, n.rate_gate, g.after_gate, g.after_rate, g.visit + 1, n.wrapped FROM groups AS g, """
+    + _NEXT_GROUP.format(wrapped="g.wrapped", queue="g.queue", after="(g.gate, g.rate_gate)", wrap="NOT g.wrapped")
+    + """ AS n
+    WHERE g.visit < %(visits)s AND NOT (n.wrapped AND (n.gate, n.rate_gate) > (g.after_gate, g.after_rate))
+), stopped AS (
+    SELECT array_agg(queue) AS queues, array_agg(gate) AS gates, array_agg(rate_gate) AS rates
+    FROM (SELECT DISTINCT ON (queue) queue, gate, rate_gate FROM groups ORDER BY queue, visit DESC) AS last
 ), worth AS (
     SELECT k.name FROM pgflow_gate AS k,"""
     + _GATE_ROOM
@@ -235,11 +260,23 @@ WITH RECURSIVE """
     RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
               s.waiting_since, s.queue, s.throttled_until
 )
-SELECT """
+SELECT stopped.queues, stopped.gates, stopped.rates, """
     + _CLAIMED
-    + """ FROM claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id
+    + """ FROM stopped LEFT JOIN (claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id) ON true
 """
 )
+
+
+def gate_visits(limit: int) -> int:
+    """How many gated groups of a queue one claim of ``limit`` attempts visits at most: one
+    per place it could fill, and as many again for full or locked gates it passes on the way."""
+    return 2 * limit + 8
+
+
+# Where this process's last gated claim of each queue stopped its walk of the groups
+# (gate, rate_gate): the next claim starts after it, so the keys take turns however many
+# there are. One process's claims come from its claim loop (one thread).
+_AFTER: dict[str, tuple[str, str]] = {}
 
 
 # It runs prepared, on a generic plan, which cannot know how few rows the claim takes: the
@@ -399,11 +436,16 @@ def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = N
     rows = _claim_rows(UNGATED_CLAIM_SQL, params)
     if not rows[0][0]:  # no gated attempt scheduled: this was the whole claim
         return Claimed(_claims([row[2:] for row in rows if row[2] is not None]), rows[0][1])
+    after = [_AFTER.get(queue, ("", "")) for queue in queues]
+    params.update(after_gates=[a[0] for a in after], after_rates=[a[1] for a in after], visits=gate_visits(limit))
     # Django's cursor binds the values into the SQL text: planned for them each time.
     with connection.cursor() as cursor:
         cursor.execute(CLAIM_SQL, params)
         rows = cursor.fetchall()
-    return Claimed(_claims(rows), NOT_KNOWN)
+    stopped_queues, gates, rates = rows[0][:3]
+    for queue, gate, rate in zip(stopped_queues or (), gates or (), rates or (), strict=True):
+        _AFTER[queue] = (gate, rate)
+    return Claimed(_claims([row[3:] for row in rows if row[3] is not None]), NOT_KNOWN)
 
 
 # One attempt by its id: the one a start just announced (its NOTIFY names it), claimed as the

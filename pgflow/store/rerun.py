@@ -95,7 +95,7 @@ def rerun_from(run_id: int, step_name: str, *, input: Any = None, actor: Any = N
             definition_changed=plan["definition_changed"],
             input_changed=payload is not None and payload != original.input,
         )
-        handed = {} if key is None else {"key": key}  # the idempotency key it handed over
+        handed: dict[str, Any] = {} if key is None else {"key": key}  # the idempotency key it handed over
         event(original, EventKind.RERUN_AS, at=at, actor=actor, rerun=rerun.pk, step_name=step_name, **handed)
         if original.status == RunStatus.PAUSED:
             step = open_attempt(original)

@@ -82,3 +82,103 @@ def test_retention_frees_the_places_its_purged_attempts_held():
     later = [fc.PerTenant.start(input={"tenant": "t"}) for _ in range(2)]
     claimed = store.claim(worker="w", queues=["limits"], limit=4)
     assert sorted(c.run_id for c in claimed) == sorted(r.pk for r in later), "the key kept both its places"
+
+
+def _in_progress(tenant: str) -> int:
+    return Step.objects.filter(run__input__tenant=tenant, status="in_progress").count()
+
+
+def test_two_claims_racing_for_a_limits_last_place_give_it_once_and_neither_waits():
+    """Forced: the first claim has taken the last place and not committed when the second
+    runs. The gate row's FOR UPDATE SKIP LOCKED makes the second skip the gate at once;
+    without the lock it would read the place as free in its snapshot (two through a limit
+    of two... three), and with a plain FOR UPDATE it would wait for the first."""
+    import threading
+
+    from django.db import connection, transaction
+
+    for _ in range(4):
+        fc.PerTenant.start(input={"tenant": "race"})
+    assert len(store.claim(worker="w0", queues=["limits"], limit=1)) == 1  # one of its two places taken
+    first_holds, release = threading.Event(), threading.Event()
+    second: dict = {}
+
+    def first_claim() -> None:
+        try:
+            with transaction.atomic():
+                assert len(store.claim(worker="w1", queues=["limits"], limit=4)) == 1  # the last place
+                first_holds.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    def second_claim() -> None:
+        try:
+            second["pid"] = connection.cursor().connection.info.backend_pid
+            second["claimed"] = len(store.claim(worker="w2", queues=["limits"], limit=4))
+        finally:
+            connection.close()
+
+    one = threading.Thread(target=first_claim)
+    one.start()
+    assert first_holds.wait(30)
+    two = threading.Thread(target=second_claim)
+    two.start()
+    two.join(3)
+    # If the second claim is blocked on the first's lock, record it, then let both end.
+    waited = two.is_alive()
+    release.set()
+    one.join(30)
+    two.join(30)
+    assert not waited, "the second claim waited for the first one's gate row instead of skipping it"
+    assert second["claimed"] == 0
+    assert _in_progress("race") == 2, "a limit of two had more in progress"
+
+
+def test_a_claim_locks_a_bounded_number_of_gate_rows_however_many_keys_are_due():
+    """Counted from a second connection, which skips the rows the claim holds locked."""
+    import psycopg
+    from django.db import connection, transaction
+
+    from pgflow.models import Gate
+
+    for number in range(300):
+        fc.PerTenant.start(input={"tenant": f"k{number}"})
+    settings = connection.settings_dict
+    other = psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"], user=settings["USER"], password=settings["PASSWORD"],
+        dbname=settings["NAME"], autocommit=True,
+    )  # fmt: skip
+    try:
+        with transaction.atomic():
+            assert len(store.claim(worker="w", queues=["limits"], limit=4)) == 4
+            free = other.execute("SELECT count(*) FROM (SELECT 1 FROM pgflow_gate FOR UPDATE SKIP LOCKED) AS f")
+            locked = Gate.objects.count() - free.fetchone()[0]
+    finally:
+        other.close()
+    assert 4 <= locked <= store.claims.gate_visits(4), f"the claim locked {locked} of 300 keys' gate rows"
+
+
+def test_a_paused_run_holds_its_singleton_key():
+    holder = fc.OnePerAccount.start(input={"account": "held"})
+    assert [c.run_id for c in store.claim(worker="w", queues=["limits"], limit=4)] == [holder.pk]
+    holder.pause()
+    waiting = fc.OnePerAccount.start(input={"account": "held"})
+    assert store.claim(worker="w", queues=["limits"], limit=4) == []  # the paused run still holds it
+    refused = fc.OnlyOne.start(input={"account": "held"})
+    refused.pause()
+    with pytest.raises(pgflow.SingletonConflict, match=rf"run #{refused.pk} with key 'held' is still paused"):
+        fc.OnlyOne.start(input={"account": "held"})
+    holder.cancel()
+    assert [c.run_id for c in store.claim(worker="w", queues=["limits"], limit=4)] == [waiting.pk]
+
+
+def test_a_changed_max_applies_to_keys_first_used_afterwards():
+    # PerTenant and PerTenantOfThree share their keys' gates (c:<tenant>): the second is the
+    # first with its max changed from 2 to 3, as a deploy would change it.
+    fc.PerTenant.start(input={"tenant": "old"})
+    for _ in range(4):
+        fc.PerTenantOfThree.start(input={"tenant": "old"})
+        fc.PerTenantOfThree.start(input={"tenant": "new"})
+    store.claim(worker="w", queues=["limits"], limit=20)
+    assert (_in_progress("old"), _in_progress("new")) == (2, 3)
