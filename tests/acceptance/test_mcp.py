@@ -428,3 +428,55 @@ def test_stdio_masks_secrets_in_error_messages_paused_reasons_and_event_details(
     assert "login as ada refused: [redacted] is wrong" in answer(got["explain"])["explanation"][0]
     (row,) = answer(got["stuck"])["paused"]["rows"]
     assert "login as ada refused: [redacted] is wrong" in row["paused_reason"]
+
+
+# --- the user is read at every call; a legacy client's actor ------------------------------------------
+
+
+def _in_thread(work: Callable[[], Any]) -> Any:
+    """Run ORM work from inside the client's event loop (the ORM refuses async contexts)."""
+
+    def run() -> Any:
+        try:
+            return work()
+        finally:
+            connection.close()
+
+    return anyio.to_thread.run_sync(run)
+
+
+def test_a_removed_permission_or_a_deactivated_user_takes_effect_at_the_next_call(users):
+    run = run_workflow(wf.Failing.start())
+    operator = users["operator"]
+    change = Permission.objects.get(content_type__app_label="pgflow", codename="change_workflowrun")
+
+    async def session(client: Client) -> dict[str, Any]:
+        got = {"before": await client.call_tool("resume_run", {"run_id": run.pk})}
+        await _in_thread(lambda: User.objects.get(pk=operator.pk).user_permissions.remove(change))
+        got["without_change"] = await client.call_tool("resume_run", {"run_id": run.pk, "dry_run": False})
+        got["still_views"] = await client.call_tool("search_runs", {})
+        await _in_thread(lambda: User.objects.filter(pk=operator.pk).update(is_active=False))
+        got["inactive"] = await client.call_tool("search_runs", {})
+        return got
+
+    got = stdio("operator", session)
+    assert answer(got["before"])["dry_run"] is True
+    assert "lacks the pgflow.change_workflowrun permission" in error(got["without_change"])
+    assert answer(got["still_views"])["count"] == 1
+    assert "no longer exists or is inactive" in error(got["inactive"])
+    run.refresh_from_db()
+    assert run.status == "paused" and not run.events.filter(event="resumed").exists()
+
+
+def test_http_a_legacy_client_sends_no_client_info_so_its_actions_name_the_token(http_server, users):
+    run = run_workflow(wf.Failing.start())
+    _, secret = tokens.issue(users["operator"], "ops-bot")
+    got = http(
+        http_server,
+        secret,
+        lambda client: client.call_tool("skip_step", {"run_id": run.pk, "dry_run": False}),
+        mode="legacy",
+    )
+    assert answer(got)["status"] == "finished"
+    # Each legacy call is a stateless exchange with no initialize, hence no clientInfo.name.
+    assert Event.objects.get(run=run, event="skipped").actor == "agent:ops-bot for user:operator"
