@@ -25,6 +25,7 @@ from django.db.models import Min, Q
 from django.utils.module_loading import autodiscover_modules
 
 from . import registry, store
+from .conf import pgflow_settings
 from .core import jsonvalue, ticks
 from .core.states import RunStatus
 from .exceptions import DefinitionError, InvalidTransition, PgflowError
@@ -173,9 +174,22 @@ def _apply(row: Schedule, declaration: ticks.Schedule, at: datetime) -> bool:
 
 
 def save(row: Schedule, *, now: datetime | None = None) -> Schedule:
-    """Save an admin-made (or edited) schedule; a new or changed rule recomputes its next tick."""
+    """Save an admin-made (or edited) schedule; a new or changed rule recomputes its next tick.
+    Fields a declared ``pgflow.Schedule`` would refuse raise DefinitionError naming them."""
     at = now or store.now()
-    rule = row.rule()  # raises DefinitionError for a bad rule
+    found = ticks.problems(
+        name=row.name,
+        cron=row.cron or None,
+        every=row.every,
+        timezone=row.timezone,
+        input=row.input,
+        overlap=row.overlap,
+        catch_up=row.catch_up,
+        max_bytes=pgflow_settings.MAX_INPUT_BYTES,
+    )
+    if found:  # what a declared pgflow.Schedule refuses, refused here too
+        raise DefinitionError(f"Schedule {row.name!r}: {'; '.join(found.values())}")
+    rule = row.rule()
     if row.pk is None:
         row.created_at = at
         row.next_tick_at = rule.next_after(at)

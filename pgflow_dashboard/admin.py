@@ -36,6 +36,7 @@ from pgflow.exceptions import DefinitionError, PgflowError
 from pgflow.models import AccessToken, QueueState, Schedule, Step, Worker, WorkflowRun
 
 from . import insights, queuepage, site, views
+from .forms import JSONObjectInput
 from .timeformat import duration
 
 MAX_LISTED_REFUSALS = 20  # a bulk action's warning names at most this many runs one by one
@@ -560,7 +561,7 @@ class AccessTokenAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/pgflow_dashboard/token_created.html", context)
 
-    @admin.action(description="Revoke selected tokens")
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[AccessToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         messages.success(request, f"{count} token{'s' if count != 1 else ''} revoked.")
@@ -577,11 +578,12 @@ site.mount(admin.site)
 
 
 class ScheduleForm(forms.ModelForm):
-    """An admin-made schedule: the class chosen from the registered ones, the rule and
-    the input checked here, each error on the field it concerns."""
+    """An admin-made schedule: the class chosen from the registered ones; the rest checked by
+    ``pgflow.core.ticks.problems``, the check a declared ``pgflow.Schedule`` makes, each
+    error on the field it concerns."""
 
     workflow_class = forms.ChoiceField(choices=())
-    input = forms.JSONField(
+    input = JSONObjectInput(
         required=False,
         initial=dict,
         help_text='a JSON object, e.g. {"plan": "pro"}',
@@ -599,37 +601,28 @@ class ScheduleForm(forms.ModelForm):
             self.fields["workflow_class"].choices = [(path, path) for path in paths]  # type: ignore[attr-defined]
 
     def clean_cron(self) -> str:
-        value = (self.cleaned_data.get("cron") or "").strip()
-        if value:
-            try:
-                ticks.check_cron(value)
-            except DefinitionError as exc:
-                raise forms.ValidationError(str(exc)) from None
-        return value
+        return (self.cleaned_data.get("cron") or "").strip()
 
     def clean_timezone(self) -> str:
-        value = (self.cleaned_data.get("timezone") or "").strip()
-        try:
-            ticks.zone(value)
-        except DefinitionError as exc:
-            raise forms.ValidationError(str(exc)) from None
-        return value
+        return (self.cleaned_data.get("timezone") or "").strip()
 
     def clean_input(self) -> Any:
         value = self.cleaned_data.get("input")
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise forms.ValidationError(f"input must be a JSON object, got {type(value).__name__}")
-        return value
+        return {} if value is None else value
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if "cron" in data and "every" in data and bool(data.get("cron")) == (data.get("every") is not None):
-            raise forms.ValidationError("give cron or every, exactly one of them")
-        every = data.get("every")
-        if every is not None and every < timedelta(seconds=1):
-            self.add_error("every", "every must be at least 1 second")
+        if not all(name in self.fields for name in ticks.FIELDS):
+            return data  # a code-declared schedule: only paused is edited here
+        values = {name: data.get(name) for name in ticks.FIELDS}
+        values["cron"] = values["cron"] or None
+        found = ticks.problems(**values, max_bytes=pgflow_settings.MAX_INPUT_BYTES)
+        for name, message in found.items():
+            if name is None:
+                if "cron" in data and "every" in data:
+                    self.add_error(None, "give cron or every, exactly one of them")
+            elif name in data:  # a field Django could not read has its own error already
+                self.add_error(name, message)
         return data
 
 

@@ -74,3 +74,26 @@ class RerunForm(forms.Form):
         if why:
             raise forms.ValidationError(f"the input cannot be stored: {why}")
         return value
+
+
+class JSONObjectInput(forms.JSONField):
+    """The JSON text of an input: NaN and Infinity refused, JSON nested past Python's limit
+    a field error (Django's JSONField answers those with a 500), and a refused value shown
+    again exactly as it was typed."""
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled or isinstance(value, dict | list):
+            return value
+        if value in self.empty_values:
+            return None
+        try:
+            return json.loads(value, parse_constant=_refuse_constant)
+        except ValueError as exc:
+            raise forms.ValidationError(f"the input is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise forms.ValidationError("the input is nested too deeply to read as JSON") from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        # What was typed, not its parsed value: a refused value (a lone surrogate) could not
+        # even be shown again once parsed.
+        return initial if self.disabled else forms.fields.InvalidJSONInput(data)

@@ -44,13 +44,12 @@ class Rule:
 
     def __post_init__(self) -> None:
         if (self.cron is None) == (self.every is None):
-            raise DefinitionError("a schedule takes cron= or every=, exactly one of them")
+            raise DefinitionError(ONE_RULE)
         zone(self.timezone)
         if self.cron is not None:
             check_cron(self.cron)
         if self.every is not None:
-            if not isinstance(self.every, timedelta) or self.every < timedelta(seconds=1):
-                raise DefinitionError(f"every must be a timedelta of at least 1 second, got {self.every!r}")
+            check_every(self.every)
 
     def next_after(self, moment: datetime) -> datetime:
         """The first tick strictly after ``moment``, in UTC."""
@@ -100,26 +99,115 @@ class Schedule:
     catch_up: timedelta | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
-            raise DefinitionError(
-                f"Schedule name must be a non-empty string of at most 200 characters, got {self.name!r}"
-            )
-        try:
-            Rule(cron=self.cron, every=self.every, timezone=self.timezone)
-            check_overlap(self.overlap)
-            check_catch_up(self.catch_up)
-            if not isinstance(self.input, Mapping):
-                raise DefinitionError(f"input must be a dict (JSON object), got {type(self.input).__name__}")
-            try:
-                jsonvalue.encode(dict(self.input), "input")
-            except (TypeError, ValueError) as exc:
-                raise DefinitionError(str(exc)) from None
-        except DefinitionError as exc:
-            raise DefinitionError(f"Schedule {self.name!r}: {exc}") from None
+        found = problems(
+            name=self.name,
+            cron=self.cron,
+            every=self.every,
+            timezone=self.timezone,
+            input=self.input,
+            overlap=self.overlap,
+            catch_up=self.catch_up,
+            max_bytes=_input_limit(),
+        )
+        if "name" in found:
+            raise DefinitionError(f"Schedule {found['name']}")
+        if found:
+            raise DefinitionError(f"Schedule {self.name!r}: {next(iter(found.values()))}")
 
     @property
     def rule(self) -> Rule:
         return Rule(cron=self.cron, every=self.every, timezone=self.timezone)
+
+
+# The longest ``every`` or ``catch_up``: ten years. A longer interval is no schedule, and one
+# near timedelta's limit overflows the datetime arithmetic of the next tick.
+MAX_SPAN = timedelta(days=3650)
+NAME_LIMIT = 200  # the Schedule row's name column
+CRON_LIMIT = 200  # the Schedule row's cron column
+ONE_RULE = "a schedule takes cron= or every=, exactly one of them"
+FIELDS = ("name", "cron", "every", "timezone", "input", "overlap", "catch_up")
+
+
+def problems(
+    *,
+    name: Any,
+    cron: Any,
+    every: Any,
+    timezone: Any,
+    input: Any,
+    overlap: Any,
+    catch_up: Any,
+    max_bytes: int | None = None,
+) -> dict[str | None, str]:
+    """What is wrong with a schedule's fields, ``{field: message}`` (``None`` for cron and
+    every given together or neither), in FIELDS order; empty when all are accepted. The one
+    check of a declared ``pgflow.Schedule`` and of a schedule made in the admin. ``max_bytes``
+    bounds the input as JSON (``PGFLOW["MAX_INPUT_BYTES"]``, which start() enforces)."""
+    found: dict[str | None, str] = {}
+    checks: list[tuple[str, Any]] = [
+        ("name", lambda: check_name(name)),
+        ("cron", lambda: cron is None or check_cron(cron)),
+        ("every", lambda: every is None or check_every(every)),
+        ("timezone", lambda: zone(timezone)),
+        ("input", lambda: check_input(input, max_bytes=max_bytes)),
+        ("overlap", lambda: check_overlap(overlap)),
+        ("catch_up", lambda: check_catch_up(catch_up)),
+    ]
+    for where, check in checks:
+        try:
+            check()
+        except DefinitionError as exc:
+            found[where] = str(exc)
+    if (cron is None) == (every is None) and "cron" not in found and "every" not in found:
+        found[None] = ONE_RULE
+    return found
+
+
+def check_name(value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > NAME_LIMIT:
+        raise DefinitionError(f"name must be a non-empty string of at most {NAME_LIMIT} characters, got {value!r}")
+    why = jsonvalue.text_problem(value)
+    if why:
+        raise DefinitionError(f"name {value!r} cannot be stored: {why}")
+    return value
+
+
+def check_every(value: Any) -> timedelta:
+    if not isinstance(value, timedelta) or not timedelta(seconds=1) <= value <= MAX_SPAN:
+        raise DefinitionError(
+            f"every must be a timedelta of at least 1 second and at most {MAX_SPAN.days} days, got {value!r}"
+        )
+    return value
+
+
+def check_input(value: Any, *, max_bytes: int | None = None) -> dict[str, Any]:
+    """``value`` as a dict if it can be a run's input: a JSON object PostgreSQL can store,
+    at most ``max_bytes`` as JSON."""
+    if not isinstance(value, Mapping):
+        raise DefinitionError(f"input must be a dict (JSON object), got {type(value).__name__}")
+    try:
+        text = jsonvalue.encode(dict(value), "input")
+    except (TypeError, ValueError) as exc:
+        raise DefinitionError(str(exc)) from None
+    size = len(text.encode())
+    if max_bytes is not None and size > max_bytes:
+        raise DefinitionError(
+            f"input is {size} bytes as JSON; at most {max_bytes} are accepted (PGFLOW['MAX_INPUT_BYTES'])"
+        )
+    return dict(value)
+
+
+def _input_limit() -> int | None:
+    """``PGFLOW["MAX_INPUT_BYTES"]`` where Django is configured: a declared schedule whose
+    input start() would refuse is refused when it is declared."""
+    from django.conf import settings  # lazy: this module is pure; only the declaration asks
+
+    if not settings.configured:
+        return None
+    from ..conf import pgflow_settings  # lazy: conf reads Django settings at call time
+
+    limit = pgflow_settings.MAX_INPUT_BYTES
+    return int(limit) if limit else None
 
 
 def zone(name: str) -> ZoneInfo:
@@ -138,6 +226,8 @@ def check_cron(expression: str) -> str:
     """``expression`` if cron can read it (five fields: minute hour day month weekday)."""
     if not isinstance(expression, str):
         raise DefinitionError(f"cron must be a string such as '0 3 * * *', got {type(expression).__name__}")
+    if len(expression) > CRON_LIMIT:
+        raise DefinitionError(f"cron must be at most {CRON_LIMIT} characters, got {len(expression)}")
     try:
         CronSim(expression, datetime(2000, 1, 1, tzinfo=UTC))
     except CronSimError as exc:
@@ -155,8 +245,10 @@ def check_overlap(value: str) -> str:
 
 
 def check_catch_up(value: timedelta | None) -> timedelta | None:
-    if value is not None and (not isinstance(value, timedelta) or value < timedelta(0)):
-        raise DefinitionError(f"catch_up must be a non-negative timedelta or None, got {value!r}")
+    if value is not None and (not isinstance(value, timedelta) or not timedelta(0) <= value <= MAX_SPAN):
+        raise DefinitionError(
+            f"catch_up must be a non-negative timedelta of at most {MAX_SPAN.days} days, or None, got {value!r}"
+        )
     return value
 
 

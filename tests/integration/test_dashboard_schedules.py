@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils.html import escape
 
+import pgflow
 from pgflow import schedules
 from pgflow.models import Schedule, WorkflowRun
 from tests import schedule_workflows as sw
@@ -48,7 +50,7 @@ def test_the_add_form_names_the_wrong_field(login, scheduler):
     errors = page.context["adminform"].form.errors
     assert "is not a valid cron expression" in errors["cron"][0]
     assert "IANA time zone" in errors["timezone"][0]
-    assert "input must be a JSON object" in errors["input"][0]
+    assert "input must be a dict (JSON object), got list" in errors["input"][0]
     page = client.post(url, add_form(workflow_class="nowhere.Nothing"))
     assert "workflow_class" in page.context["adminform"].form.errors
     assert not Schedule.objects.filter(name="weekday-mornings").exists()
@@ -58,6 +60,62 @@ def test_the_add_form_names_the_wrong_field(login, scheduler):
     row = Schedule.objects.get(name="weekday-mornings")
     assert (row.origin, row.input, row.timezone) == ("admin", {"plan": "pro"}, "Europe/Amsterdam")
     assert row.next_tick_at is not None
+
+
+BIG = '{"blob": "' + "x" * 2_000_000 + '"}'  # 2 MB, over the default MAX_INPUT_BYTES
+
+
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# (field, what is posted, the field's error, the same value declared on a pgflow.Schedule,
+# whether the declaration's error has the same words: JSON text that cannot be read has no
+# Python twin with the same message, but the value it stands for is refused too)
+REFUSED = [
+    ("input", '{"note": "a\\u0000b"}', "holds a NUL character", {"note": "a\x00b"}, True),
+    ("input", '{"name": "\\udc80"}', "holds a lone surrogate", {"name": "\udc80"}, True),
+    ("input", BIG, "at most 1048576 are accepted (PGFLOW['MAX_INPUT_BYTES'])", {"blob": "x" * 2_000_000}, True),
+    ("input", "[1, 2]", "input must be a dict (JSON object), got list", [1, 2], True),
+    ("input", '{"ratio": NaN}', "NaN is not allowed in JSON", {"ratio": float("nan")}, False),
+    ("input", "[" * 100_000, "nested too deeply", {"deep": nested(100_000)}, False),
+    ("every", "999999999 00:00:00", "every must be a timedelta of at least 1 second and at most 3650 days", None, True),
+    ("catch_up", "-1 00:00:00", "catch_up must be a non-negative timedelta of at most 3650 days", None, True),
+    ("catch_up", "5000 00:00:00", "catch_up must be a non-negative timedelta of at most 3650 days", None, True),
+]
+
+
+@pytest.mark.parametrize(("field", "posted", "message", "declared", "same"), REFUSED, ids=[r[2][:30] for r in REFUSED])
+def test_the_form_refuses_on_the_field_what_a_declared_schedule_refuses(
+    login, scheduler, field, posted, message, declared, same
+):
+    fields = {field: posted, "cron": "", "every": "01:00:00"} if field != "every" else {field: posted, "cron": ""}
+    page = login(scheduler).post(reverse("admin:pgflow_schedule_add"), add_form(**fields))
+    assert page.status_code == 200  # the form again, not a 500
+    errors = page.context["adminform"].form.errors
+    assert list(errors) == [field]
+    assert message in errors[field][0]
+    assert escape(message) in page.content.decode()
+    assert not Schedule.objects.filter(origin="admin").exists()
+    # A declared pgflow.Schedule refuses the same value.
+    value = declared if declared is not None else page.context["adminform"].form.fields[field].to_python(posted)
+    with pytest.raises(pgflow.DefinitionError, match=f"Schedule 'n': {field}") as refused:
+        pgflow.Schedule(name="n", **{"every": timedelta(hours=1), field: value})
+    if same:
+        assert errors[field][0] in str(refused.value)
+
+
+def test_a_schedule_saved_outside_the_form_is_refused_the_same(settings):
+    with pytest.raises(pgflow.DefinitionError, match="catch_up must be a non-negative timedelta"):
+        schedules.save(
+            Schedule(
+                workflow_class=sw.Quick.workflow_path(), name="n", every=timedelta(hours=1), catch_up=timedelta(-1)
+            )
+        )
+    assert not Schedule.objects.filter(origin="admin").exists()
 
 
 def test_list_preview_actions_and_run_page(login, scheduler):

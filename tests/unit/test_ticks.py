@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -87,6 +88,49 @@ def test_bad_declarations_name_the_field():
         pgflow.Schedule(name="n", every=timedelta(0))
     with pytest.raises(pgflow.DefinitionError, match="input"):
         pgflow.Schedule(name="n", every=timedelta(hours=1), input={"at": object()})
+
+
+def test_bounds_a_schedule_could_not_run_with_are_refused_naming_the_field(settings):
+    every = timedelta(hours=1)
+    with pytest.raises(pgflow.DefinitionError, match="every must be .* at most 3650 days, got datetime.timedelta"):
+        pgflow.Schedule(name="n", every=timedelta(days=999_999_999))
+    for catch_up in (timedelta(seconds=-1), timedelta(days=3651)):
+        with pytest.raises(pgflow.DefinitionError, match="catch_up must be a non-negative timedelta of at most 3650"):
+            pgflow.Schedule(name="n", every=every, catch_up=catch_up)
+    with pytest.raises(pgflow.DefinitionError, match="Schedule 'n': input holds a NUL character"):
+        pgflow.Schedule(name="n", every=every, input={"a": "\x00"})
+    with pytest.raises(
+        pgflow.DefinitionError, match=re.escape("Schedule name 'a\\x00' cannot be stored: it holds a NUL")
+    ):
+        pgflow.Schedule(name="a\x00", every=every)
+    with pytest.raises(pgflow.DefinitionError, match="cron must be at most 200 characters, got 201"):
+        pgflow.Schedule(name="n", cron="0" * 201)
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "MAX_INPUT_BYTES": 100}
+    with pytest.raises(
+        pgflow.DefinitionError,
+        match=r"input is 211 bytes as JSON; at most 100 are accepted \(PGFLOW\['MAX_INPUT_BYTES'\]\)",
+    ):
+        pgflow.Schedule(name="n", every=every, input={"blob": "x" * 199})
+
+
+def test_problems_names_every_field_that_is_wrong_at_once():
+    found = ticks.problems(
+        name="",
+        cron="61 * * * *",
+        every=None,
+        timezone="Mars/Base",
+        input=[],
+        overlap="queue",
+        catch_up=timedelta(-1),
+        max_bytes=None,
+    )
+    assert list(found) == ["name", "cron", "timezone", "input", "overlap", "catch_up"]
+    assert ticks.problems(name="n", cron=None, every=None, timezone="UTC", input={}, overlap="skip", catch_up=None) == {
+        None: ticks.ONE_RULE
+    }
+    assert not ticks.problems(
+        name="n", cron=None, every=timedelta(days=3650), timezone="UTC", input={}, overlap="skip", catch_up=None
+    )
 
 
 HOUR = Rule(every=timedelta(hours=1))
