@@ -203,6 +203,23 @@ def save(row: Schedule, *, now: datetime | None = None) -> Schedule:
     return row
 
 
+def delete(schedule_ids: Iterable[int]) -> int:
+    """Delete these schedules and their ticks; returns how many were deleted. Each row's lock
+    is taken first (in id order): a tick firing now holds it, so the delete waits for it to
+    commit and then collects its tick too, instead of deleting the ticks it saw, then the
+    row, and failing on the tick that committed meanwhile (an IntegrityError). A schedule
+    deleted first is skipped by the workers' tick claim (SKIP LOCKED), and is gone after."""
+    with transaction.atomic():
+        locked = list(
+            Schedule.objects.select_for_update()
+            .filter(pk__in=list(schedule_ids))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        Schedule.objects.filter(pk__in=locked).delete()
+    return len(locked)
+
+
 def set_paused(schedule_id: int, paused: bool, *, now: datetime | None = None) -> Schedule:
     """Pause or resume a schedule. Resuming moves the next tick past ``now``: ticks due
     while paused are not caught up."""
@@ -445,6 +462,7 @@ def upcoming(row: Schedule, count: int = 5, *, now: datetime | None = None) -> l
 
 __all__ = [
     "declared",
+    "delete",
     "workflow_classes",
     "fire",
     "fire_due",

@@ -652,6 +652,13 @@ class ScheduleAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         pgflow_schedules.save(obj)
 
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
+        # Under the row lock, so a tick firing now commits before its ticks are collected.
+        pgflow_schedules.delete([obj.pk])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        pgflow_schedules.delete(queryset.values_list("pk", flat=True))
+
     @admin.display(description="workflow", ordering="workflow_class")
     def workflow(self, row: Schedule) -> str:
         return row.workflow_class.rsplit(".", 1)[-1]

@@ -3,6 +3,8 @@ left running by another test never finds them due by itself (yearly ticks)."""
 
 from __future__ import annotations
 
+import threading
+
 import pgflow
 
 RARE = "0 0 1 1 *"  # once a year: due only when a test moves the clock or the next tick
@@ -40,3 +42,22 @@ class OnePerAccount(pgflow.Workflow):
     @pgflow.step
     def go(self):
         return self.input["account"]
+
+
+# SlowToStart's start waits for RELEASE (its singleton key is computed inside start(), while
+# the tick holds its schedule's row lock): a tick caught in the middle of firing.
+STARTING, RELEASE = threading.Event(), threading.Event()
+
+
+class SlowToStart(pgflow.Workflow):
+    queue = "schedules-unserved"
+    singleton = pgflow.Singleton(key="held")
+
+    def held(self):
+        STARTING.set()
+        RELEASE.wait(30)
+        return None  # no key: the start goes on
+
+    @pgflow.step
+    def go(self):
+        return "done"
