@@ -6,12 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import call_command
 
 import pgflow
 from pgflow import schedules
 from pgflow.models import Schedule, WorkflowRun
 from pgflow.testing import fire_schedule
 from tests import schedule_workflows as sw
+from tests.invariants import assert_exactly_once
 
 pytestmark = pytest.mark.django_db
 
@@ -51,6 +53,59 @@ def test_sync_creates_declared_schedules_and_disables_removed_ones():
     assert not gone.enabled
     assert "removed from the code" in gone.disabled_reason
     assert Schedule.objects.get(workflow_class=sw.Report.workflow_path(), name="nightly").enabled
+
+
+def test_migrate_syncs_the_declared_schedules():
+    Schedule.objects.all().delete()
+    call_command("migrate", verbosity=0)  # nothing to apply; its post_migrate signal still syncs
+    assert set(Schedule.objects.filter(origin="code").values_list("workflow_class", "name")) >= {
+        (sw.Report.workflow_path(), "nightly"),
+        (sw.Report.workflow_path(), "hourly"),
+    }
+
+
+def test_a_changed_declaration_updates_the_row_and_recomputes_the_next_tick():
+    schedules.sync(now=T0)
+    code = Schedule.objects.filter(workflow_class=sw.Report.workflow_path())
+    # The row as the previous release declared it: another rule, input and overlap.
+    stale = T0 + timedelta(hours=3)
+    code.filter(name="nightly").update(cron="0 3 * * *", input={"kind": "old"}, overlap="allow", next_tick_at=stale)
+    code.filter(name="hourly").update(input={"kind": "old"}, next_tick_at=stale)  # same rule, new input
+    assert schedules.sync(now=T0) == {"created": 0, "updated": 2, "disabled": 0}
+    nightly, hourly = code.get(name="nightly"), code.get(name="hourly")
+    assert (nightly.cron, nightly.input, nightly.overlap) == (sw.RARE, {"kind": "nightly"}, "skip")
+    assert nightly.next_tick_at == sw.Report._pgflow_schedules[0].rule.next_after(T0) != stale
+    assert hourly.input == {"kind": "hourly"}
+    assert hourly.next_tick_at == stale  # an unchanged rule keeps its next tick
+    assert schedules.sync(now=T0)["updated"] == 0
+
+
+def test_declaring_a_removed_schedule_again_enables_it():
+    schedules.sync()
+    code = Schedule.objects.filter(workflow_class=sw.Report.workflow_path(), name="nightly")
+    # What the sync of a release without the declaration left; this release declares it again.
+    code.update(enabled=False, disabled_reason="removed from the code (synced 2025-06-01 08:00 UTC)")
+    assert schedules.sync()["updated"] == 1
+    row = code.get()
+    assert (row.enabled, row.disabled_reason) == (True, "")
+    assert schedules.fire_due(now=row.next_tick_at + timedelta(seconds=1)) >= 1  # it ticks again
+    assert row.ticks.filter(outcome="started").count() == 1
+
+
+def test_catch_up_starts_at_most_100_ticks_a_pass_and_the_rest_at_the_next():
+    row = make(every=timedelta(minutes=1), overlap="allow", catch_up=timedelta(days=1))
+    back = T0 + timedelta(minutes=150, seconds=30)  # 151 ticks due, all within catch_up
+    assert schedules.fire_due(now=back) == 1
+    assert WorkflowRun.objects.count() == 100
+    row.refresh_from_db()
+    assert row.next_tick_at == T0 + timedelta(minutes=100)  # the rest stay due
+    assert schedules.next_due() <= back  # so the worker looks again at once
+    assert schedules.fire_due(now=back) == 1
+    keys = list(WorkflowRun.objects.order_by("id").values_list("key", flat=True))
+    assert keys == [schedules.run_key(row.pk, T0 + timedelta(minutes=m)) for m in range(151)]
+    assert not row.ticks.filter(outcome="missed").exists()
+    assert schedules.fire_due(now=back) == 0
+    assert_exactly_once()
 
 
 def test_a_due_tick_starts_one_run_with_its_key_and_stores_the_next_tick():
