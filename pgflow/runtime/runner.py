@@ -22,8 +22,11 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError
 
 from .. import observability, store
+from ..conf import pgflow_settings
+from ..core import errors as error_capture
 from ..core import jsonvalue
 from ..core.flow import COMPLETE, FlowControl, Outcome
 from ..evaluation import invoke, is_async, settle
@@ -31,6 +34,8 @@ from ..exceptions import StepTimeout, WorkflowNotFound
 from ..failures import fail
 from ..registry import resolve
 from ..store import Claim, Prepared
+from ..store.claims import connection_lost
+from . import connections
 from .answer import Answer
 from .loop import cancel
 
@@ -83,6 +88,9 @@ class Runner:
         self._finish_later = finish_later
 
     def execute(self, held: Claim) -> Result:
+        # This thread's connection, if a query on it failed and it died (the database went
+        # away), is closed before the next body: the body's queries then reconnect.
+        connections.close_if_unusable()
         started = time.monotonic()
         prepared = store.quick_prepare(held) or store.prepare(held)
         if prepared is None:
@@ -106,7 +114,7 @@ class Runner:
         prepared = store.quick_prepare(held, outputs=outputs)
         outputs_read = prepared is not None and outputs is not None
         if prepared is None:
-            prepared = await sync_to_async(store.prepare)(held)
+            prepared = await sync_to_async(_prepare)(held)
         if prepared is None:
             return self._result(held, "ended_before_body", started)
         self._track(prepared, asyncio.current_task())
@@ -114,7 +122,7 @@ class Runner:
             if not outputs_read:
                 # self.outputs reads the database: read now, so the body may use it on the loop.
                 # (Each such read waits its turn in asgiref's one thread for sync code.)
-                await sync_to_async(lambda: prepared.workflow.outputs)()
+                await sync_to_async(_read_outputs)(prepared)
             outcome, output, error = await run_body_async(prepared)
             if error is None and self._finish_later is not None and self._hand_over(held.token):
                 return self._pending(held, outcome, output, started)
@@ -155,6 +163,8 @@ class Runner:
             store.log_ignored(held, "its timeout was applied first")
             return self._result(held, "ignored", started, applied=False)
         if error is not None:
+            if connections.lost_with_connection(error):
+                return self._lost(prepared, error, started)
             return self._fail(prepared, error, started)
         if self._finish_later is not None:
             return self._pending(held, outcome, output, started)
@@ -203,6 +213,32 @@ class Runner:
             self._handed.add(token)
             return True
 
+    def _lost(self, prepared: Prepared, error: BaseException, started: float) -> Result:
+        """The body failed because the database went away under it: not the body's fault, so
+        not its policies' to judge. Its dead connection is closed, and the attempt is recorded
+        lost on a fresh one (store.connection_lost: a fresh attempt, bounded by
+        MAX_LOST_ATTEMPTS). With the database still away that fails too, and the attempt is
+        left to its lease: the sweep records it lost once the database is back."""
+        held = prepared.claim
+        connections.close_if_unusable()  # async bodies share it: another may have replaced it already
+        observability.attempt_failed(error)
+        captured = error_capture.capture(error, **pgflow_settings.capture_options())
+        try:
+            applied = connection_lost(held, captured)
+        except connections.CONNECTION_ERRORS + (DatabaseError,) as again:
+            connections.close()
+            logger.warning(
+                "run=%s step=%s attempt=%s: the database went away under its body and is still away (%s); "
+                "its lease will run out and the sweep re-attempts it",
+                held.run_id,
+                held.step_name,
+                held.attempt,
+                " ".join(str(again).split()),
+                extra={"action": "connection_lost_unrecorded", "run_id": held.run_id},
+            )
+            return self._result(held, "ignored", started, applied=False)
+        return self._result(held, "lost" if applied else "ignored", started, applied=applied)
+
     def _fail(self, prepared: Prepared, error: BaseException, started: float) -> Result:
         observability.attempt_failed(error)
         outcome, applied = fail(prepared, error, finish=self._finish)
@@ -225,6 +261,18 @@ def _logged(held: Claim, outcome: str, seconds: float, *, applied: bool) -> Resu
     )
     observability.attempt_ended(held, outcome, applied=applied)
     return Result(claim=held, outcome=outcome, applied=applied, seconds=seconds)
+
+
+def _prepare(held: Claim) -> Prepared | None:
+    """``store.prepare`` in asgiref's thread for sync code, whose connection all async bodies
+    share: a connection that died there is closed first, as a step thread's is."""
+    connections.close_if_unusable()
+    return store.prepare(held)
+
+
+def _read_outputs(prepared: Prepared) -> None:
+    connections.close_if_unusable()
+    prepared.workflow.outputs  # noqa: B018 - read now, so the body may use it on the loop
 
 
 def _finish_one(item: store.Finished) -> bool:

@@ -641,21 +641,7 @@ def recover_lost(step_id: int, *, at: datetime) -> bool:
             "error_backtrace": "",
             "error_causes": [],
         }
-        close_attempt(step, status=StepStatus.FAILED, outcome=LOST, at=at, error=error)
-        lost = _lost_in_a_row(step)
-        limit = pgflow_settings.MAX_LOST_ATTEMPTS
-        event(run, EventKind.LEASE_LOST, step=step, at=at, worker=step.worker, lost_in_a_row=lost)
-        if run.status != RunStatus.RUNNING:
-            return True  # paused while it ran: resume() schedules the fresh attempt
-        if lost >= limit:
-            reason = (
-                f"step {step.step_name} lost its worker {lost} times in a row "
-                f"(MAX_LOST_ATTEMPTS={limit}); its body may crash the worker process"
-            )
-            pause_run(run, at, step=step, reason=reason)
-        else:
-            reschedule_same(run, step, at=at)
-            run.save(update_fields=["current_step", "updated_at"])
+        lost = _close_lost(run, step, at=at, error=error, why="its body may crash the worker process")
     logger.warning(
         "run=%s step=%s attempt=%s lost its worker %s (%d in a row)",
         run_id,
@@ -666,6 +652,48 @@ def recover_lost(step_id: int, *, at: datetime) -> bool:
         extra={"action": "lease_lost", "run_id": run_id},
     )
     return True
+
+
+def connection_lost(held: Claim, error: dict[str, Any], *, at: datetime | None = None) -> bool:
+    """A body that failed only because the database went away under it (a restart, a
+    failover: its connection died) is re-attempted as a lost worker's is, not failed through
+    its policies: the attempt closes as lost with the body's error, and a fresh attempt is due
+    now, or the run pauses once the step was lost MAX_LOST_ATTEMPTS times in a row (a body
+    that kills its own connection every time). False when the attempt was no longer ours."""
+    at = at or now()
+    with locked(held.run_id) as run:
+        step = held_attempt(run, held)
+        if step is None:
+            return False
+        lost = _close_lost(run, step, at=at, error=error, why="the database went away under it each time")
+    logger.warning(
+        "run=%s step=%s attempt=%s lost its database connection (%d lost in a row): %s",
+        held.run_id,
+        held.step_name,
+        held.attempt,
+        lost,
+        error.get("error_message", ""),
+        extra={"action": "connection_lost", "run_id": held.run_id},
+    )
+    return True
+
+
+def _close_lost(run: WorkflowRun, step: Step, *, at: datetime, error: dict[str, Any], why: str) -> int:
+    """Close ``step`` (locked with ``run``) as lost, then a fresh attempt due now, or a pause
+    past MAX_LOST_ATTEMPTS lost in a row; returns how many in a row."""
+    close_attempt(step, status=StepStatus.FAILED, outcome=LOST, at=at, error=error)
+    lost = _lost_in_a_row(step)
+    limit = pgflow_settings.MAX_LOST_ATTEMPTS
+    event(run, EventKind.LEASE_LOST, step=step, at=at, worker=step.worker, lost_in_a_row=lost)
+    if run.status != RunStatus.RUNNING:
+        return lost  # paused while it ran: resume() schedules the fresh attempt
+    if lost >= limit:
+        reason = f"step {step.step_name} lost its worker {lost} times in a row (MAX_LOST_ATTEMPTS={limit}); {why}"
+        pause_run(run, at, step=step, reason=reason)
+    else:
+        reschedule_same(run, step, at=at)
+        run.save(update_fields=["current_step", "updated_at"])
+    return lost
 
 
 def _lost_in_a_row(step: Step) -> int:

@@ -1,0 +1,246 @@
+"""A primary killed and its synchronous standby promoted under load, workers on a multi-host
+connection string (``target_session_attrs=read-write``): no acknowledged start is lost, no
+run pauses because its body lost its connection (bodies that query through the ORM, sync and
+async), and every step ends exactly once.
+
+The pair is built here, in a folder of its own under /var/tmp (the server's user must reach
+it): ``initdb``, then ``pg_basebackup -R`` for the standby, each started with ``pg_ctl`` as
+the ``postgres`` user when we are root. The suite's database is not touched."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from example_project import pgcluster
+from tests.invariants import violations
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARIES = pgcluster._system_binaries()
+pytestmark = pytest.mark.skipif(BINARIES is None, reason="needs the system's PostgreSQL (initdb, pg_basebackup)")
+
+# Starts runs one at a time (each start its own commit) for ``seconds``, riding out the
+# failover as a client would (a failed start is tried again on a fresh connection), and
+# writes the id of each start that returned: an acknowledged start.
+STARTER = """
+import time
+from django.db import connection, DatabaseError, InterfaceError
+from tests.reliability_workflows import AsyncQueries, Queries
+deadline = time.monotonic() + {seconds}
+n = 0
+with open({path!r}, "a") as out:
+    while time.monotonic() < deadline:
+        try:
+            run = (Queries, AsyncQueries)[n % 2].start()
+        except (DatabaseError, InterfaceError):
+            connection.close()
+            time.sleep(0.1)
+            continue
+        n += 1
+        out.write(f"{{run.pk}}\\n")
+        out.flush()
+        time.sleep(0.02)
+"""
+
+
+def as_server(argv: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Pair:
+    root: Path
+    primary: Path
+    standby: Path
+    primary_port: int
+    standby_port: int
+
+    @property
+    def url(self) -> str:
+        return (
+            f"postgres://postgres@127.0.0.1:{self.primary_port},127.0.0.1:{self.standby_port}/pgflow"
+            "?target_session_attrs=read-write&connect_timeout=2"
+        )
+
+    def standby_url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.standby_port}/pgflow"
+
+    def pg_ctl(self, *args: str) -> None:
+        assert BINARIES is not None
+        subprocess.run(as_server([str(BINARIES / "pg_ctl"), *args]), check=True, capture_output=True)
+
+    def start(self, data: Path, port: int, *extra: str) -> None:
+        options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=100"
+        options += " -c fsync=off -c full_page_writes=off " + " ".join(extra)
+        self.pg_ctl("-D", str(data), "-l", str(self.root / f"{data.name}.log"), "-o", options, "-w", "start")
+
+
+def _server(argv: list[str]) -> None:
+    subprocess.run(as_server(argv), check=True, capture_output=True)
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    assert BINARIES is not None
+    root = Path(tempfile.mkdtemp(prefix="pgflow-failover-", dir="/var/tmp"))  # noqa: S108 - the server's user must reach it
+    root.chmod(0o755)
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    made = Pair(root, root / "primary", root / "standby", free_port(), free_port())
+    try:
+        _server([str(BINARIES / "initdb"), "-D", str(made.primary), "-U", "postgres", "--auth=trust", "--no-sync"])
+        made.start(made.primary, made.primary_port)
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{made.primary_port}/postgres", autocommit=True) as c:
+            c.execute("CREATE DATABASE pgflow")
+        _server(
+            [
+                str(BINARIES / "pg_basebackup"),
+                *("-h", "127.0.0.1", "-p", str(made.primary_port), "-U", "postgres"),
+                *("-D", str(made.standby), "-R", "-X", "stream", "--no-sync", "--checkpoint=fast"),
+            ]
+        )
+        made.start(made.standby, made.standby_port)
+        # Synchronous from now on (set after the standby is up: a commit waits for it): a
+        # commit is acknowledged once the standby has it, so none is lost with the primary.
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{made.primary_port}/postgres", autocommit=True) as c:
+            c.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            c.execute("SELECT pg_reload_conf()")
+            deadline = time.monotonic() + 10
+            while c.execute("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'").fetchone()[0] < 1:
+                assert time.monotonic() < deadline, "the standby did not become synchronous"
+                time.sleep(0.05)
+        yield made
+    finally:
+        for data in (made.primary, made.standby):
+            if (data / "postmaster.pid").exists():
+                subprocess.run(
+                    as_server([str(BINARIES / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
+                    capture_output=True,
+                    check=False,
+                )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def rows(conn: psycopg.Connection, sql: str) -> list[dict]:
+    cursor = conn.execute(sql)
+    names = [column.name for column in cursor.description or []]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def count(url: str, sql: str) -> int:
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            return conn.execute(sql).fetchone()[0]
+    except psycopg.OperationalError:
+        return -1
+
+
+def test_workers_ride_out_a_failover_to_the_standby(pair: Pair, tmp_path: Path, capsys) -> None:
+    env = {
+        **os.environ,
+        "DATABASE_URL": pair.url,
+        "PGFLOW_LEASE_SECONDS": "5",
+        "PGFLOW_POLL_SECONDS": "0.5",
+        "PGFLOW_SWEEP_SECONDS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("PGFLOW_TEST_DB_NAME", None)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+    acknowledged = tmp_path / "acknowledged"
+    acknowledged.touch()
+    processes: list[subprocess.Popen[bytes]] = []
+    logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
+    try:
+        for log in logs:
+            with log.open("wb") as out:
+                processes.append(
+                    subprocess.Popen(
+                        [*manage, "pgflow_worker", "--concurrency", "4"],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        with (tmp_path / "starter.log").open("wb") as out:
+            starter = subprocess.Popen(
+                [*manage, "shell", "-c", STARTER.format(seconds=14, path=str(acknowledged))],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        processes.append(starter)
+        primary = f"postgresql://postgres@127.0.0.1:{pair.primary_port}/pgflow"
+        finished_sql = "SELECT count(*) FROM pgflow_run WHERE status = 'finished'"
+        deadline = time.monotonic() + 30
+        while count(primary, finished_sql) < 50 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        before = count(primary, finished_sql)
+        assert before >= 50, "the load must be under way before the failover"
+        pair.pg_ctl("-D", str(pair.primary), "-m", "immediate", "stop")  # the primary dies
+        time.sleep(0.5)
+        pair.pg_ctl("-D", str(pair.standby), "-w", "promote")
+        assert starter.wait(40) == 0, (tmp_path / "starter.log").read_text()[-2000:]
+        ids = {int(line) for line in acknowledged.read_text().split()}
+        survivor = pair.standby_url()
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            assert all(w.poll() is None for w in processes[:2]), "a worker exited instead of reconnecting"
+            open_runs = count(survivor, "SELECT count(*) FROM pgflow_run WHERE status = 'running'")
+            if open_runs == 0:
+                break
+            time.sleep(0.2)
+        with psycopg.connect(survivor) as conn:
+            kept = {pk for (pk,) in conn.execute("SELECT id FROM pgflow_run").fetchall()}
+            paused = conn.execute("SELECT paused_reason FROM pgflow_run WHERE status = 'paused'").fetchall()
+            statuses = dict(conn.execute("SELECT status, count(*) FROM pgflow_run GROUP BY 1").fetchall())
+            lost = conn.execute(
+                "SELECT count(*) FROM pgflow_step WHERE outcome = 'lost' AND error_class <> 'pgflow.LeaseExpired'"
+            ).fetchone()[0]
+            found = violations(
+                rows(conn, "SELECT id, status, finished_at FROM pgflow_run"),
+                rows(
+                    conn,
+                    "SELECT id, run_id, step_name, attempt, status, outcome, created_at, finished_at FROM pgflow_step",
+                ),
+                rows(conn, "SELECT id, run_id, step_id, event, created_at FROM pgflow_event"),
+            )
+        assert ids - kept == set(), f"{len(ids - kept)} acknowledged starts lost with the primary"
+        assert paused == [], f"{len(paused)} runs paused, e.g. {paused[:3]}"
+        assert set(statuses) == {"finished"}, statuses
+        assert found == [], found[:20]
+        for worker in processes[:2]:
+            worker.terminate()
+            assert worker.wait(30) == 0
+        output = "".join(log.read_text() for log in logs)
+        assert "database unavailable" in output
+        with capsys.disabled():
+            print(
+                f"\n[reliability] failover: primary killed after {before} runs finished, standby promoted; "
+                f"{len(ids)} starts acknowledged, all kept and finished ({statuses}), "
+                f"{lost} bodies re-attempted after losing their connection, 0 paused"
+            )
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
