@@ -445,8 +445,8 @@ def test_members_finishing_together_in_many_threads_make_exactly_one_winner(monk
     size = 12
     winners: list[int] = []
     resolve = fanout.resolve_step
-    monkeypatch.setattr(
-        fanout, "resolve_step", lambda step_id, at=None: winners.append(step_id) or resolve(step_id, at=at)
+    monkeypatch.setattr(  # where member_finished looks it up
+        fanout.djangoq, "resolve_step", lambda step_id, at=None: winners.append(step_id) or resolve(step_id, at=at)
     )
     for _ in range(3):
         run = fw.Fan.start(input=tasks(*[("tests.fanout_tasks.double", [n]) for n in range(size)]))
@@ -486,7 +486,9 @@ def test_a_lost_batch_callback_is_repaired_by_the_sweep_after_the_grace(monkeypa
     # the winner "dies" before it resolves the step.
     monkeypatch.setattr(Conf, "SYNC", True)
     with monkeypatch.context() as crash:
-        crash.setattr(fanout, "resolve_step", lambda step_id, at=None: (_ for _ in ()).throw(SystemError("died")))
+        crash.setattr(
+            fanout.djangoq, "resolve_step", lambda step_id, at=None: (_ for _ in ()).throw(SystemError("died"))
+        )
         run = fw.Fan.start(input=tasks(("tests.fanout_tasks.double", [1]), ("tests.fanout_tasks.double", [2])))
         assert run_due_step(run) == "parked"
     batch = Batch.objects.get(run=run)

@@ -41,19 +41,19 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db.models import Exists, OuterRef, Q
 
-from . import observability, store
-from .conf import pgflow_settings
-from .core import jsonvalue
-from .core.events import EventKind
-from .core.flow import FlowControl
-from .core.states import StepStatus
-from .evaluation import invoke, settle
-from .failures import fail
-from .models import Batch, BatchMember, Event, Step
+from .. import observability, store
+from ..conf import pgflow_settings
+from ..core import jsonvalue
+from ..core.events import EventKind
+from ..core.flow import FlowControl
+from ..core.states import StepStatus
+from ..evaluation import invoke, settle
+from ..failures import fail
+from ..models import Batch, BatchMember, Event, Step
 
 if TYPE_CHECKING:
-    from .store import Prepared
-    from .workflow import Workflow
+    from ..store import Prepared
+    from ..workflow import Workflow
 
 logger = logging.getLogger("pgflow")
 
@@ -146,8 +146,8 @@ class BatchBuilder:
         started the first time. No django-q2 cluster is needed for child runs."""
         if self._sealed:
             raise RuntimeError("this fan_out batch has already opened; add its runs inside the fan_out body")
-        from .models import WorkflowRun
-        from .workflow import Workflow
+        from ..models import WorkflowRun
+        from ..workflow import Workflow
 
         if not (isinstance(workflow, type) and issubclass(workflow, Workflow)) or not workflow.steps():
             raise TypeError(
@@ -660,7 +660,7 @@ def run_inline(step: Step) -> bool:
     """Run a waiting step's pending members here, in order, then resolve the step (for
     ``pgflow.testing.run_workflow``). Returns True when the step moved on."""
     if step.batch_id is not None:
-        from .testing import run_workflow
+        from ..testing import run_workflow
 
         pending = BatchMember.objects.filter(batch_id=step.batch_id, status=BatchMember.Status.PENDING)
         for member in pending.order_by("position"):
