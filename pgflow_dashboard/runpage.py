@@ -17,7 +17,7 @@ from django.db.models import Count, Q
 from django.urls import NoReverseMatch, reverse
 
 from pgflow.core.events import PAUSE_ENDS, EventKind
-from pgflow.core.limits import describe_gate
+from pgflow.core.limits import RATE_GATE, SINGLETON_GATE, describe_gate, gate_kind
 from pgflow.core.states import CONTROLS, OPEN_RUN, RERUNNABLE_RUN, Control, control_error
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.models import Batch, BatchMember, Event, Gate, ScheduleTick, Signal, Step, WorkflowRun
@@ -190,9 +190,10 @@ def full_gates(step: dict[str, Any], *, now: datetime) -> list[str]:
     names = [name for name in (step.get("gate"), step.get("rate_gate")) if name]
     full = []
     for gate in Gate.objects.filter(name__in=names):
-        if gate.name.startswith("r:"):
+        kind = gate_kind(gate.name)
+        if kind == RATE_GATE:
             used = sum(1 for start in gate.starts if start > now - timedelta(seconds=gate.per))
-        elif gate.name.startswith("s:"):
+        elif kind == SINGLETON_GATE:
             # The run that holds the singleton passes its own gate.
             mine = step["run_id"] in gate.holders
             used = 0 if mine else WorkflowRun.objects.filter(id__in=gate.holders, status__in=OPEN_RUN).count()

@@ -2,8 +2,9 @@
 
 Each attempt of a limited step carries the names of the gates it must pass (computed when
 the attempt is scheduled, see :func:`gates_of`); the claim enforces them in SQL. A gate's
-name says its kind: ``c:`` a concurrency limit (holders are attempts), ``r:`` a rate (the
-starts of its window), ``s:`` a queued singleton (holders are runs).
+name says its kind (:data:`GATE_KINDS`, read with :func:`gate_kind`): a concurrency limit
+(holders are attempts), a rate (the starts of its window), a queued singleton (holders are
+runs). The claim's and retention's SQL and the run page derive their prefixes from these.
 """
 
 from __future__ import annotations
@@ -20,6 +21,33 @@ from .jsonvalue import text_problem
 Key = str | Callable[..., Any] | None
 ON_CONFLICT = ("queue", "skip")
 MAX_KEY = 200  # characters of a computed key kept in a gate's name
+
+# The gate kinds, each a gate name's prefix before ``:`` (stored in pgflow_gate and on each
+# attempt: renaming one needs a data migration).
+CONCURRENCY_GATE = "c"  # c:<key>: holders are attempts scheduled or in progress
+RATE_GATE = "r"  # r:<key>: starts inside the window
+SINGLETON_GATE = "s"  # s:<workflow path>:<key>: holders are open runs
+GATE_KINDS = (CONCURRENCY_GATE, RATE_GATE, SINGLETON_GATE)
+
+
+def gate_name(kind: str, key: str) -> str:
+    """The name of the gate of ``kind`` for ``key``."""
+    return f"{kind}:{key}"
+
+
+def gate_prefix(kind: str) -> str:
+    """What every gate name of ``kind`` starts with (for a SQL ``LIKE`` or ``startswith``)."""
+    return f"{kind}:"
+
+
+def gate_kind(name: str) -> str:
+    """The kind of the gate named ``name``, one of :data:`GATE_KINDS`."""
+    kind, colon, _ = name.partition(":")
+    if not colon or kind not in GATE_KINDS:
+        raise ValueError(
+            f"not a gate name: {name!r}; a gate name starts with one of {[gate_prefix(k) for k in GATE_KINDS]}"
+        )
+    return kind
 
 
 def _check_key(key: Any, what: str) -> None:
@@ -161,27 +189,27 @@ def gates_of(
     """The gates of one attempt: ``singleton`` is the run's queued-singleton key, if any."""
     gate, gate_max = "", 0
     if singleton is not None:
-        gate, gate_max = f"s:{workflow_path}:{singleton}", 1
+        gate, gate_max = gate_name(SINGLETON_GATE, f"{workflow_path}:{singleton}"), 1
     elif concurrency is not None:
         key = key_value(
             instance, concurrency.key, f"{workflow_path}.{step_name}", f"step {step_name!r}: concurrency key"
         )
         if key is not None:
-            gate, gate_max = f"c:{key}", concurrency.max
+            gate, gate_max = gate_name(CONCURRENCY_GATE, key), concurrency.max
     rate_gate, rate_limit, rate_per = "", 0, 0.0
     if rate is not None:
         key = key_value(instance, rate.key, f"{workflow_path}.{step_name}", f"step {step_name!r}: rate key")
         if key is not None:
-            rate_gate, rate_limit, rate_per = f"r:{key}", rate.limit, rate.seconds
+            rate_gate, rate_limit, rate_per = gate_name(RATE_GATE, key), rate.limit, rate.seconds
     return Gates(gate=gate, gate_max=gate_max, rate_gate=rate_gate, rate_limit=rate_limit, rate_per=rate_per)
 
 
 def describe_gate(name: str, size: int, per: float = 0.0) -> str:
     """A gate in words, for the run page: which limit and which key."""
-    kind, _, key = name.partition(":")
-    if kind == "c":
+    kind, key = gate_kind(name), name.partition(":")[2]
+    if kind == CONCURRENCY_GATE:
         return f"concurrency limit {size} for key {key!r}"
-    if kind == "r":
+    if kind == RATE_GATE:
         return f"rate limit {size} per {per:g}s for key {key!r}"
     path, _, singleton = key.rpartition(":")
     return f"singleton {path.rsplit('.', 1)[-1]} for key {singleton!r}"

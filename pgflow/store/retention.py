@@ -6,16 +6,21 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
+from ..core.limits import SINGLETON_GATE, gate_prefix
+
+# A singleton's gate holds runs; every other gate holds attempts.
+_HOLDS_RUNS = f"k.name LIKE '{gate_prefix(SINGLETON_GATE)}%%'"
+
 _PURGE = [
     # A gate's holders are pruned by the next claim through it, which must still see the ended
     # attempt (or a singleton's ended run): a holder whose row is gone counts as held, as a row
     # claimed after the claim's snapshot would. So the purged rows leave the gates first, or a
     # key used again only after RETENTION would stay short of its places for ever.
     "UPDATE pgflow_gate AS k SET holders = ARRAY(SELECT h FROM unnest(k.holders) AS h WHERE h <> ALL(%(ids)s)) "
-    "WHERE k.name LIKE 's:%%' AND k.holders && %(ids)s::bigint[]",
+    f"WHERE {_HOLDS_RUNS} AND k.holders && %(ids)s::bigint[]",
     "UPDATE pgflow_gate AS k SET holders = ARRAY(SELECT h FROM unnest(k.holders) AS h WHERE h <> ALL(gone.steps)) "
     "FROM (SELECT array_agg(id) AS steps FROM pgflow_step WHERE run_id = ANY(%(ids)s)) AS gone "
-    "WHERE k.name NOT LIKE 's:%%' AND k.holders && gone.steps",
+    f"WHERE NOT {_HOLDS_RUNS} AND k.holders && gone.steps",
     "DELETE FROM pgflow_event WHERE run_id = ANY(%(ids)s)",
     "DELETE FROM pgflow_signal WHERE run_id = ANY(%(ids)s)",
     "DELETE FROM pgflow_batch_member WHERE batch_id IN (SELECT id FROM pgflow_batch WHERE run_id = ANY(%(ids)s))",

@@ -8,6 +8,7 @@ import pytest
 
 import pgflow
 from pgflow import DefinitionError, Limit, Rate, Singleton, step
+from pgflow.core.limits import CONCURRENCY_GATE, GATE_KINDS, RATE_GATE, SINGLETON_GATE, gate_kind, gates_of
 
 
 @pytest.mark.parametrize(
@@ -96,3 +97,25 @@ def test_a_key_postgresql_cannot_store_is_refused_naming_the_key(returned, error
     with pytest.raises(error, match=message):
         key_value(Instance(), "tenant", "default", "step 'send': concurrency key")
     assert key_value(Instance(), None, "default") == "default"
+
+
+def test_a_gate_names_kind_is_read_back_from_its_name():
+    gates = gates_of(
+        object(),
+        workflow_path="app.Flow",
+        step_name="send",
+        concurrency=Limit(2),
+        rate=Rate(3, per=1.0),
+        singleton=None,
+    )
+    assert (gate_kind(gates.gate), gate_kind(gates.rate_gate)) == (CONCURRENCY_GATE, RATE_GATE)
+    singleton = gates_of(
+        object(), workflow_path="app.Flow", step_name="send", concurrency=None, rate=None, singleton="a"
+    )
+    assert gate_kind(singleton.gate) == SINGLETON_GATE
+    assert sorted(GATE_KINDS) == sorted({CONCURRENCY_GATE, RATE_GATE, SINGLETON_GATE})
+
+
+def test_a_name_of_no_gate_kind_is_refused_naming_the_kinds():
+    with pytest.raises(ValueError, match=r"not a gate name: 'x:1'.*'c:', 'r:', 's:'"):
+        gate_kind("x:1")
