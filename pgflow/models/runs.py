@@ -1,6 +1,6 @@
-"""pgflow's tables. Rows are written only by ``pgflow.store`` (one writer of state);
-everything here reads. The rollup tables at the end hold counts derived from those rows,
-written only by ``pgflow.rollup``.
+"""The rows of a run, written only by ``pgflow.store`` (one writer of state): the run, its
+attempts (``Step``), its audit trail (``Event``) and its mailbox (``Signal``). Everything
+else reads them. The other writers' tables sit beside this module in ``pgflow.models``.
 
 A run's row is its lock: every state change of a run happens in a short transaction
 holding ``SELECT … FOR UPDATE`` on it.
@@ -8,21 +8,19 @@ holding ``SELECT … FOR UPDATE`` on it.
 
 from __future__ import annotations
 
-import uuid
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import Q
 
-from .core.events import EventKind
-from .core.states import OPEN_STEP, RunStatus, StepStatus
+from ..core.events import EventKind
+from ..core.states import OPEN_STEP, RunStatus, StepStatus
+from ..registry import resolve
 
 if TYPE_CHECKING:
-    from .workflow import Workflow
+    from ..workflow import Workflow
 
 _OPEN_STEP = sorted(s.value for s in OPEN_STEP)  # sorted: a stable migration
 
@@ -127,29 +125,27 @@ class WorkflowRun(models.Model):
 
     def workflow(self) -> type[Workflow]:
         """The run's Workflow class; raises WorkflowNotFound when its path no longer imports."""
-        from .registry import resolve
-
         return resolve(self.workflow_class)
 
     # Operator controls: each is one transition under the run's lock, written by the store.
     # A facade over a higher layer (the store imports these models), so each imports it when called.
     def pause(self, actor: Any = None) -> WorkflowRun:
-        from . import store
+        from .. import store  # facade: run controls; the store imports these models
 
         return store.pause(self.pk, actor=actor, into=self)
 
     def resume(self, actor: Any = None) -> WorkflowRun:
-        from . import store
+        from .. import store  # facade: run controls; the store imports these models
 
         return store.resume(self.pk, actor=actor, into=self)
 
     def cancel(self, actor: Any = None) -> WorkflowRun:
-        from . import store
+        from .. import store  # facade: run controls; the store imports these models
 
         return store.cancel(self.pk, actor=actor, into=self)
 
     def skip_step(self, actor: Any = None) -> WorkflowRun:
-        from . import store
+        from .. import store  # facade: run controls; the store imports these models
 
         return store.skip_step(self.pk, actor=actor, into=self)
 
@@ -158,14 +154,14 @@ class WorkflowRun(models.Model):
         ``step_name`` with the outputs of the steps before it copied from this run;
         ``input=None`` keeps this run's input. This run must be finished, cancelled or
         paused (a paused one is cancelled, "re-run as #N")."""
-        from . import store
+        from .. import store  # facade: run controls; the store imports these models
 
         return store.rerun_from(self.pk, step_name, input=input, actor=actor)
 
     def rerun_plan(self, step_name: str) -> dict[str, Any]:
         """What ``rerun_from(step_name)`` would copy (``copied``: ``{name: output}``), what it
         has nothing to copy for (``not_copied``), and ``definition_changed``; writes nothing."""
-        from . import store
+        from .. import store  # facade: run controls; the store imports these models
 
         return store.rerun_plan(self, step_name)
 
@@ -292,67 +288,6 @@ class Step(models.Model):
         return self.status in OPEN_STEP
 
 
-class ListColumn(models.Field):
-    """A PostgreSQL array column (``bigint[]``, ``timestamptz[]`` …) read and written as a
-    Python list, which psycopg adapts both ways. Not ``django.contrib.postgres``'s ArrayField:
-    on Django 6 that asks every project to add ``django.contrib.postgres`` to INSTALLED_APPS,
-    for two columns that only the claim's SQL reads."""
-
-    def __init__(self, *args: Any, element: str = "bigint", **kwargs: Any) -> None:
-        self.element = element
-        super().__init__(*args, **kwargs)
-
-    def db_type(self, connection: Any) -> str:
-        return f"{self.element}[]"
-
-    def deconstruct(self) -> Any:
-        name, path, args, kwargs = super().deconstruct()
-        kwargs["element"] = self.element
-        return name, path, args, kwargs
-
-    def get_prep_value(self, value: Any) -> Any:
-        return None if value is None else list(value)
-
-
-class Gate(models.Model):
-    """One key of a limit (pgflow.core.limits names the kinds), written only by the claim:
-    locked ``FOR UPDATE SKIP LOCKED`` it reads its latest version, so two claims never both
-    fill its last place. ``holders``: the attempts (a singleton's runs) let through that may
-    still hold a place; ``starts``: a rate's recent starts. Rows are created when an attempt
-    needing them is scheduled."""
-
-    name = models.CharField(max_length=320, primary_key=True)
-    size = models.PositiveIntegerField(default=1)  # max in progress, or starts per window
-    per = models.FloatField(default=0)  # a rate's window, seconds
-    holders = ListColumn(element="bigint", default=list)
-    starts = ListColumn(element="timestamptz", default=list)
-    served_at = models.DateTimeField(null=True, blank=True)  # the last claim through it: round-robin
-
-    class Meta:
-        db_table = "pgflow_gate"
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class QueueState(models.Model):
-    """A queue an operator paused (``pgflow.pause_queue``): its steps are not claimed. The row
-    stays after a resume as the record of who did what last."""
-
-    queue = models.CharField(max_length=100, primary_key=True)
-    paused = models.BooleanField(default=False)
-    changed_at = models.DateTimeField()
-    changed_by = models.CharField(max_length=200, default="system")
-
-    class Meta:
-        db_table = "pgflow_queue_state"
-        verbose_name = "queue"  # the admin's Queues page
-        verbose_name_plural = "queues"
-
-    def __str__(self) -> str:
-        return f"{self.queue} ({'paused' if self.paused else 'running'})"
-
-
 class Event(models.Model):
     """The audit trail: every state change of a run writes one, in the same transaction."""
 
@@ -396,406 +331,3 @@ class Signal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} → run {self.run_id}"
-
-
-class Batch(models.Model):
-    """A fan_out step's django-q2 tasks, waited for as one."""
-
-    class Status(models.TextChoices):
-        OPEN = "open"
-        FINISHED = "finished"
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
-    step = models.ForeignKey(Step, null=True, on_delete=models.SET_NULL, related_name="+")
-    description = models.CharField(max_length=400)
-    properties = models.JSONField(default=dict)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
-    total = models.PositiveIntegerField(default=0)
-    succeeded = models.PositiveIntegerField(default=0)
-    failed = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField()
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        db_table = "pgflow_batch"
-        verbose_name_plural = "batches"
-        indexes = [models.Index(fields=["status", "finished_at"], name="pgflow_batch_status")]
-
-    def __str__(self) -> str:
-        return self.description
-
-
-class BatchMember(models.Model):
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        SKIPPED = "skipped"  # never ran: its step stopped waiting (the run was cancelled, paused or skipped)
-
-    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="members")
-    position = models.PositiveIntegerField()
-    func = models.CharField(max_length=300)
-    args = models.JSONField(default=list)
-    kwargs = models.JSONField(default=dict)
-    task_id = models.CharField(max_length=64, null=True, blank=True, unique=True)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
-    enqueued_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    error = models.TextField(null=True, blank=True)
-    # batch.add_run(): the child run this member stands for (no django-q2 task then). It
-    # counts when the child finishes (succeeded) or is cancelled (failed).
-    child = models.ForeignKey(WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-
-    class Meta:
-        db_table = "pgflow_batch_member"
-        constraints = [models.UniqueConstraint(fields=["batch", "position"], name="pgflow_member_position")]
-        indexes = [
-            models.Index(fields=["status", "enqueued_at"], name="pgflow_member_pending", condition=Q(status="pending"))
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.func} ({self.status})"
-
-
-# --- the hourly rollup (pgflow.rollup writes these; the insights read them) ----------------------
-#
-# Each figure is counted in the hour it became final (see pgflow.rollup), so a rolled hour
-# never changes. ``hours`` is 1 for an hour's row and 24 for a day's, summed from its hours.
-
-
-class RollupState(models.Model):
-    """Where the rollup stands: one row; every hour before ``rolled_until`` is rolled."""
-
-    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
-    rolled_until = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        db_table = "pgflow_rollup_state"
-
-    def __str__(self) -> str:
-        return f"rolled until {self.rolled_until}"
-
-
-class RunRollup(models.Model):
-    """The runs of one workflow class in one hour or day: started (by ``created_at``),
-    finished and cancelled (by ``finished_at``), and the durations of those finished."""
-
-    start = models.DateTimeField()
-    hours = models.PositiveSmallIntegerField()
-    workflow_class = models.CharField(max_length=255)
-    started = models.PositiveIntegerField(default=0)
-    finished = models.PositiveIntegerField(default=0)
-    cancelled = models.PositiveIntegerField(default=0)
-    # pgflow.core.histogram of finished_at - created_at, {"<bucket>": count}
-    durations = models.JSONField(default=dict)
-
-    class Meta:
-        db_table = "pgflow_rollup_run"
-        constraints = [
-            models.UniqueConstraint(fields=["hours", "start", "workflow_class"], name="pgflow_rollup_run_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.workflow_class} {self.start:%Y-%m-%d %H:%M} +{self.hours}h"
-
-
-class StepRollup(models.Model):
-    """The attempts of one step of one workflow class that ended in one hour or day: how
-    many, how many failed, and histograms of their waited, throttled, queued and ran phases."""
-
-    start = models.DateTimeField()
-    hours = models.PositiveSmallIntegerField()
-    workflow_class = models.CharField(max_length=255)
-    step_name = models.CharField(max_length=200)
-    attempts = models.PositiveIntegerField(default=0)
-    failures = models.PositiveIntegerField(default=0)
-    waited = models.JSONField(default=dict)
-    throttled = models.JSONField(default=dict, db_default={})  # attempts a limit let through
-    queued = models.JSONField(default=dict)
-    ran = models.JSONField(default=dict)
-
-    class Meta:
-        db_table = "pgflow_rollup_step"
-        constraints = [
-            models.UniqueConstraint(
-                fields=["hours", "start", "workflow_class", "step_name"], name="pgflow_rollup_step_unique"
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.workflow_class}.{self.step_name} {self.start:%Y-%m-%d %H:%M} +{self.hours}h"
-
-
-class FailureRollup(models.Model):
-    """Failed attempts that ended in one hour, by the action taken and the error class ("" for none)."""
-
-    start = models.DateTimeField()
-    outcome = models.CharField(max_length=32)
-    error_class = models.CharField(max_length=255)
-    attempts = models.PositiveIntegerField(default=0)
-
-    class Meta:
-        db_table = "pgflow_rollup_failure"
-        constraints = [
-            models.UniqueConstraint(fields=["start", "outcome", "error_class"], name="pgflow_rollup_failure_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.outcome} {self.error_class} {self.start:%Y-%m-%d %H:%M}"
-
-
-# --- schedules (pgflow.schedules writes these) ---------------------------------------------------
-
-
-class Schedule(models.Model):
-    """A workflow class started on a cron expression or an interval, once per tick.
-
-    Declared in code (``origin="code"``, synced by ``pgflow.schedules.sync``) or made in the
-    admin. ``next_tick_at`` is the tick a worker claims next; it moves in the transaction
-    that starts the tick's run, so each tick starts once however many workers race.
-    """
-
-    class Origin(models.TextChoices):
-        CODE = "code"
-        ADMIN = "admin"
-
-    workflow_class = models.CharField(max_length=255, help_text="dotted path of the Workflow subclass")
-    name = models.CharField(max_length=200)
-    origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.ADMIN)
-    cron = models.CharField(
-        max_length=200,
-        blank=True,
-        default="",
-        help_text="five fields: minute hour day-of-month month day-of-week, e.g. '0 3 * * *'",
-    )
-    every = models.DurationField(null=True, blank=True, help_text="an interval instead of cron, e.g. 00:15:00")
-    timezone = models.CharField(max_length=64, default="UTC", help_text="IANA name, e.g. Europe/Amsterdam")
-    input = models.JSONField(default=dict, blank=True)
-    overlap = models.CharField(
-        max_length=16,
-        default="skip",
-        choices=[
-            ("allow", "allow: start anyway"),
-            ("skip", "skip: no new run while the last is open"),
-            ("buffer_one", "buffer_one: start when the open run ends"),
-            ("cancel_previous", "cancel_previous: cancel the open run, then start"),
-        ],
-    )
-    catch_up = models.DurationField(
-        null=True, blank=True, help_text="missed ticks this recent start after downtime; empty: none"
-    )
-    enabled = models.BooleanField(default=True, help_text="off when the declaration left the code")
-    paused = models.BooleanField(default=False)
-    disabled_reason = models.CharField(max_length=300, blank=True, default="")
-    next_tick_at = models.DateTimeField(null=True, blank=True)
-    last_tick_at = models.DateTimeField(null=True, blank=True)
-    last_run = models.ForeignKey(WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    # buffer_one: the tick held while the last run is open; started when it ends.
-    buffered_tick_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
-
-    class Meta:
-        db_table = "pgflow_schedule"
-        constraints = [
-            models.UniqueConstraint(fields=["workflow_class", "name"], name="pgflow_schedule_unique_name"),
-        ]
-        indexes = [
-            # Shaped like the tick claim: the enabled, unpaused schedules by due time.
-            models.Index(fields=["next_tick_at"], name="pgflow_schedule_due", condition=Q(enabled=True, paused=False)),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.workflow_class.rsplit('.', 1)[-1]}: {self.name}"
-
-    def rule(self) -> Any:
-        """The ``pgflow.core.ticks.Rule`` of this row."""
-        from .core.ticks import Rule
-
-        return Rule(cron=self.cron or None, every=self.every, timezone=self.timezone)
-
-
-class ScheduleTick(models.Model):
-    """What became of one tick (or of a span of missed ticks): the history the admin and
-    the insights read. ``started_at - tick_at`` is the tick's lag."""
-
-    class Outcome(models.TextChoices):
-        STARTED = "started"  # the tick's run started
-        MANUAL = "manual"  # "start now" in the admin or the API
-        SKIPPED = "skipped"  # overlap: the previous run was open
-        BUFFERED = "buffered"  # overlap buffer_one: held until the open run ends
-        MISSED = "missed"  # older than catch_up when a worker came back
-        CANCELLED_PREVIOUS = "cancelled_previous"  # overlap cancel_previous cancelled this run
-
-    schedule = models.ForeignKey(
-        Schedule, on_delete=models.CASCADE, related_name="ticks", db_index=False
-    )  # pgflow_tick_schedule
-    tick_at = models.DateTimeField()
-    outcome = models.CharField(max_length=20, choices=Outcome.choices)
-    # pgflow_tick_run indexes its non-NULL rows: a lookup by run is by value.
-    run = models.ForeignKey(
-        WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
-    )
-    started_at = models.DateTimeField()
-    details = models.JSONField(default=dict, blank=True)
-
-    class Meta:
-        db_table = "pgflow_schedule_tick"
-        indexes = [
-            models.Index(fields=["schedule", "started_at"], name="pgflow_tick_schedule"),
-            models.Index(fields=["started_at"], name="pgflow_tick_started"),
-            models.Index(fields=["run"], name="pgflow_tick_run", condition=Q(run__isnull=False)),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.schedule_id} {self.tick_at:%Y-%m-%d %H:%M} {self.outcome}"
-
-
-# --- live workers and MCP access tokens -------------------------------------------------------
-
-
-class WorkerQuerySet(models.QuerySet["Worker"]):
-    def live(self, now: Any) -> WorkerQuerySet:
-        """Workers whose last heartbeat is younger than the lease: the others are gone."""
-        from .conf import pgflow_settings
-
-        return self.filter(heartbeat_at__gte=now - timedelta(seconds=pgflow_settings.seconds("LEASE")))
-
-
-class Worker(models.Model):
-    """One running ``pgflow_worker`` process, written only by ``pgflow.runtime.presence``:
-    inserted when it starts, updated once per heartbeat interval, deleted on a clean stop.
-    A row whose heartbeat is older than the lease belongs to a worker that is gone (killed,
-    or cut off from the database); the sweep deletes it later."""
-
-    name = models.CharField(max_length=200, unique=True)
-    host = models.CharField(max_length=255)
-    pid = models.PositiveIntegerField()
-    queues = models.JSONField(default=list)
-    concurrency = models.PositiveIntegerField()
-    version = models.CharField(max_length=40)
-    started_at = models.DateTimeField()
-    heartbeat_at = models.DateTimeField()
-    steps_run = models.PositiveBigIntegerField(default=0)
-    steps_in_progress = models.PositiveIntegerField(default=0)
-
-    objects = WorkerQuerySet.as_manager()
-
-    class Meta:
-        db_table = "pgflow_worker"
-        indexes = [models.Index(fields=["heartbeat_at"], name="pgflow_worker_heartbeat")]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class AccessToken(models.Model):
-    """A bearer token for the MCP endpoint, acting as ``user``. Only a SHA-256 digest of the
-    secret is stored: the secret is shown once, when an admin creates the token."""
-
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
-    name = models.CharField(max_length=100, help_text="what uses it, e.g. the agent's name")
-    digest = models.CharField(max_length=64, unique=True, editable=False)
-    prefix = models.CharField(max_length=12, editable=False, help_text="the secret's first characters")
-    created_at = models.DateTimeField(editable=False)
-    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
-    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
-
-    class Meta:
-        db_table = "pgflow_access_token"
-        verbose_name = "MCP access token"
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…)"
-
-
-# --- alerts (pgflow.observability.alerts writes these) ---------------------------------------
-
-
-class AlertRule(models.Model):
-    """A condition the sweep checks: declared in ``PGFLOW["ALERTS"]`` (synced here by name) or
-    made in the admin. ``kind`` and its parameters are checked by ``pgflow.core.alerting``."""
-
-    class Origin(models.TextChoices):
-        SETTINGS = "settings"
-        ADMIN = "admin"
-
-    name = models.CharField(max_length=200, unique=True)
-    origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.ADMIN)
-    kind = models.CharField(
-        max_length=32,
-        help_text="phase_p95, runs_paused, steps_overdue, waits_past_deadline, queue_without_worker or failure_rate",
-    )
-    params = models.JSONField(
-        default=dict,
-        blank=True,
-        help_text='e.g. {"phase": "queued", "workflow_class": "shop.flows.Onboarding", '
-        '"step": null, "window": 3600, "threshold": 30}',
-    )
-    targets = models.JSONField(
-        default=list,
-        blank=True,
-        help_text='e.g. ["mail_admins", {"webhook": "https://…", "secret": "…"}, {"callable": "myapp.alerts.page"}]',
-    )
-    cooldown = models.DurationField(
-        default=timedelta(minutes=30), help_text="after a firing, the rule does not fire again before this"
-    )
-    enabled = models.BooleanField(default=True)
-    muted_until = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField()
-
-    class Meta:
-        db_table = "pgflow_alert_rule"
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class Alert(models.Model):
-    """One firing of a rule; ``resolved_at`` is set when its condition stopped holding."""
-
-    rule = models.ForeignKey(
-        AlertRule, on_delete=models.CASCADE, related_name="alerts", db_index=False
-    )  # pgflow_alert_rule_fired
-    fired_at = models.DateTimeField()
-    resolved_at = models.DateTimeField(null=True, blank=True)
-    value = models.FloatField(null=True, blank=True, help_text="the measured figure when it fired")
-    message = models.TextField()
-    acknowledged_at = models.DateTimeField(null=True, blank=True)
-    acknowledged_by = models.CharField(max_length=200, blank=True, default="")
-
-    class Meta:
-        db_table = "pgflow_alert"
-        indexes = [models.Index(fields=["rule", "fired_at"], name="pgflow_alert_rule_fired")]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["rule"], condition=Q(resolved_at__isnull=True), name="pgflow_alert_one_open"
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.rule} at {self.fired_at:%Y-%m-%d %H:%M}"
-
-
-class AlertDelivery(models.Model):
-    """One notice (a firing or a resolution) to one target, retried with backoff until sent."""
-
-    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="deliveries")
-    event = models.CharField(max_length=16)  # "fired" or "resolved"
-    target = models.JSONField()
-    attempts = models.PositiveIntegerField(default=0)
-    next_at = models.DateTimeField(null=True, blank=True, help_text="None once delivered or given up")
-    delivered_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True, default="")
-    created_at = models.DateTimeField()
-
-    class Meta:
-        db_table = "pgflow_alert_delivery"
-        indexes = [models.Index(fields=["next_at"], name="pgflow_delivery_due", condition=Q(next_at__isnull=False))]
-
-    def __str__(self) -> str:
-        # The webhook's URL, never its secret (the admin shows this label to view-only users).
-        target = self.target
-        shown = (target.get("webhook") or target.get("callable")) if isinstance(target, dict) else target
-        return f"{self.event} of {self.alert_id} to {shown}"

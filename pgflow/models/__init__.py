@@ -1,0 +1,49 @@
+"""pgflow's tables, one module per writer: each module's docstring says who writes its rows.
+
+    runs       WorkflowRun, Step, Event, Signal     pgflow.store
+    gates      Gate, QueueState (ListColumn)        pgflow.store's claim; pgflow.queues
+    batches    Batch, BatchMember                   pgflow.store; pgflow.fanout
+    rollup     RollupState, Run/Step/FailureRollup  pgflow.rollup
+    schedules  Schedule, ScheduleTick               pgflow.schedules
+    workers    Worker                               pgflow.runtime.presence
+    tokens     AccessToken                          pgflow_dashboard (the MCP's tokens)
+    alerts     AlertRule, Alert, AlertDelivery      pgflow.observability.alerts
+
+Every name is imported from ``pgflow.models`` (the public path, and the one the migrations
+name): the modules are where the classes live, not how they are imported. One app
+(``pgflow``), the same tables as before the split.
+"""
+
+from .alerts import Alert, AlertDelivery, AlertRule
+from .batches import Batch, BatchMember
+from .gates import Gate, ListColumn, QueueState
+from .rollup import FailureRollup, RollupState, RunRollup, StepRollup
+from .runs import Event, Signal, Step, WorkflowRun, WorkflowRunQuerySet
+from .schedules import Schedule, ScheduleTick
+from .tokens import AccessToken
+from .workers import Worker, WorkerQuerySet
+
+__all__ = [
+    "AccessToken",
+    "Alert",
+    "AlertDelivery",
+    "AlertRule",
+    "Batch",
+    "BatchMember",
+    "Event",
+    "FailureRollup",
+    "Gate",
+    "ListColumn",
+    "QueueState",
+    "RollupState",
+    "RunRollup",
+    "Schedule",
+    "ScheduleTick",
+    "Signal",
+    "Step",
+    "StepRollup",
+    "Worker",
+    "WorkerQuerySet",
+    "WorkflowRun",
+    "WorkflowRunQuerySet",
+]
