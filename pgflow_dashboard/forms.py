@@ -1,4 +1,5 @@
-"""The run page's one form with free input: send a signal (a name and a JSON payload)."""
+"""The dashboard's forms for free input: a signal (a name and a JSON payload), a re-run's
+new input, and the JSON-object field the schedules admin reads an input with."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ So :func:`mount` wraps two methods of the one site instance given (``admin.site`
 the pgflow block of the index, the app index and the navigation sidebar, for users who
 may view runs. Everything else is delegated unchanged, the class is untouched, and a
 second call changes nothing. The views themselves are methods of the registered
-``WorkflowRunAdmin``, looked up on each call, so unregistering it removes the pages too.
+``WorkflowRunAdmin`` (:mod:`pgflow_dashboard.admin.runs`), looked up on each call, so
+unregistering it removes the pages too.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from django.urls import URLPattern, path, reverse
 from pgflow.models import WorkflowRun
 
 if TYPE_CHECKING:
-    from .admin import WorkflowRunAdmin
+    from .admin.runs import WorkflowRunAdmin
 
 INSIGHTS_URL_NAME = "pgflow_insights"
 INSIGHTS_JSON_URL_NAME = "pgflow_insights_json"
@@ -40,7 +41,8 @@ _MOUNTED = "_pgflow_dashboard_mounted"
 
 def run_admin(site: admin.AdminSite) -> WorkflowRunAdmin | None:
     """The site's ``WorkflowRunAdmin`` (or a subclass of it), if registered."""
-    from .admin import WorkflowRunAdmin
+    # cycle: admin.runs -> site -> here (admin.runs mounts this site at import)
+    from .admin.runs import WorkflowRunAdmin
 
     try:
         model_admin = site.get_model_admin(WorkflowRun)

@@ -31,7 +31,7 @@ from .timeline import SERIES
 from .window import WorkflowWindow
 
 if TYPE_CHECKING:
-    from .admin import WorkflowRunAdmin
+    from .admin.runs import WorkflowRunAdmin
 
 POLL_MS = 5_000  # how often an open run's page refreshes its timeline
 ACTIONS = (*runpage.BUTTONS, "signal")

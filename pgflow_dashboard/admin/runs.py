@@ -1,5 +1,6 @@
-"""The runs in the Django admin: a read-only ``WorkflowRun`` admin, its run page, controls
-and bulk actions, and (through :mod:`pgflow_dashboard.site`) the insights page.
+"""The runs admin: a read-only ``WorkflowRun`` list with its filters and bulk actions (each
+capped at :data:`MAX_BULK_RUNS`), the run page and its endpoints, and (mounted on the site by
+:mod:`pgflow_dashboard.site`) the insights page.
 
 Read-only means no add, no delete and no field ever saved from a form: every change an
 operator makes goes through the run's own controls (``run.pause(actor=…)`` …) and
@@ -10,10 +11,8 @@ state and each change lands in the audit trail with the user as actor. Acting ne
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
@@ -24,20 +23,15 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
 from django.utils.html import format_html
 
-from pgflow import queues as pgflow_queues
-from pgflow import schedules as pgflow_schedules
-from pgflow.conf import pgflow_settings
-from pgflow.core import jsonvalue, ticks
+from pgflow.core import jsonvalue
 from pgflow.core.states import CONTROLS, Control
-from pgflow.exceptions import DefinitionError, PgflowError
-from pgflow.models import AccessToken, QueueState, Schedule, Step, Worker, WorkflowRun
+from pgflow.exceptions import PgflowError
+from pgflow.models import Step, WorkflowRun
 
-from . import insights, queuepage, site, views
-from .forms import JSONObjectInput
-from .timeformat import duration
+from .. import insights, site, views
+from ..timeformat import duration
 
 MAX_LISTED_REFUSALS = 20  # a bulk action's warning names at most this many runs one by one
 MAX_LISTED_APPLIED = 50  # and its success message at most this many run ids
@@ -404,329 +398,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         return views.insights_json(request)
 
 
-# --- live workers (read-only) and MCP access tokens ---------------------------------------------
-
-
-class SeenByRunViewers(admin.ModelAdmin):
-    """An operator page those who may view (or change) runs may view, with its own
-    permissions too."""
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return (
-            super().has_view_permission(request, obj)
-            or request.user.has_perm("pgflow.view_workflowrun")
-            or request.user.has_perm("pgflow.change_workflowrun")
-        )
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return self.has_view_permission(request)
-
-
-@admin.register(Worker)
-class WorkerAdmin(SeenByRunViewers):
-    """The ``pgflow_worker`` processes, as each records itself (``pgflow.runtime.presence``).
-    Read-only: a worker writes its own row. Operators who may view runs may view this."""
-
-    list_display = (
-        "name",
-        "host",
-        "pid",
-        "queue_list",
-        "concurrency",
-        "version",
-        "started_at",
-        "heartbeat_at",
-        "live",
-        "steps_run",
-        "steps_in_progress",
-    )
-    ordering = ("-heartbeat_at", "name")
-    search_fields = ("name", "host")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.display(description="queues")
-    def queue_list(self, worker: Worker) -> str:
-        return ", ".join(worker.queues or [])
-
-    @admin.display(description="live", boolean=True)
-    def live(self, worker: Worker) -> bool:
-        lease = timedelta(seconds=pgflow_settings.seconds("LEASE"))
-        return worker.heartbeat_at >= timezone.now() - lease
-
-
-@admin.register(QueueState)
-class QueueAdmin(SeenByRunViewers):
-    """The Queues page: each queue's due and running attempts, live workers and pause state
-    (``queuepage``), with Pause and Resume through ``pgflow.pause_queue`` / ``resume_queue``.
-    Those who may view runs may view it; pausing and resuming take a change permission (on
-    queues or on runs). Rows are never added or deleted here: a pause writes its own."""
-
-    ACTIONS = {"pause": pgflow_queues.pause_queue, "resume": pgflow_queues.resume_queue}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return super().has_change_permission(request, obj) or request.user.has_perm("pgflow.change_workflowrun")
-
-    def get_urls(self) -> list[URLPattern]:
-        opts = self.model._meta
-        name = f"{opts.app_label}_{opts.model_name}_changelist"
-        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
-
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        if request.method == "POST":
-            return self._act(request)
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": "Queues",
-            "queues": queuepage.queues(timezone.now()),
-            "can_change": self.has_change_permission(request),
-        }
-        return TemplateResponse(request, "admin/pgflow_dashboard/queues.html", context)
-
-    def _act(self, request: HttpRequest) -> HttpResponse:
-        if not self.has_change_permission(request):
-            raise PermissionDenied
-        action, queue = request.POST.get("action", ""), request.POST.get("queue", "").strip()
-        act = self.ACTIONS.get(action)
-        if act is None:
-            return HttpResponse(
-                f"action must be one of {', '.join(sorted(self.ACTIONS))}, got {action!r}",
-                status=400,
-                content_type="text/plain",
-            )
-        try:
-            act(queue, actor=request.user)
-        except ValueError as exc:
-            self.message_user(request, f"Nothing changed: {exc}.", messages.ERROR)
-        else:
-            self.message_user(request, f"Queue {queue!r} {action}d.", messages.SUCCESS)
-        return redirect(request.path)
-
-
-@admin.register(AccessToken)
-class AccessTokenAdmin(admin.ModelAdmin):
-    """Bearer tokens for the MCP endpoint. Creating one shows its secret once (only a digest
-    is kept); "revoke" stops it at once and keeps the row, with its last use, for the record."""
-
-    list_display = ("name", "user", "prefix", "created_at", "last_used_at", "revoked_at")
-    list_filter = ("revoked_at",)
-    search_fields = ("name", "user__username")
-    fields = ("user", "name")
-    readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
-    actions = ("revoke",)
-    autocomplete_fields = ()
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return ("user", "name") if obj is None else ("user", "name", *self.readonly_fields)
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return self.readonly_fields if obj is None else ("user", "name", *self.readonly_fields)
-
-    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        if change:
-            return  # nothing of a token is edited after it is made
-        from .mcp.tokens import digest, new_secret
-
-        secret = new_secret()
-        obj.digest, obj.prefix, obj.created_at = digest(secret), secret[:12], timezone.now()
-        obj.save()
-        request._pgflow_token_secret = secret  # type: ignore[attr-defined]  # shown once by response_add
-
-    def response_add(self, request: HttpRequest, obj: Any, post_url_continue: str | None = None) -> HttpResponse:
-        # Rendered straight into this response: the secret never goes through the message
-        # storage (a cookie or the session) and cannot be shown again.
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Token created",
-            "opts": self.opts,
-            "token": obj,
-            "secret": getattr(request, "_pgflow_token_secret", ""),
-            "list_url": reverse(f"{self.admin_site.name}:pgflow_accesstoken_changelist"),
-        }
-        return TemplateResponse(request, "admin/pgflow_dashboard/token_created.html", context)
-
-    @admin.action(description="Revoke selected tokens", permissions=["change"])
-    def revoke(self, request: HttpRequest, queryset: QuerySet[AccessToken]) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
-        messages.success(request, f"{count} token{'s' if count != 1 else ''} revoked.")
-
-
 def _runs(count: int) -> str:
     return f"{count} run" if count == 1 else f"{count} runs"
 
 
 site.mount(admin.site)
-
-
-# --- schedules ---------------------------------------------------------------------------------
-
-
-class ScheduleForm(forms.ModelForm):
-    """An admin-made schedule: the class chosen from the registered ones; the rest checked by
-    ``pgflow.core.ticks.problems``, the check a declared ``pgflow.Schedule`` makes, each
-    error on the field it concerns."""
-
-    workflow_class = forms.ChoiceField(choices=())
-    input = JSONObjectInput(
-        required=False,
-        initial=dict,
-        help_text='a JSON object, e.g. {"plan": "pro"}',
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 60, "spellcheck": "false"}),
-    )
-
-    class Meta:
-        model = Schedule
-        fields = ["workflow_class", "name", "cron", "every", "timezone", "input", "overlap", "catch_up", "paused"]
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if "workflow_class" in self.fields:  # read-only on a code-declared schedule
-            paths = [workflow.workflow_path() for workflow in pgflow_schedules.workflow_classes()]
-            self.fields["workflow_class"].choices = [(path, path) for path in paths]  # type: ignore[attr-defined]
-
-    def clean_cron(self) -> str:
-        return (self.cleaned_data.get("cron") or "").strip()
-
-    def clean_timezone(self) -> str:
-        return (self.cleaned_data.get("timezone") or "").strip()
-
-    def clean_input(self) -> Any:
-        value = self.cleaned_data.get("input")
-        return {} if value is None else value
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if not all(name in self.fields for name in ticks.FIELDS):
-            return data  # a code-declared schedule: only paused is edited here
-        values = {name: data.get(name) for name in ticks.FIELDS}
-        values["cron"] = values["cron"] or None
-        found = ticks.problems(**values, max_bytes=pgflow_settings.MAX_INPUT_BYTES)
-        for name, message in found.items():
-            if name is None:
-                if "cron" in data and "every" in data:
-                    self.add_error(None, "give cron or every, exactly one of them")
-            elif name in data:  # a field Django could not read has its own error already
-                self.add_error(name, message)
-        return data
-
-
-@admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
-    """Schedules: code-declared ones are shown read-only (the code is their source) but
-    can be paused, resumed and started now; admin-made ones are edited here."""
-
-    form = ScheduleForm
-    change_form_template = "admin/pgflow_dashboard/schedule_change_form.html"
-    list_display = ["name", "workflow", "rule", "next_tick_at", "last_tick_at", "last_run_status", "state", "origin"]
-    list_filter = ["origin", "enabled", "paused", "overlap"]
-    search_fields = ["name", "workflow_class"]
-    actions = ["pause_schedules", "resume_schedules", "start_now"]
-    list_select_related = ["last_run"]
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> list[str]:
-        shown = ["origin", "state", "next_tick_at", "last_tick_at", "last_run_link"]
-        if obj is not None and obj.origin == Schedule.Origin.CODE:
-            return [*ScheduleForm.Meta.fields[:-1], *shown]
-        return shown if obj is not None else []
-
-    def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
-        # A declared schedule would come back at the next sync: pause it, or remove it from the code.
-        return super().has_delete_permission(request, obj) and (obj is None or obj.origin != Schedule.Origin.CODE)
-
-    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
-        pgflow_schedules.save(obj)
-
-    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
-        # Under the row lock, so a tick firing now commits before its ticks are collected.
-        pgflow_schedules.delete([obj.pk])
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        pgflow_schedules.delete(queryset.values_list("pk", flat=True))
-
-    @admin.display(description="workflow", ordering="workflow_class")
-    def workflow(self, row: Schedule) -> str:
-        return row.workflow_class.rsplit(".", 1)[-1]
-
-    @admin.display(description="rule")
-    def rule(self, row: Schedule) -> str:
-        try:
-            return str(row.rule().describe())
-        except DefinitionError as exc:
-            return f"invalid: {exc}"
-
-    @admin.display(description="last run")
-    def last_run_status(self, row: Schedule) -> str:
-        if row.last_run is None:
-            return "—"
-        url = reverse("admin:pgflow_workflowrun_change", args=[row.last_run.pk])
-        return format_html('<a href="{}">#{} {}</a>', url, row.last_run.pk, row.last_run.status)
-
-    @admin.display(description="last run")
-    def last_run_link(self, row: Schedule) -> str:
-        return self.last_run_status(row)
-
-    @admin.display(description="state")
-    def state(self, row: Schedule) -> str:
-        if not row.enabled:
-            return f"disabled: {row.disabled_reason}" if row.disabled_reason else "disabled"
-        return "paused" if row.paused else "active"
-
-    @admin.action(description="Pause the selected schedules", permissions=["change"])
-    def pause_schedules(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        for row in queryset:
-            pgflow_schedules.set_paused(row.pk, True)
-        self.message_user(request, f"Paused {len(queryset)} schedule(s).", messages.SUCCESS)
-
-    @admin.action(description="Resume the selected schedules", permissions=["change"])
-    def resume_schedules(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        for row in queryset:
-            pgflow_schedules.set_paused(row.pk, False)
-        self.message_user(
-            request, f"Resumed {len(queryset)} schedule(s); ticks due while paused are skipped.", messages.SUCCESS
-        )
-
-    @admin.action(description="Start a run of the selected schedules now", permissions=["change"])
-    def start_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        started, failed = [], []
-        for row in queryset:
-            try:
-                started.append(pgflow_schedules.start_now(row.pk, actor=request.user).pk)
-            except PgflowError as exc:
-                failed.append(f"{row}: {exc}")
-        if started:
-            self.message_user(request, f"Started run(s) {', '.join(f'#{pk}' for pk in started)}.", messages.SUCCESS)
-        for problem in failed:
-            self.message_user(request, f"Not started: {problem}", messages.ERROR)
-
-    def change_view(
-        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        row = self.get_object(request, unquote(object_id))
-        context = dict(extra_context or {})
-        if row is not None:
-            try:
-                context["upcoming"] = pgflow_schedules.upcoming(row, 5)
-                context["upcoming_zone"] = row.timezone
-            except DefinitionError as exc:
-                context["upcoming_error"] = str(exc)
-            context["recent_ticks"] = list(row.ticks.select_related("run").order_by("-id")[:20])
-        return super().change_view(request, object_id, form_url, extra_context=context)
-
-
-from . import alerts_admin  # noqa: E402, F401 - registers the alert rules and alerts

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from pgflow.models import Event, Signal, Step, WorkflowRun
 from pgflow.testing import run_workflow
+from pgflow_dashboard.admin import runs as dashboard_admin
 from tests import dashboard_workflows as dw
 from tests import workflows as wf
 from tests.dashboard_support import changelist_url, control_url, messages_of, run_url, timeline_url
@@ -140,7 +141,6 @@ def test_bulk_actions_report_per_run_what_applied_and_what_did_not(login, operat
 
 
 def test_a_bulk_action_over_too_many_runs_is_refused_whole_and_long_lists_are_cut(login, operator, monkeypatch):
-    from pgflow_dashboard import admin as dashboard_admin
 
     runs = [dw.Later.start() for _ in range(4)]
     client = login(operator)
