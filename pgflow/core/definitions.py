@@ -7,7 +7,7 @@ with :meth:`StepList.add` / :meth:`StepList.replace` / :meth:`StepList.with_remo
 parent's is never changed.
 
 Pure: no Django, no database. Everything that needs the workflow class itself (does a
-``skip_if`` name a method, do the parameters fit) is checked in :mod:`pgflow.workflow`.
+``skip_if`` name a method, do the parameters fit) is checked in :mod:`pgflow.workflow.problems`.
 """
 
 from __future__ import annotations
@@ -111,13 +111,13 @@ class StepDefinition:
     @property
     def waits(self) -> bool:
         """Whether the step has a ``wait`` or ``wait_until`` to work out before it is due."""
-        return self.wait is not None or self.wait_until is not None
+        return any(getattr(self, option) is not None for option in DELAYING_OPTIONS)
 
     @property
     def limited(self) -> bool:
         """Whether the step has a concurrency limit or a rate: its attempts carry gates the
         claim enforces, worked out when each is scheduled (``store.schedule_attempt``)."""
-        return self.concurrency is not None or self.rate is not None
+        return any(getattr(self, option) is not None for option in GATING_OPTIONS)
 
     @property
     def fans_out(self) -> bool:
@@ -141,6 +141,26 @@ class StepDefinition:
     def job_options(self) -> dict[str, Any]:
         """The step's own queue/priority, only those it sets."""
         return {k: v for k, v in (("queue", self.queue), ("priority", self.priority)) if v is not None}
+
+
+# The StepDefinition fields that change how an attempt is scheduled: a wait to work out before
+# it is due, or gates its claim must pass (its queue and priority are read through
+# ``Workflow.queue_for``/``priority_for`` on every path). A new scheduling option joins one of
+# these, and ``scheduled_plainly`` then knows it; tests/unit/test_scheduled_plainly.py fails
+# for a field of StepDefinition it has not been told about.
+DELAYING_OPTIONS = ("wait", "wait_until")
+GATING_OPTIONS = ("concurrency", "rate")
+
+
+def scheduled_plainly(step: StepDefinition, *, singleton: object | None, delay_worked_out: bool = False) -> bool:
+    """Whether an attempt of ``step``, in a class whose ``singleton`` option is given, is
+    scheduled plainly: no wait (unless the caller works its delay out itself:
+    ``delay_worked_out``), not limited, the class not a singleton. The fast paths that write
+    attempts in set-based SQL (the plain start, the group commit) take only these; any other
+    goes through ``store.schedule_attempt``, which works its gates out."""
+    if singleton is not None or step.limited:
+        return False
+    return delay_worked_out or not step.waits
 
 
 def declare(name: str, *, fan_out: bool = False, method: str | None = None, **options: Any) -> StepDefinition:

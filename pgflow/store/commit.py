@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from psycopg.types.json import Jsonb
 
+from ..core.definitions import scheduled_plainly
 from ..core.events import EventKind
 from ..core.flow import COMPLETE, Outcome
 from ..core.states import RunStatus
@@ -236,7 +237,7 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
         if nxt is None and claim.run_id in children:
             fallback.append(item)  # apply() finishes the child and counts its member
             continue
-        if nxt is not None and (nxt.limited or workflow.singleton is not None):
+        if nxt is not None and not scheduled_plainly(nxt, singleton=workflow.singleton, delay_worked_out=True):
             fallback.append(item)  # its gates' keys are worked out by schedule_attempt
             continue
         closing.append(claim.step_id)

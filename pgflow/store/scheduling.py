@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection
 
 from .. import evaluation
+from ..core.definitions import scheduled_plainly
 from ..core.events import EventKind
 from ..core.limits import NO_GATES, Gates
 from ..core.states import RunStatus, StepStatus
@@ -65,8 +66,8 @@ def schedule_attempt(
 def gates_of_attempt(run: WorkflowRun, workflow: type[Workflow], definition: StepDefinition, attempt: int) -> Gates:
     """The attempt's gates, with the gate rows the claim will lock created. A key method that
     fails limits the attempt under the step's own key rather than not at all."""
-    if not definition.limited and workflow.singleton is None:
-        return NO_GATES
+    if scheduled_plainly(definition, singleton=workflow.singleton, delay_worked_out=True):
+        return NO_GATES  # no gate to pass (a wait is the caller's delay)
     instance = workflow(run=run, step_name=definition.name, attempt=attempt, outputs=lambda: outputs_of(run))
     try:
         gates = evaluation.gates_for(instance, definition)

@@ -17,6 +17,7 @@ from django.db.models.sql import InsertQuery
 from .. import evaluation, observability
 from ..conf import pgflow_settings
 from ..core import jsonvalue
+from ..core.definitions import scheduled_plainly
 from ..core.events import EventKind
 from ..core.limits import NO_GATES
 from ..exceptions import InputTooLarge, SingletonConflict
@@ -66,7 +67,7 @@ def start_run(
         updated_at=at,
         parent=parent,
     )  # its traceparent is set just before its insert, which also counts it (metrics)
-    if key is None and workflow.singleton is None and first is not None and not (first.waits or first.limited):
+    if key is None and first is not None and scheduled_plainly(first, singleton=workflow.singleton):
         return _start_plain(workflow, run, first)
     with transaction.atomic():
         if key is not None:
