@@ -29,8 +29,8 @@ class ListColumn(models.Field):
     def deconstruct(self) -> Any:
         name, _path, args, kwargs = super().deconstruct()
         kwargs["element"] = self.element
-        # The public path, which migration 0010 names, not this module's: moving the class
-        # between the package's modules must not change a migration.
+        # The public path (migration 0010's), not this module's: a new migration names
+        # pgflow.models.ListColumn, so moving the class inside the package never breaks one.
         return name, "pgflow.models.ListColumn", args, kwargs
 
     def get_prep_value(self, value: Any) -> Any:
