@@ -31,11 +31,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pgflow.observability.tracing",
         ),
     ),
+    # The workflow class is the definition the store reads; only its start() calls the store,
+    # through a function-level import marked as the facade.
+    ("definitions", ("pgflow.workflow",)),
     ("store", ("pgflow.store",)),
     (
         "features",
         (
-            "pgflow.workflow",
             "pgflow.signals",
             "pgflow.fanout",
             "pgflow.failures",
@@ -181,11 +183,24 @@ def test_an_upward_import_added_on_purpose_is_caught(tmp_path, monkeypatch):
     ]
 
 
+def test_the_workflow_package_sits_below_the_store():
+    # The store reads Workflow's members, so no module of pgflow/workflow/ may import the store,
+    # a feature or the runtime when it is imported; Workflow.start() reaches the store lazily.
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} imports {target} ({layer_of(target)})"
+        for path in sorted((ROOT / "pgflow" / "workflow").rglob("*.py"))
+        for line, target in top_level_imports(path)
+        if RANK.get(layer_of(target) or "core", 0) > RANK["definitions"]
+    ]
+    assert not offenders, offenders
+
+
 @pytest.mark.parametrize(
     ("module", "layer"),
     [
         ("pgflow.core.states", "core"),
         ("pgflow.models", "foundations"),
+        ("pgflow.workflow.base", "definitions"),
         ("pgflow.store.claims", "store"),
         ("pgflow.fanout", "features"),
         ("pgflow.runtime.worker", "runtime"),
