@@ -10,12 +10,16 @@ test sees what production would.
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 from . import store
 from .core.states import RunStatus, StepStatus
-from .models import Step, WorkflowRun
+from .fanout import member_finished, member_function, resolve_step
+from .fanout.builder import MEMBER_OPTIONS
+from .models import BatchMember, Step, WorkflowRun
 from .runtime.runner import Runner
+from .signals import signal
 
 MAX_ATTEMPTS = 1000  # a run that needs more in one call is looping: stop and return it
 
@@ -57,17 +61,39 @@ def run_workflow(
 def _deliver(run: WorkflowRun, step: Step, pending: dict[str, list[Any]]) -> bool:
     """Move a waiting step on: its batch's members inline, or a signal from ``pending``."""
     if step.batch_id is not None:
-        from . import fanout
-
-        return fanout.run_inline(step)
-    from .signals import signal
-
+        return run_inline(step)
     definition = run.workflow().steps().get(step.step_name)
     name = definition.wait_for if definition else None
     if not name or not pending.get(name):
         return False
     signal(run, name, pending[name].pop(0), actor=store.TESTING_WORKER)
     return True
+
+
+def run_inline(step: Step) -> bool:
+    """Run a waiting step's pending members here, in order, then resolve the step (for
+    :func:`run_workflow`). Returns True when the step moved on."""
+    if step.batch_id is not None:
+        pending = BatchMember.objects.filter(batch_id=step.batch_id, status=BatchMember.Status.PENDING)
+        for member in pending.order_by("position"):
+            if member.child_id is not None:
+                run_workflow(member.child_id)  # its end counts the member (a paused child keeps it pending)
+                continue
+            succeeded, error = _call(member)
+            member_finished(member.batch_id, member.position, succeeded=succeeded, error=error)
+    if Step.objects.filter(pk=step.pk, status=StepStatus.WAITING).exists():
+        resolve_step(step.pk)  # finished before (its resolution lost) or its batch vanished
+    return not Step.objects.filter(pk=step.pk, status=StepStatus.WAITING).exists()
+
+
+def _call(member: BatchMember) -> tuple[bool, str | None]:
+    kwargs = {k: v for k, v in member.kwargs.items() if k not in MEMBER_OPTIONS}
+    try:
+        member_function(member.func)(*member.args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - a member's failure is its result
+        # The shape django-q2 saves a failure in: "message : traceback".
+        return False, f"{exc} : {traceback.format_exc()}"
+    return True, None
 
 
 def fire_schedule(schedule: Any, name: str | None = None) -> WorkflowRun | None:

@@ -299,7 +299,7 @@ def _frame(filename: str, name: str = "f") -> traceback.FrameSummary:
         (os.path.join(FUTURES_DIR, "_base.py"), True),
         # pgflow's own engine, every module of it
         (os.path.join(PGFLOW_DIR, "workflow.py"), True),
-        (os.path.join(PGFLOW_DIR, "fanout.py"), True),
+        (os.path.join(PGFLOW_DIR, "fanout", "djangoq.py"), True),
         # installed libraries and the standard library
         ("/srv/venv/lib/python3.12/site-packages/django/core/validators.py", True),
         ("/usr/lib/python3/dist-packages/requests/api.py", True),
