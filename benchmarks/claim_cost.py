@@ -91,7 +91,7 @@ def main() -> None:
     from django.db import connection
 
     from benchmarks.workflows import StampStart
-    from pgflow.store import claims
+    from pgflow.store import claims, rows
     from pgflow.store.locking import now
 
     StampStart.start()
@@ -105,7 +105,7 @@ def main() -> None:
         "lease_until": at + timedelta(seconds=60),
     }
     statements = {
-        "before gates (7c0c33d)": BEFORE_GATES.format(claimed=claims._CLAIMED),
+        "before gates (7c0c33d)": BEFORE_GATES.format(claimed=rows.CLAIMED),
         "with gates (CLAIM_SQL)": claims.CLAIM_SQL,
         "ungated, gates probed (UNGATED_CLAIM_SQL)": claims.UNGATED_CLAIM_SQL,
     }

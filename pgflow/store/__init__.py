@@ -13,6 +13,8 @@ One module per concept:
 - ``scheduling``: the next attempt, and which step that is;
 - ``transitions``: ``apply`` (an attempt's end becomes the run's next state), park and wake;
 - ``claims``: the lease protocol: claim, heartbeat, hand back, a lost lease;
+- ``rows``: the rows the claim, the plain start and the group commit build and read
+  without the ORM's per-instance cost;
 - ``attempts``: one claimed attempt's ``prepare`` before its body and ``finish`` after;
 - ``commit``: the worker's group commit (``finish_many``);
 - ``controls``: the operator's pause, resume, cancel and skip;

@@ -1,90 +1,71 @@
-"""The lease protocol: claiming due attempts, heartbeating their leases, handing them back, and
-the claimed attempt's fencing check (its claim token)."""
+"""The lease protocol: claiming due attempts (``claim``, ``claim_notified``, ``claim_step``;
+the claim statements, which enforce the gates of ``pgflow.Limit``, ``Rate`` and
+``Singleton``), heartbeating their leases, handing them back at shutdown, and a lost lease
+or connection (``recover_lost``, ``connection_lost``): an attempt re-scheduled, or its run
+paused past MAX_LOST_ATTEMPTS. ``held_attempt`` is the fencing check every later write of a
+claimed attempt makes (its claim token). ``prepare`` and ``finish`` are in ``attempts``; the
+rows a claim returns are built in ``rows``.
+
+One concept over ~450 lines: most of it is the claim's SQL and the comments saying why it
+is written so (each figure in benchmarks/RESULTS.md).
+"""
 
 from __future__ import annotations
 
-import functools
 import logging
 import uuid
 import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Model
 
 from ..conf import pgflow_settings
 from ..core.events import EventKind
 from ..core.flow import HANDED_BACK, LOST
+from ..core.limits import RATE_GATE, SINGLETON_GATE, gate_prefix
 from ..core.states import RunStatus, StepStatus
 from ..models import Step, WorkflowRun
 from .cursors import hot_cursor
 from .locking import event, locked, now
+from .rows import CLAIMED, CLAIMED_STEP, RUN_COLUMNS, STEP_COLUMNS, deferred
 from .scheduling import reschedule_same
 from .transitions import close_attempt, pause_run
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger("pgflow")
 
 
-# --- the worker's side: claim, prepare, finish ----------------------------------------------
-
-# The run's columns come back with each claimed attempt, so a plain step needs no other
-# read before its body runs.
-_RUN_COLUMNS = (
-    "workflow_class",
-    "status",
-    "current_step",
-    "subject_type_id",
-    "subject_id",
-    "input",
-    "key",
-    "definition_digest",
-    "created_at",
-    "updated_at",
-    "finished_at",
-    "paused_reason",
-    "traceparent",
-    "parent_id",
-)
-# The attempt's own timestamps, for its trace span and metrics (pgflow.observability).
-_STEP_COLUMNS = ("created_at", "scheduled_at", "waiting_since", "queue", "throttled_until")
-# What a claim reads of the attempt (s) and its run (r): Claim's fields, then run_fields.
-_CLAIMED = (
-    "s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, "
-    + ", ".join(f"r.{column}" for column in _RUN_COLUMNS)
-    + "".join(f", s.{column}" for column in _STEP_COLUMNS)
-)
-_RETURNING = "RETURNING " + _CLAIMED
+# A gate of each kind, on a row ``k`` of pgflow_gate (the kinds: pgflow.core.limits).
+_K_SINGLETON = f"k.name LIKE '{gate_prefix(SINGLETON_GATE)}%%'"
+_K_RATE = f"k.name LIKE '{gate_prefix(RATE_GATE)}%%'"
+_RETURNING = "RETURNING " + CLAIMED
 
 # A gate's place in words of SQL, on a row ``k`` of pgflow_gate: the holders that may still
 # hold a place (an attempt not yet ended, a singleton's run still open; a row this statement
 # cannot see was claimed after its snapshot, so it holds too), a rate's starts inside the
 # window, when the last place came free, and how many places are free now.
-_GATE_ROOM = """
+_GATE_ROOM = f"""
     LATERAL (
-        SELECT coalesce(array_agg(h.id) FILTER (WHERE h.held), '{}') AS holders,
+        SELECT coalesce(array_agg(h.id) FILTER (WHERE h.held), '{{}}') AS holders,
                max(h.ended) FILTER (WHERE NOT h.held) AS freed_at
         FROM (SELECT u.id,
-                     CASE WHEN k.name LIKE 's:%%' THEN coalesce(r.status IN ('running', 'paused'), true)
+                     CASE WHEN {_K_SINGLETON} THEN coalesce(r.status IN ('running', 'paused'), true)
                           ELSE coalesce(s.status IN ('scheduled', 'in_progress'), true) END AS held,
-                     CASE WHEN k.name LIKE 's:%%' THEN r.finished_at ELSE s.finished_at END AS ended
+                     CASE WHEN {_K_SINGLETON} THEN r.finished_at ELSE s.finished_at END AS ended
               FROM unnest(k.holders) AS u(id)
-              LEFT JOIN pgflow_step AS s ON s.id = u.id AND k.name NOT LIKE 's:%%'
-              LEFT JOIN pgflow_run AS r ON r.id = u.id AND k.name LIKE 's:%%') AS h
+              LEFT JOIN pgflow_step AS s ON s.id = u.id AND NOT {_K_SINGLETON}
+              LEFT JOIN pgflow_run AS r ON r.id = u.id AND {_K_SINGLETON}) AS h
     ) AS kept,
     LATERAL (
-        SELECT coalesce(array_agg(t) FILTER (WHERE t > %(now)s::timestamptz - make_interval(secs => k.per)), '{}')
+        SELECT coalesce(array_agg(t) FILTER (WHERE t > %(now)s::timestamptz - make_interval(secs => k.per)), '{{}}')
                    AS starts,
                max(t) FILTER (WHERE t <= %(now)s::timestamptz - make_interval(secs => k.per))
                    + make_interval(secs => k.per) AS freed_at
         FROM unnest(k.starts) AS t
     ) AS recent
 """
-_ROOM = "k.size - CASE WHEN k.name LIKE 'r:%%' THEN cardinality(recent.starts) ELSE cardinality(kept.holders) END"
+_ROOM = f"k.size - CASE WHEN {_K_RATE} THEN cardinality(recent.starts) ELSE cardinality(kept.holders) END"
 
 # Both claims' first parts: the queues not paused, and each one's due ungated attempts (see
 # CLAIM_SQL's comment below); ``{also}`` is a further condition on those attempts.
@@ -214,7 +195,9 @@ WITH RECURSIVE """
     FROM pgflow_gate AS k
     JOIN pgflow_step AS s ON s.run_id = ANY(k.holders) AND s.gate = k.name
     LEFT JOIN room AS fr ON fr.name = s.rate_gate
-    WHERE k.name IN (SELECT gate FROM groups WHERE gate LIKE 's:%%') AND s.status = 'scheduled'
+    WHERE k.name IN (SELECT gate FROM groups WHERE gate LIKE '"""
+    + gate_prefix(SINGLETON_GATE)
+    + """%%') AND s.status = 'scheduled'
         AND s.scheduled_at <= %(now)s AND s.queue IN (SELECT name FROM open_queues)
         AND (s.rate_gate = '' OR fr.name IS NOT NULL)
 ), ranked AS (
@@ -241,11 +224,17 @@ WITH RECURSIVE """
 ), passed AS (
     UPDATE pgflow_gate AS k
     SET holders = CASE
-            WHEN k.name LIKE 'r:%%' THEN k.holders
-            WHEN k.name LIKE 's:%%' THEN r.holders
+            WHEN """
+    + _K_RATE
+    + """ THEN k.holders
+            WHEN """
+    + _K_SINGLETON
+    + """ THEN r.holders
                 || ARRAY(SELECT DISTINCT t.run_id FROM taken AS t WHERE t.gate = k.name AND NOT t.owner)
             ELSE r.holders || ARRAY(SELECT t.id FROM taken AS t WHERE t.gate = k.name) END,
-        starts = CASE WHEN k.name LIKE 'r:%%'
+        starts = CASE WHEN """
+    + _K_RATE
+    + """
             THEN r.starts || ARRAY(SELECT t.started_at FROM taken AS t WHERE t.rate_gate = k.name)
             ELSE k.starts END,
         served_at = %(now)s
@@ -257,11 +246,12 @@ WITH RECURSIVE """
     SET status = 'in_progress', started_at = due.started_at, worker = %(worker)s, claim_token = gen_random_uuid(),
         lease_expires_at = %(lease_until)s, throttled_until = due.throttled_until
     FROM due WHERE s.id = due.id
-    RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
-              s.waiting_since, s.queue, s.throttled_until
+    RETURNING """
+    + CLAIMED_STEP
+    + """
 )
 SELECT stopped.queues, stopped.gates, stopped.rates, """
-    + _CLAIMED
+    + CLAIMED
     + """ FROM stopped LEFT JOIN (claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id) ON true
 """
 )
@@ -309,8 +299,9 @@ WITH """
     SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
         lease_expires_at = %(lease_until)s, throttled_until = NULL
     WHERE s.id = ANY (ARRAY(SELECT id FROM due))
-    RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
-              s.waiting_since, s.queue, s.throttled_until
+    RETURNING """
+    + CLAIMED_STEP
+    + """
 ), later AS (
     SELECT min(first.scheduled_at) AS next_due
     FROM open_queues AS q,
@@ -319,17 +310,14 @@ WITH """
              ORDER BY timezone('UTC', scheduled_at) LIMIT 1) AS first
 )
 SELECT probe.gated, later.next_due, """
-    + _CLAIMED
+    + CLAIMED
     + """ FROM probe CROSS JOIN later LEFT JOIN (
     claimed AS s CROSS JOIN LATERAL (SELECT """
-    + ", ".join(_RUN_COLUMNS)
+    + ", ".join(RUN_COLUMNS)
     + """ FROM pgflow_run WHERE id = s.run_id LIMIT 1) AS r
 ) ON true
 """
 )
-
-
-M = TypeVar("M", bound=Model)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,7 +331,7 @@ class Claim:
     token: uuid.UUID
     started_at: datetime
     run_fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    step_fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # _STEP_COLUMNS
+    step_fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # rows.STEP_COLUMNS
 
     def run(self) -> WorkflowRun:
         """The run as it was at the claim (no query); ``refresh_from_db()`` for now. The
@@ -353,47 +341,12 @@ class Claim:
         return deferred(WorkflowRun, {"id": self.run_id, **self.run_fields})
 
 
-def loaded(model: type[M], values: dict[str, Any]) -> M:
-    """An instance of ``model`` as if loaded from the database, with ``values`` (by attname)
-    and every other field at its default. Django's positional construction: with keywords
-    its ``__init__`` looks each field up in them, ~18 µs a model and ~10× that in a worker
-    that had been idle, on every attempt before its body (the start latency)."""
-    places, defaults, fresh = _row_of(model)
-    row = list(defaults)
-    for index, made in fresh:  # a callable default (dict, now…) makes a new value each time
-        row[index] = made.get_default()
-    for name, value in values.items():
-        row[places[name]] = value
-    return model.from_db("default", places.keys(), row)
-
-
-def deferred(model: type[M], values: dict[str, Any]) -> M:
-    """An instance of ``model`` with only ``values`` (by attname) loaded, as ``.only()`` would
-    load it: any other field is read from the database when first used. Smaller than
-    ``loaded`` (a claimed step's row has 35 fields, each in its ``__dict__``, for each
-    attempt held, 1,000 of them for 1,000 awaiting async bodies)."""
-    places = _row_of(model)[0]
-    names = sorted(values, key=places.__getitem__)
-    return model.from_db("default", names, [values[name] for name in names])
-
-
-@functools.cache
-def _row_of(model: type[Model]) -> tuple[dict[str, int], tuple[Any, ...], tuple[tuple[int, Any], ...]]:
-    """``model``'s concrete fields: each attname's place in a row, the constant defaults, and
-    the places of the defaults to call for each instance."""
-    fields = model._meta.concrete_fields
-    called = tuple((index, f) for index, f in enumerate(fields) if f.has_default() and callable(f.default))
-    made = {index for index, _ in called}
-    constant = tuple(None if index in made else f.get_default() for index, f in enumerate(fields))
-    return {f.attname: index for index, f in enumerate(fields)}, constant, called
-
-
 def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
     import json as _json
 
     claims = []
     for row in rows:
-        fields = dict(zip(_RUN_COLUMNS, row[6 : 6 + len(_RUN_COLUMNS)], strict=True))
+        fields = dict(zip(RUN_COLUMNS, row[6 : 6 + len(RUN_COLUMNS)], strict=True))
         if isinstance(fields["input"], str):  # a raw cursor may hand jsonb back as text
             fields["input"] = _json.loads(fields["input"])
         claims.append(
@@ -405,7 +358,7 @@ def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
                 token=row[4],
                 started_at=row[5],
                 run_fields=fields,
-                step_fields=dict(zip(_STEP_COLUMNS, row[6 + len(_RUN_COLUMNS) :], strict=True)),
+                step_fields=dict(zip(STEP_COLUMNS, row[6 + len(RUN_COLUMNS) :], strict=True)),
             )
         )
     return claims
@@ -464,8 +417,9 @@ WITH claimed AS (
     WHERE s.id = (SELECT id FROM pgflow_step WHERE id = %(id)s AND status = 'scheduled' AND NOT gated
                   AND scheduled_at <= %(now)s AND queue = ANY(%(queues)s::text[]) FOR UPDATE SKIP LOCKED)
         AND NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = s.queue AND p.paused)
-    RETURNING s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, s.created_at, s.scheduled_at,
-              s.waiting_since, s.queue, s.throttled_until
+    RETURNING """
+    + CLAIMED_STEP
+    + """
 ), later AS (
     SELECT min(first.scheduled_at) AS next_due
     FROM unnest(%(queues)s::text[]) AS q(name),
@@ -475,7 +429,7 @@ WITH claimed AS (
     WHERE NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = q.name AND p.paused)
 )
 SELECT later.next_due, """
-    + _CLAIMED
+    + CLAIMED
     + """ FROM later LEFT JOIN (claimed AS s JOIN pgflow_run AS r ON r.id = s.run_id) ON true
 """
 )

@@ -22,6 +22,7 @@ from ..registry import resolve
 from .claims import Claim, log_ignored
 from .cursors import hot_cursor
 from .locking import CHANNEL, now
+from .rows import attempt_values
 from .scheduling import WaitFailed, delay_of, outputs_of
 from .transitions import apply
 
@@ -250,19 +251,11 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
             moves[str(claim.run_id)] = {"status": RunStatus.FINISHED, "current_step": None}
             events.append({"n": len(events), "run_id": claim.run_id, "step_id": None, "event": EventKind.FINISHED})
             continue
-        queue = workflow.queue_for(nxt.name)
+        attempt = attempt_values(workflow, nxt)
         due = at + timedelta(seconds=delay) if delay else at
-        steps.append(
-            {
-                "run_id": claim.run_id,
-                "step_name": nxt.name,
-                "queue": queue,
-                "priority": workflow.priority_for(nxt.name),
-                "due": due.isoformat(),
-            }
-        )
+        steps.append({"run_id": claim.run_id, **attempt, "due": due.isoformat()})
         if due <= at:
-            due_queues.add(queue)
+            due_queues.add(attempt["queue"])
         moves[str(claim.run_id)] = {"status": RunStatus.RUNNING, "current_step": nxt.name}
     if closing:
         # Both in one round trip (psycopg's pipeline): the server runs them in order.

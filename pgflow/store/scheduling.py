@@ -18,6 +18,7 @@ from ..core.states import RunStatus, StepStatus
 from ..exceptions import PgflowError, StepNotFound, WorkflowNotFound
 from ..models import Step, WorkflowRun
 from .locking import OPEN_STEP_VALUES, event, notify, now
+from .rows import attempt_values
 
 if TYPE_CHECKING:
     from ..core.definitions import StepDefinition
@@ -42,15 +43,13 @@ def schedule_attempt(
     """Insert the run's next open attempt of ``definition``; NOTIFY when it is due now."""
     if attempt is None:
         attempt = Step.objects.filter(run=run, step_name=definition.name).count() + 1
-    queue = workflow.queue_for(definition.name)
+    values = attempt_values(workflow, definition)
     due = at + timedelta(seconds=delay) if delay else at
     gates = gates_of_attempt(run, workflow, definition, attempt)
     step = Step.objects.create(
         run=run,
-        step_name=definition.name,
         attempt=attempt,
-        queue=queue,
-        priority=workflow.priority_for(definition.name),
+        **values,
         created_at=at,
         scheduled_at=due,
         signal_id=signal_id,
@@ -59,7 +58,7 @@ def schedule_attempt(
     run.current_step = definition.name
     run.updated_at = at
     if due <= at:
-        notify(queue)
+        notify(values["queue"])
     return step
 
 

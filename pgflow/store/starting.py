@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Field, Model
+from django.db.models import Model
 from django.db.models.expressions import RawSQL
-from django.db.models.sql import InsertQuery
 
 from .. import evaluation, observability
 from ..conf import pgflow_settings
@@ -24,6 +23,7 @@ from ..exceptions import InputTooLarge, SingletonConflict
 from ..models import Event, Step, WorkflowRun
 from .cursors import preparing_cursor
 from .locking import CHANNEL, SYSTEM, event, now
+from .rows import ATTEMPT_VALUES, Insert, Template, attempt_values
 from .scheduling import delay_of, finish_run, schedule_attempt
 
 if TYPE_CHECKING:
@@ -108,19 +108,19 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
     path, parent = run.workflow_class, run.parent
     run.traceparent = observability.run_starting(path)
     details: dict[str, Any] = {"workflow": path, "key": None, **({"parent": parent.pk} if parent else {})}
-    queue = workflow.queue_for(first.name)
+    attempt = attempt_values(workflow, first)
     statement = _plain_start_statement()
     params = [
         *statement.run.params(run),
         *statement.event.params(details=details),
-        *statement.step.params(step_name=first.name, queue=queue, priority=workflow.priority_for(first.name)),
+        *statement.step.params(**attempt),
     ]
     # Its parameters sent apart, and the statement prepared where the connection prepares
     # statements: quoting its 49 parameters into the SQL cost ~0.45 ms of a start in a
     # process that had been idle, and parsing and planning its three INSERTs as much again
     # (benchmarks/RESULTS.md, seventh pass).
     cursor = preparing_cursor()
-    cursor.execute(statement.sql, [*params, CHANNEL, queue])
+    cursor.execute(statement.sql, [*params, CHANNEL, attempt["queue"]])
     (run.pk,) = cursor.fetchone()[:1]
     run._state.adding = False
     run._state.db = connection.alias
@@ -128,57 +128,11 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
 
 
 @dataclass(frozen=True)
-class _Insert:
-    """One model's ``INSERT INTO ... VALUES (...)`` as Django writes it, and the fields whose
-    values fill its placeholders, in their order."""
-
-    sql: str
-    fields: tuple[Field[Any, Any], ...]
-
-    @classmethod
-    def of(cls, instance: Model) -> _Insert:
-        meta = instance._meta
-        fields = [
-            f for f in meta.local_concrete_fields if f is not meta.auto_field and not getattr(f, "generated", False)
-        ]
-        query = InsertQuery(type(instance))
-        query.insert_values(fields, [instance])
-        ((sql, _),) = query.get_compiler(connection=connection).as_sql()
-        # A field set to an expression (the new run's id) is written into the SQL itself.
-        bound = tuple(f for f in fields if not hasattr(f.pre_save(instance, True), "resolve_expression"))
-        return cls(sql, bound)
-
-    def params(self, instance: Model) -> list[Any]:
-        """The parameters for ``instance``, prepared as Django's own insert prepares them."""
-        return [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in self.fields]
-
-    def template(self, instance: Model, *varying: str) -> _Template:
-        """The parameters of rows like ``instance`` that differ only in the fields ``varying``:
-        the others are prepared once, here."""
-        slots = {field.attname: (index, field) for index, field in enumerate(self.fields) if field.attname in varying}
-        assert slots.keys() == set(varying), f"not bound parameters of this insert: {set(varying) - slots.keys()}"
-        return _Template(tuple(self.params(instance)), slots)
-
-
-@dataclass(frozen=True)
-class _Template:
-    prepared: tuple[Any, ...]
-    varying: dict[str, tuple[int, Field[Any, Any]]]
-
-    def params(self, **values: Any) -> list[Any]:
-        row = list(self.prepared)
-        for name, value in values.items():
-            index, field = self.varying[name]
-            row[index] = field.get_db_prep_save(value, connection)
-        return row
-
-
-@dataclass(frozen=True)
 class _PlainStart:
     sql: str
-    run: _Insert
-    event: _Template  # the started event: its details vary
-    step: _Template  # the first attempt: its step, queue and priority vary
+    run: Insert
+    event: Template  # the started event: its details vary
+    step: Template  # the first attempt: its step, queue and priority vary
 
 
 @functools.cache
@@ -190,7 +144,7 @@ def _plain_start_statement() -> _PlainStart:
     # psycopg caches (it parsed the whole statement again on every start past that).
     new_run, run_created = RawSQL("(SELECT id FROM new_run)", []), RawSQL("(SELECT created_at FROM new_run)", [])
     at = now()
-    run = _Insert.of(WorkflowRun(workflow_class="", created_at=at, updated_at=at))
+    run = Insert.of(WorkflowRun(workflow_class="", created_at=at, updated_at=at))
     # The other values of the event and the attempt are the same for every plain start: made
     # into parameters once (three model instances and ~50 field preparations a start were
     # most of its Python, ~0.8 ms of it in a process that had been idle).
@@ -207,7 +161,7 @@ def _plain_start_statement() -> _PlainStart:
         scheduled_at=run_created,
         **NO_GATES.columns(),
     )
-    event, step = _Insert.of(started), _Insert.of(attempt)
+    event, step = Insert.of(started), Insert.of(attempt)
     # The NOTIFY names the queue and the new attempt (pgflow.store.locking.read_note), so an
     # idle worker can claim that attempt by its id.
     sql = (
@@ -215,9 +169,7 @@ def _plain_start_statement() -> _PlainStart:
         f"new_step AS ({step.sql} RETURNING id) "
         "SELECT id, pg_notify(%s, %s || ' ' || (SELECT id FROM new_step)) FROM new_run"
     )
-    return _PlainStart(
-        sql, run, event.template(started, "details"), step.template(attempt, "step_name", "queue", "priority")
-    )
+    return _PlainStart(sql, run, event.template(started, "details"), step.template(attempt, *ATTEMPT_VALUES))
 
 
 def take_singleton(workflow: type[Workflow], run: WorkflowRun) -> None:

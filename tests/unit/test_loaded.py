@@ -1,4 +1,4 @@
-"""store.claims.loaded and deferred: model instances built positionally, as Django loads a
+"""store.rows.loaded and deferred: model instances built positionally, as Django loads a
 row: equal field by field to Django's own keyword construction, or with only the fields
 given loaded (no database)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from pgflow.core.states import StepStatus
 from pgflow.models import Event, Step, WorkflowRun
-from pgflow.store.claims import deferred, loaded
+from pgflow.store.rows import deferred, loaded
 
 AT = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
 

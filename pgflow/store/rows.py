@@ -1,0 +1,164 @@
+"""Rows built and read without the ORM's per-instance cost, for the statements on every
+attempt's path: model instances made from a row as Django loads one (``loaded``,
+``deferred``), an ``INSERT`` compiled once with its parameters prepared once (``Insert``,
+``Template``), the columns a claim returns, and the values an attempt takes from its step's
+definition. The claim (``claims``), the plain start (``starting``) and the group commit
+(``commit``) share them."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.db import connection
+from django.db.models import Field, Model
+from django.db.models.sql import InsertQuery
+
+if TYPE_CHECKING:
+    from ..core.definitions import StepDefinition
+    from ..workflow import Workflow
+
+M = TypeVar("M", bound=Model)
+
+
+# --- what a claim returns -----------------------------------------------------------------------
+
+# The run's columns come back with each claimed attempt, so a plain step needs no other
+# read before its body runs.
+RUN_COLUMNS = (
+    "workflow_class",
+    "status",
+    "current_step",
+    "subject_type_id",
+    "subject_id",
+    "input",
+    "key",
+    "definition_digest",
+    "created_at",
+    "updated_at",
+    "finished_at",
+    "paused_reason",
+    "traceparent",
+    "parent_id",
+)
+# The attempt's own timestamps, for its trace span and metrics (pgflow.observability).
+STEP_COLUMNS = ("created_at", "scheduled_at", "waiting_since", "queue", "throttled_until")
+# The attempt's columns a claim's UPDATE of pgflow_step ``s`` returns: Claim's fields, then
+# STEP_COLUMNS.
+CLAIMED_STEP = "s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at" + "".join(
+    f", s.{column}" for column in STEP_COLUMNS
+)
+# What a claim reads of the attempt (s) and its run (r): Claim's fields, then RUN_COLUMNS,
+# then STEP_COLUMNS.
+CLAIMED = (
+    "s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, "
+    + ", ".join(f"r.{column}" for column in RUN_COLUMNS)
+    + "".join(f", s.{column}" for column in STEP_COLUMNS)
+)
+
+
+# --- an attempt's values from its definition --------------------------------------------------
+
+
+ATTEMPT_VALUES = ("step_name", "queue", "priority")  # the keys of attempt_values()
+
+
+def attempt_values(workflow: type[Workflow], definition: StepDefinition) -> dict[str, Any]:
+    """The columns a new attempt of ``definition`` takes from its class and step (``Step``'s
+    field names): every path that inserts an attempt (``schedule_attempt``, the plain start,
+    the group commit) writes these."""
+    return {
+        "step_name": definition.name,
+        "queue": workflow.queue_for(definition.name),
+        "priority": workflow.priority_for(definition.name),
+    }
+
+
+# --- model instances from a row ---------------------------------------------------------------
+
+
+def loaded(model: type[M], values: dict[str, Any]) -> M:
+    """An instance of ``model`` as if loaded from the database, with ``values`` (by attname)
+    and every other field at its default. Django's positional construction: with keywords
+    its ``__init__`` looks each field up in them, ~18 µs a model and ~10× that in a worker
+    that had been idle, on every attempt before its body (the start latency)."""
+    places, defaults, fresh = _row_of(model)
+    row = list(defaults)
+    for index, made in fresh:  # a callable default (dict, now…) makes a new value each time
+        row[index] = made.get_default()
+    for name, value in values.items():
+        row[places[name]] = value
+    return model.from_db("default", places.keys(), row)
+
+
+def deferred(model: type[M], values: dict[str, Any]) -> M:
+    """An instance of ``model`` with only ``values`` (by attname) loaded, as ``.only()`` would
+    load it: any other field is read from the database when first used. Smaller than
+    ``loaded`` (a claimed step's row has 35 fields, each in its ``__dict__``, for each
+    attempt held, 1,000 of them for 1,000 awaiting async bodies)."""
+    places = _row_of(model)[0]
+    names = sorted(values, key=places.__getitem__)
+    return model.from_db("default", names, [values[name] for name in names])
+
+
+@functools.cache
+def _row_of(model: type[Model]) -> tuple[dict[str, int], tuple[Any, ...], tuple[tuple[int, Any], ...]]:
+    """``model``'s concrete fields: each attname's place in a row, the constant defaults, and
+    the places of the defaults to call for each instance."""
+    fields = model._meta.concrete_fields
+    called = tuple((index, f) for index, f in enumerate(fields) if f.has_default() and callable(f.default))
+    made = {index for index, _ in called}
+    constant = tuple(None if index in made else f.get_default() for index, f in enumerate(fields))
+    return {f.attname: index for index, f in enumerate(fields)}, constant, called
+
+
+# --- an INSERT compiled once ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Insert:
+    """One model's ``INSERT INTO ... VALUES (...)`` as Django writes it, and the fields whose
+    values fill its placeholders, in their order."""
+
+    sql: str
+    fields: tuple[Field[Any, Any], ...]
+
+    @classmethod
+    def of(cls, instance: Model) -> Insert:
+        meta = instance._meta
+        fields = [
+            f for f in meta.local_concrete_fields if f is not meta.auto_field and not getattr(f, "generated", False)
+        ]
+        query = InsertQuery(type(instance))
+        query.insert_values(fields, [instance])
+        ((sql, _),) = query.get_compiler(connection=connection).as_sql()
+        # A field set to an expression (the new run's id) is written into the SQL itself.
+        bound = tuple(f for f in fields if not hasattr(f.pre_save(instance, True), "resolve_expression"))
+        return cls(sql, bound)
+
+    def params(self, instance: Model) -> list[Any]:
+        """The parameters for ``instance``, prepared as Django's own insert prepares them."""
+        return [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in self.fields]
+
+    def template(self, instance: Model, *varying: str) -> Template:
+        """The parameters of rows like ``instance`` that differ only in the fields ``varying``:
+        the others are prepared once, here."""
+        slots = {field.attname: (index, field) for index, field in enumerate(self.fields) if field.attname in varying}
+        assert slots.keys() == set(varying), f"not bound parameters of this insert: {set(varying) - slots.keys()}"
+        return Template(tuple(self.params(instance)), slots)
+
+
+@dataclass(frozen=True)
+class Template:
+    """An ``Insert``'s parameters prepared once, but for the fields ``varying``."""
+
+    prepared: tuple[Any, ...]
+    varying: dict[str, tuple[int, Field[Any, Any]]]
+
+    def params(self, **values: Any) -> list[Any]:
+        row = list(self.prepared)
+        for name, value in values.items():
+            index, field = self.varying[name]
+            row[index] = field.get_db_prep_save(value, connection)
+        return row
