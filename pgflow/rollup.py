@@ -45,6 +45,7 @@ from django.utils import timezone
 
 from .core import histogram
 from .core.histogram import Histogram
+from .core.phases import ROLLED
 from .models import FailureRollup, RollupState, RunRollup, StepRollup
 
 HOUR = timedelta(hours=1)
@@ -52,7 +53,7 @@ DAY = timedelta(days=1)
 SETTLE = timedelta(minutes=5)  # an hour is rolled this long after it ends
 HOURS_PER_SWEEP = 12  # hours holding rows rolled per sweep: a sweep stays short while catching up
 LOCK_KEY = 0x7067_666C_6F78  # serialises the rollup's writers (the sweep, rebuild, the command)
-PHASES = ("waited", "throttled", "queued", "ran")
+PHASES = ROLLED  # the phases of an attempt a StepTally holds a histogram of
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -136,7 +137,8 @@ def tally(since: datetime, until: datetime, bucket_seconds: int) -> Tally:
 
 # --- counting live -----------------------------------------------------------------------------
 
-# One attempt's phases, as pgflow_dashboard.timeline.segments splits them, in SQL. A phase
+# One attempt's phases, as pgflow.core.phases.pieces splits them, in SQL (checked against
+# it on sample rows by tests/integration/test_insights.py). A phase
 # is NULL until it is over (it then has no bucket and is not counted in the histogram).
 # "woken" is a signal step parked before its body and scheduled again when the signal came.
 # Throttled is counted for the attempts a limit let through (throttled_until set), never

@@ -225,7 +225,7 @@ def step_rows(steps: list[dict[str, Any]], *, now: datetime) -> list[dict[str, A
         rows.append(
             {
                 **step,
-                "durations": {kind: duration(spans[kind]) for kind in timeline.KINDS},
+                "durations": {kind: duration(spans[kind]) for kind in timeline.PHASES},
                 "is_open": step["status"] in timeline.OPEN,
             }
         )

@@ -1,18 +1,12 @@
 """Where a workflow run's time went, from its step rows and its audit trail.
 
-Each attempt (one ``Step`` row) splits into up to five phases::
-
-    waited    created_at    -> scheduled_at   the step's wait, or a reattempt's backoff
-    throttled scheduled_at  -> throttled_until  due, but held by a limit, rate or singleton
-    queued    throttled_until -> started_at   due and let through, but no worker had claimed it yet
-    ran       started_at    -> finished_at    the body (up to now while it runs)
-    waiting   waiting_since -> ...            parked on a signal or on its fan-out batch
-
-and each pause of the run (a ``paused`` event up to the event that ended it) is a period
-of its own, so a long gap on the chart explains itself. An attempt of a limited step records
-``throttled_until`` when the claim lets it through; one not claimed yet is throttled up to now
-while the step dict says ``held`` (its gate has no room: the run page reads the gate rows),
-queued otherwise. Without either, queued runs from scheduled_at as before. The run page's step table prints
+Each attempt (one ``Step`` row) splits into up to five phases by the one rule of
+:mod:`pgflow.core.phases` (waited, throttled, queued, ran, waiting; ran runs up to now
+while the body runs), and each pause of the run (a ``paused`` event up to the event that
+ended it) is a period of its own, so a long gap on the chart explains itself. An attempt of
+a limited step records ``throttled_until`` when the claim lets it through; one not claimed
+yet is throttled up to now while the step dict says ``held`` (its gate has no room: the run
+page reads the gate rows), queued otherwise. The run page's step table prints
 :func:`durations`; ``/timeline.json`` serves :func:`chart`, which ``charts.js`` draws as
 one bar row per attempt with the paused periods as bands across all rows.
 
@@ -28,13 +22,13 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgflow.core import events
+from pgflow.core import events, phases
 from pgflow.core.states import OPEN_STEP
 
 from .timeformat import duration
 
 OPEN = OPEN_STEP
-KINDS = ("waited", "throttled", "queued", "ran", "waiting")
+PHASES = phases.PHASES
 PAUSE_ENDS = events.PAUSE_ENDS
 
 # A ran phase is coloured by how its attempt ended; any other status is "ran_cancelled".
@@ -67,64 +61,33 @@ EventRow = Mapping[str, Any]  # an Event's fields by name
 
 
 def segments(step: StepRow, *, now: datetime) -> list[dict[str, Any]]:
-    """The attempt's phases in time order: ``[{"kind", "from", "to"}]``, datetimes in UTC.
+    """The attempt's phases in time order (:func:`pgflow.core.phases.pieces`):
+    ``[{"kind", "from", "to"}]``, datetimes in UTC, each of some length.
 
     An open attempt (scheduled, waiting, in progress) runs to ``now``; a closed one ends at
     its ``finished_at``, and every phase is cut there.
     """
-    created = _maybe_utc(step.get("created_at"))
-    scheduled = _maybe_utc(step.get("scheduled_at"))
-    started = _maybe_utc(step.get("started_at"))
-    since = _maybe_utc(step.get("waiting_since"))
     finished = _maybe_utc(step.get("finished_at"))
     ending = finished if finished is not None else (_utc(now) if str(step.get("status")) in OPEN else None)
-    let_through = _let_through(step, scheduled, started, ending)
-    if since is not None and scheduled is not None and since < scheduled:
-        # A signal step woken by its signal: the row was scheduled again at the wake and
-        # claimed a second time, so the park came before the (new) scheduled_at.
-        pieces = [
-            ("waited", created, since),
-            ("waiting", since, scheduled),
-            ("throttled", scheduled, let_through),
-            ("queued", let_through, started),
-            ("ran", started, ending),
-        ]
-    elif since is not None:
-        # Parked after the body ran (a signal not yet there, a fan-out batch open).
-        pieces = [
-            ("waited", created, scheduled),
-            ("throttled", scheduled, let_through),
-            ("queued", let_through, started),
-            ("ran", started, since),
-            ("waiting", since, ending),
-        ]
-    else:
-        pieces = [
-            ("waited", created, scheduled),
-            ("throttled", scheduled, let_through),
-            ("queued", let_through, started if started is not None else ending),
-            ("ran", started, ending),
-        ]
-    return _clip(pieces, finished)
-
-
-def _let_through(
-    step: StepRow, scheduled: datetime | None, started: datetime | None, ending: datetime | None
-) -> datetime | None:
-    # When a limit let the due attempt through: its throttled_until once claimed (between its
-    # scheduled_at and its start: the claim's clock and the finisher's may differ); while unclaimed and held
-    # by a full gate, the open end; else its scheduled_at (no throttled phase).
-    until = _maybe_utc(step.get("throttled_until"))
-    if until is not None and scheduled is not None:
-        return max(scheduled, min(until, started) if started is not None else until)
-    if started is None and step.get("held"):
-        return ending
-    return scheduled
+    return [
+        {"kind": kind, "from": low, "to": high}
+        for kind, low, high in phases.pieces(
+            created=_maybe_utc(step.get("created_at")),
+            scheduled=_maybe_utc(step.get("scheduled_at")),
+            started=_maybe_utc(step.get("started_at")),
+            waiting_since=_maybe_utc(step.get("waiting_since")),
+            finished=finished,
+            ending=ending,
+            throttled_until=_maybe_utc(step.get("throttled_until")),
+            held=bool(step.get("held")),
+        )
+        if high > low
+    ]
 
 
 def durations(step: StepRow, *, now: datetime) -> dict[str, float | None]:
     """``{"waited", "throttled", "queued", "ran", "waiting"}`` in seconds; ``None`` for a phase never reached."""
-    totals: dict[str, float | None] = dict.fromkeys(KINDS)
+    totals: dict[str, float | None] = dict.fromkeys(PHASES)
     for segment in segments(step, now=now):
         seconds = (segment["to"] - segment["from"]).total_seconds()
         totals[segment["kind"]] = (totals[segment["kind"]] or 0.0) + seconds
@@ -227,20 +190,6 @@ def _chart_segment(segment: Mapping[str, Any], series: str, *, note: str | None 
     if note is not None:
         drawn["note"] = note
     return drawn
-
-
-def _clip(pieces: list[tuple[str, Any, Any]], finished: datetime | None) -> list[dict[str, Any]]:
-    # Drops a piece missing an end or of no length, and ends every piece at the attempt's
-    # finished_at: a step cancelled before its scheduled_at did not wait past its end.
-    kept = []
-    for kind, start, end in pieces:
-        if start is None or end is None:
-            continue
-        if finished is not None and finished < end:
-            end = finished
-        if end > start:
-            kept.append({"kind": kind, "from": start, "to": end})
-    return kept
 
 
 def _utc(moment: datetime) -> datetime:

@@ -11,13 +11,13 @@ from datetime import datetime
 from typing import Any
 
 from pgflow.core.flow import ACTIONS, LOST, OUTCOME_WORDS, REATTEMPT
+from pgflow.core.phases import PHASES
 
 from ..timeline import children_note
 
 # Step.outcome word -> the policy action that led to it
 POLICY_OF_OUTCOME = {**{OUTCOME_WORDS[action]: action for action in ACTIONS}, LOST: "lease lost"}
 
-PHASES = ("waited", "throttled", "queued", "ran", "waiting")
 MESSAGE_LIMIT = 200  # characters of an error message quoted in a sentence
 
 

@@ -301,7 +301,7 @@ def explain_facts(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
     """The facts :func:`pgflow_dashboard.mcp.explain.explain` reads, for one run."""
     steps, _total = runpage.latest_steps(run, runpage.STEP_FIELDS, limit=MAX_RUN_ATTEMPTS)
     runpage.mark_held(steps, now=now)
-    phases = dict.fromkeys(explain.PHASES, 0.0)
+    phases = dict.fromkeys(timeline.PHASES, 0.0)
     for step in steps:
         for kind, seconds in timeline.durations(step, now=now).items():
             phases[kind] += seconds or 0.0

@@ -10,6 +10,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 from pgflow.conf import pgflow_settings
+from pgflow.core.phases import ROLLED
 
 from ... import insights
 from ...timeformat import duration
@@ -68,11 +69,13 @@ def report(figures: dict[str, Any]) -> list[str]:
     if not figures["workflows"]:
         lines.append("  none")
     lines.append("")
-    lines.append("steps (attempts that ended in the window; p50/p95 waited, queued, ran):")
+    lines.append("steps (attempts that ended in the window; p50/p95 of each phase):")
     for row in figures["steps"]:
+        # Throttled only for a step a limit held: the other phases are printed even when empty.
         phases = ", ".join(
             f"{phase} {duration(row[f'{phase}_p50_seconds'])}/{duration(row[f'{phase}_p95_seconds'])}"
-            for phase in ("waited", "queued", "ran")
+            for phase in ROLLED
+            if phase != "throttled" or row["throttled_p50_seconds"] is not None
         )
         lines.append(
             f"  {row['workflow_class']}.{row['step_name']}: {row['attempts']} attempts, "
