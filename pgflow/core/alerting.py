@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-PHASES = ("queued", "waited", "ran", "waiting")
-# kind: (its parameters, the required ones)
-KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+from . import phases
+
+PHASES = phases.PHASES  # a phase_p95 rule's phase: any phase of an attempt
+# kind: (its parameters, the required ones); each has its measure in pgflow.observability.alerts
+ALERT_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "phase_p95": (("phase", "threshold", "window", "workflow_class", "step"), ("phase", "threshold")),
     "runs_paused": (("count", "workflow_class"), ()),
     "steps_overdue": (("count", "after", "queue"), ()),
@@ -80,9 +82,9 @@ def rule_problems(raw: Any) -> list[str]:
     name, kind = raw.get("name"), raw.get("kind")
     if not (isinstance(name, str) and name.strip() and len(name) <= 200):
         problems.append(f"'name' must be a non-empty string of at most 200 characters, got {name!r}")
-    if kind not in KINDS:
-        return [*problems, f"'kind' must be one of {', '.join(KINDS)}, got {kind!r}"]
-    accepted, required = KINDS[kind]
+    if kind not in ALERT_KINDS:
+        return [*problems, f"'kind' must be one of {', '.join(ALERT_KINDS)}, got {kind!r}"]
+    accepted, required = ALERT_KINDS[kind]
     for key in raw:
         if key not in accepted and key not in COMMON:
             problems.append(f"unknown key {key!r} for kind {kind!r} (accepted: {', '.join((*accepted, *COMMON))})")
@@ -119,7 +121,7 @@ def parse(raw: dict[str, Any]) -> Rule:
     problems = rule_problems(raw)
     if problems:
         raise ValueError("; ".join(problems))
-    accepted, _ = KINDS[raw["kind"]]
+    accepted, _ = ALERT_KINDS[raw["kind"]]
     params = {key: raw.get(key, DEFAULTS.get(key)) for key in accepted}
     for key in DURATION_PARAMS:
         if params.get(key) is not None:

@@ -138,7 +138,7 @@ def _queue(rule: AlertRule, alert: Alert, event: str, at: datetime) -> None:
 
 def measure(kind: str, params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
     """``(holds, value, message)`` for a rule of ``kind`` now."""
-    return _MEASURES[kind](params, at)
+    return MEASURES[kind](params, at)
 
 
 def _phase_p95(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
@@ -257,7 +257,8 @@ def _queue_without_worker(params: dict[str, Any], at: datetime) -> tuple[bool, f
     )
 
 
-_MEASURES = {
+# kind -> its measure: one for each of alerting.ALERT_KINDS (tests/unit/test_alerting.py checks it).
+MEASURES = {
     "phase_p95": _phase_p95,
     "runs_paused": _runs_paused,
     "steps_overdue": _steps_overdue,

@@ -10,6 +10,7 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from django.db.models import F
 
 import pgflow
 from pgflow.core import alerting
@@ -146,6 +147,23 @@ def test_phase_p95_of_a_step(settings):
     assert check(t0 + timedelta(hours=2)) == 1 and states("slow queue") == [(True, True)]
 
 
+def test_phase_p95_of_the_throttled_phase(settings):
+    """A rule on the throttled phase (the time a limit held a due attempt) is accepted and fires."""
+    rules(
+        settings,
+        {"name": "held", "kind": "phase_p95", "phase": "throttled", "threshold": 50, "step": "one", "window": 3600},
+    )
+    run = run_workflow(wf.ThreeSteps.start())
+    # As the claim of a limited step records it: due 100 s before its start, let through 1 s before.
+    Step.objects.filter(run=run, step_name="one").update(
+        scheduled_at=F("started_at") - timedelta(seconds=100), throttled_until=F("started_at") - timedelta(seconds=1)
+    )
+    t0 = now()
+    assert check(t0) == 1
+    alert = Alert.objects.get(rule__name="held")
+    assert 90 < alert.value < 110 and "p95 of throttled" in alert.message
+
+
 def test_each_kind_is_checked_with_a_message_naming_what_is_accepted():
     assert alerting.rule_problems({"name": "x", "kind": "nope"}) == [
         "'kind' must be one of phase_p95, runs_paused, steps_overdue, waits_past_deadline, queue_without_worker, "
@@ -154,7 +172,7 @@ def test_each_kind_is_checked_with_a_message_naming_what_is_accepted():
     problems = alerting.rule_problems(
         {"name": "x", "kind": "phase_p95", "phase": "slept", "threshold": -1, "targets": ["sms"]}
     )
-    assert any("'phase' must be one of queued, waited, ran, waiting" in p for p in problems)
+    assert any("'phase' must be one of waited, throttled, queued, ran, waiting, got 'slept'" in p for p in problems)
     assert any("'threshold' must be a positive" in p for p in problems)
     assert any("a target must be 'mail_admins'" in p for p in problems)
 
@@ -258,7 +276,10 @@ def test_the_admin_lists_alerts_acknowledges_them_and_checks_a_rule(settings, ad
             "enabled": "on",
         },
     )
-    assert bad.status_code == 200 and b"&#x27;phase&#x27; must be one of queued, waited, ran, waiting" in bad.content
+    assert (
+        bad.status_code == 200
+        and b"&#x27;phase&#x27; must be one of waited, throttled, queued, ran, waiting" in bad.content
+    )
     good = admin_client.post(
         "/admin/pgflow/alertrule/add/",
         {

@@ -8,6 +8,7 @@ import hmac
 from datetime import UTC, datetime, timedelta
 
 from pgflow.core import alerting, histogram, phases
+from pgflow.observability import alerts
 from pgflow.observability.metrics import BUCKETS
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
@@ -48,6 +49,17 @@ def test_phases_of_an_attempt_and_of_one_woken_by_its_signal():
         finished=T + timedelta(seconds=3),
     )
     assert let_through_at_once == {"waited": 0.0, "throttled": 0.0, "queued": 2.0, "ran": 1.0, "waiting": None}
+
+
+def test_every_alert_kind_has_its_measure_and_every_measure_its_kind():
+    # A kind without a measure would pass the rule check and fail only when the sweep reads it.
+    assert list(alerts.MEASURES) == list(alerting.ALERT_KINDS)
+
+
+def test_a_phase_p95_rule_accepts_every_phase_of_an_attempt():
+    for phase in ("waited", "throttled", "queued", "ran", "waiting"):
+        assert alerting.rule_problems({"name": "x", "kind": "phase_p95", "phase": phase, "threshold": 1}) == []
+    assert alerting.PHASES == phases.PHASES
 
 
 def test_decide_fires_once_resolves_and_waits_out_the_cooldown():
