@@ -103,7 +103,7 @@ def build(principal: Principal) -> MCPServer:
 
     @server.tool()
     async def get_run(ctx: Context, run_id: int) -> dict[str, Any]:
-        """One run in full: its facts and input, each attempt with its waited/queued/ran/waiting durations
+        """One run in full: its facts and input, each attempt with its waited/throttled/queued/ran/waiting durations
         and timeline segments, errors with their causes, signals, fan-out batches and the audit trail."""
         return await call(ctx, VIEW, lambda _actor: reads.get_run(run_id, now=timezone.now()))
 

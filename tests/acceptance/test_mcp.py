@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from pgflow.models import AccessToken, Event, WorkflowRun
 from pgflow.testing import run_workflow
 from pgflow_dashboard import insights
 from pgflow_dashboard.mcp import tokens
+from pgflow_dashboard.mcp.server import INSTRUCTIONS
 from pgflow_dashboard.window import WorkflowWindow
 from tests import composition_workflows as cw
 from tests import workflows as wf
@@ -103,6 +105,33 @@ def test_stdio_refuses_a_missing_or_inactive_user(users):
         assert expected in done.stderr
 
 
+def instructions_tools() -> set[str]:
+    """The tools the server's INSTRUCTIONS name, in its parenthesised lists."""
+    return {name.strip() for listed in re.findall(r"\(([^)]*)\)", INSTRUCTIONS) for name in listed.split(",")}
+
+
+def readme_tools() -> dict[str, set[str]]:
+    """Tool name -> its parameters, from the first column of the README's MCP tool table
+    (``name(a, b=1)``, or ``name``, ``other`` ``(a, b)`` for several of one signature)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Agents: the MCP server", 1)[1].split("\n## ", 1)[0]
+    tools: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        pending: list[str] = []
+        for chunk in re.findall(r"`([^`]*)`", line.split("|")[1]):
+            name, _, args = chunk.partition("(")
+            params = {arg.split("=")[0].strip() for arg in args.rstrip(")").split(",") if arg.strip()}
+            if name:
+                pending.append(name)
+            if args or not name:
+                tools.update(dict.fromkeys(pending, params))
+                pending = []
+        tools.update((name, set()) for name in pending)
+    return tools
+
+
 def test_stdio_read_tools_answer_with_secrets_masked(users):
     waiting = run_workflow(wf.WaitsForPayment.start(input=SECRET_INPUT))
     pgflow.signal(waiting, "note", {"api_key": "sk_live_1", "ok": True})
@@ -110,7 +139,7 @@ def test_stdio_read_tools_answer_with_secrets_masked(users):
     assert (waiting.status, paused.status) == ("running", "paused")
 
     async def session(client: Client) -> dict[str, Any]:
-        names = {tool.name for tool in (await client.list_tools()).tools}
+        names = {tool.name: set(tool.input_schema["properties"]) for tool in (await client.list_tools()).tools}
         return {
             "names": names,
             "bad_window": await client.call_tool("insights", {"window": "2h"}),
@@ -126,20 +155,9 @@ def test_stdio_read_tools_answer_with_secrets_masked(users):
         }
 
     got = stdio("viewer", session)
-    assert got["names"] == {
-        "insights",
-        "stuck",
-        "search_runs",
-        "get_run",
-        "explain_run",
-        "workers",
-        "pause_run",
-        "resume_run",
-        "cancel_run",
-        "skip_step",
-        "send_signal",
-        "rerun_from",
-    }
+    documented = readme_tools()
+    assert set(got["names"]) == instructions_tools() == set(documented), "registered, INSTRUCTIONS, README"
+    assert got["names"] == documented, "each tool's parameters as the README's MCP table lists them"
     assert "unknown window '2h'" in error(got["bad_window"])
     assert "1h, 24h, 7d, 30d" in error(got["bad_window"])
     figures = answer(got["insights"])
