@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 STEP = "step"
 SIGNAL = "signal"  # a @step with wait_for=: parks until a signal of that name arrives
 FAN_OUT = "fan_out"
-KINDS = (STEP, SIGNAL, FAN_OUT)
+STEP_KINDS = (STEP, SIGNAL, FAN_OUT)
 
 # The options each decorator takes, in the order the messages list them. before_step and
 # after_step place the step (StepList.add); the others end up on the StepDefinition.
@@ -91,8 +91,8 @@ class StepDefinition:
             raise DefinitionError(f"a step name must be a Python identifier, got {self.name!r}")
         if not self.method:
             object.__setattr__(self, "method", self.name)
-        if self.kind not in KINDS:
-            raise DefinitionError(f"step {self.name!r}: kind must be one of {_listed(KINDS)}, got {self.kind!r}")
+        if self.kind not in STEP_KINDS:
+            raise DefinitionError(f"step {self.name!r}: kind must be one of {_listed(STEP_KINDS)}, got {self.kind!r}")
         if (self.kind == SIGNAL) != (self.wait_for is not None):
             raise DefinitionError(f"step {self.name!r}: a step has kind 'signal' exactly when it has wait_for")
         if self.kind == FAN_OUT and self.on_batch_failure is None:

@@ -20,7 +20,7 @@ FINISH = "finish"  # the run finishes now, skipping the steps left
 CANCEL = "cancel"  # the run is cancelled
 PAUSE = "pause"  # the run pauses; resume() schedules a fresh attempt of this step
 REATTEMPT = "reattempt"  # a fresh attempt of this step, after ``wait`` seconds
-KINDS = (COMPLETE, SKIP, FINISH, CANCEL, PAUSE, REATTEMPT)
+OUTCOME_KINDS = (COMPLETE, SKIP, FINISH, CANCEL, PAUSE, REATTEMPT)  # an Outcome's kind
 
 # The word recorded in Step.outcome for each kind.
 OUTCOME_WORDS = {
@@ -48,8 +48,8 @@ class Outcome:
     details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"outcome kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.kind not in OUTCOME_KINDS:
+            raise ValueError(f"outcome kind must be one of {', '.join(OUTCOME_KINDS)}, got {self.kind!r}")
         if self.wait is not None and self.kind != REATTEMPT:
             raise ValueError(f"only a reattempt takes a wait, not a {self.kind}")
         if self.wait is not None and self.wait < 0:
