@@ -94,18 +94,32 @@ def repair_children(*, at: datetime, grace: timedelta) -> int:
     )
     for child_id in dict.fromkeys(ended):
         done += _safely(f"child run {child_id}", lambda child_id=child_id: _count_ended(child_id, at))
-    parents = (
+    for parent_id in _cancelled_parents(at - grace):
+        done += _safely(f"children of run {parent_id}", lambda parent_id=parent_id: cancel_children(parent_id))
+    return done
+
+
+# Where this process's last pass over cancelled parents stopped. A parent whose open children
+# all abandon it keeps matching for ever, so taking the first REPAIR_LIMIT each pass would let
+# a hundred such parents starve every other; each pass goes on from the last, and wraps round.
+_parents_after = 0
+
+
+def _cancelled_parents(before: datetime) -> list[int]:
+    global _parents_after
+    parents = list(
         WorkflowRun.objects.filter(
             status=RunStatus.CANCELLED,
-            finished_at__lt=at - grace,
+            finished_at__lt=before,
             children__status__in=list(OPEN_RUN),
+            pk__gt=_parents_after,
         )
+        .order_by("pk")
         .values_list("pk", flat=True)
         .distinct()[:REPAIR_LIMIT]
     )
-    for parent_id in parents:
-        done += _safely(f"children of run {parent_id}", lambda parent_id=parent_id: cancel_children(parent_id))
-    return done
+    _parents_after = parents[-1] if len(parents) == REPAIR_LIMIT else 0
+    return parents
 
 
 def _count_ended(child_id: int, at: datetime) -> int:

@@ -294,3 +294,27 @@ def test_a_rerun_copies_the_latest_completed_attempt_and_not_a_step_that_never_c
     assert "charge" not in rerun.outputs
     made = rerun.events.get(event="rerun_of").details
     assert (made["copied"], made["not_copied"]) == (["fetch"], ["charge"])
+
+
+def test_parents_whose_open_children_all_abandon_them_do_not_starve_the_sweep(monkeypatch, settings):
+    """More cancelled parents with abandoning children than one pass repairs: a later parent's
+    child is still cancelled, on a later pass."""
+    from pgflow.runtime import sweep
+    from pgflow.store import children as store_children
+
+    settings.PGFLOW = {**settings.PGFLOW, "FAN_OUT_GRACE": timedelta(minutes=1)}
+    monkeypatch.setattr(store_children, "REPAIR_LIMIT", 2)
+    monkeypatch.setattr(store_children, "_parents_after", 0)
+    parents = [run_workflow(cw.ParentOfWaiters.start()) for _ in range(3)]
+    with monkeypatch.context() as crash:
+        crash.setattr(store_children, "cancel_children", lambda parent_id: 0)
+        for parent in parents:
+            parent.cancel(actor="ops")
+    at = max(WorkflowRun.objects.get(pk=p.pk).finished_at for p in parents) + timedelta(minutes=2)
+    for _ in range(3):
+        sweep.run(at=at)
+    waiters = [p.children.get(workflow_class=f"{cw.Waiter.__module__}.{cw.Waiter.__qualname__}") for p in parents]
+    assert [w.status for w in WorkflowRun.objects.filter(pk__in=[w.pk for w in waiters]).order_by("pk")] == [
+        "cancelled"
+    ] * 3
+    assert_exactly_once()
