@@ -7,6 +7,7 @@ import asyncio
 from datetime import timedelta
 
 from asgiref.sync import sync_to_async
+from django.db import connection
 
 import pgflow
 from pgflow import cancel_if, fan_out, step
@@ -113,3 +114,21 @@ class AsyncFan(pgflow.Workflow):
     @step
     async def after(self):
         return "after"
+
+
+def _backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+class AsyncBackend(pgflow.Workflow):
+    """Says which server process ran its queries: the connection of asgiref's one thread for
+    sync code, which every async body's queries share."""
+
+    @step
+    async def query(self):
+        await asyncio.sleep(self.input.get("sleep", 0.05))
+        pid = await sync_to_async(_backend_pid)()
+        seen = await WorkflowRun.objects.filter(pk=self.run.pk).aexists()  # Django's async ORM, same thread
+        return {"pid": pid, "seen": seen, "pid_after": await sync_to_async(_backend_pid)()}

@@ -32,9 +32,10 @@ from ..conf import pgflow_settings
 from ..evaluation import is_async
 from ..registry import registered
 from ..store import Claim
+from ..store.claims import Kinds
 from . import presence, sweep
 from .answer import Answer
-from .committer import MAX_BATCH, TWO_COMMITTERS_FROM, Committer
+from .committer import TWO_COMMITTERS_FROM, Committer
 from .loop import EventLoop
 from .runner import Result, Runner
 from .slots import Slots
@@ -46,6 +47,7 @@ RECONNECT_DELAY = 1.0  # seconds between attempts while the database is away
 THROTTLED_POLL = 0.2  # seconds: how soon an idle worker looks again at due attempts a limit held
 TIMEOUT_TICK = 0.5  # seconds between checks for steps past their timeout
 THREADS_GRACE = 10.0  # seconds run() waits at the end for its background threads
+SYNC, ASYNC = (False,), (True,)  # the slots an attempt holds: a thread's, or an async one's
 
 
 def schema_missing(exc: BaseException) -> bool:
@@ -100,14 +102,17 @@ class Worker:
         # those whose body is still running: they take the concurrency slots.
         self._running: dict[Any, Claim] = {}
         self._bodies: set[Any] = set()
-        # Async bodies awaiting on the loop: they take the async slots instead.
+        # Async bodies awaiting on the loop.
         self._awaiting: set[Any] = set()
-        # Async slots are offered to the claim only while async steps come back from it
-        # (one probe slot otherwise, and none when no registered class has an async step): a
-        # claim of sync steps beyond the free threads would leave them waiting here for a
-        # thread while other workers could run them, and past a SIGTERM.
-        self._claiming_async = False
-        self._may_claim_async = _registered_async_steps()
+        # The slots: held attempts by kind (True: async), from the claim until their commit
+        # answered, each kind within its bound (--concurrency, --async-concurrency) at every
+        # instant. The claim takes only for free slots of each kind (store.claims.Kinds): a
+        # claim of sync steps beyond the free threads left them in_progress here waiting for
+        # a thread (30 with --concurrency 2), unavailable to other workers. An attempt whose
+        # body is over keeps its slot until its outcome committed: it is in_progress until then.
+        self._async_steps = _async_steps()
+        self._kind: dict[Any, tuple[bool, ...]] = {}
+        self._held = {False: 0, True: 0}
         self.loop: EventLoop | None = None
         self._running_lock = threading.Lock()
         self._signals = 0
@@ -315,46 +320,73 @@ class Worker:
             if not woken or self._wake.is_set():
                 return
 
-    def _free(self) -> int:
-        """Slots for new claims: bodies running take one each (a thread, or an async slot),
-        and attempts whose outcome waits for the group commit are bounded by two batches."""
+    def _free(self) -> Kinds:
+        """Free slots by kind: each attempt held (claimed, and not yet committed) takes one."""
         with self._running_lock:
-            threads = self.concurrency - len(self._bodies)
-            awaiting = self.async_concurrency - len(self._awaiting)
-            if not (self._claiming_async or self._awaiting):
-                awaiting = min(awaiting, 1 if self._may_claim_async else 0)
-            held = self.concurrency + len(self._awaiting) + 2 * MAX_BATCH - len(self._running)
-            return max(0, min(max(threads, 0) + awaiting, held))
+            threads = self.concurrency - self._held[False]
+            awaiting = self.async_concurrency - self._held[True] if self._async_steps else 0
+        return Kinds(threads=max(0, threads), awaiting=max(0, awaiting), async_steps=self._async_steps)
+
+    def _free_total(self) -> int:
+        free = self._free()
+        return free.threads + free.awaiting
+
+    def _slots_for(self, held: Claim, free: Kinds) -> tuple[bool, ...]:
+        """The slots ``held`` takes: the one of the kind the claim counted it as. An async body
+        of a class the claim did not know (first imported since the worker started) was
+        counted as sync: it takes an async slot instead while one is free (the thread it was
+        counted in was never used), or runs in that thread (run_body awaits it there) holding
+        an async slot too, so neither bound is passed; the next claims know its steps."""
+        if free.is_async(held):
+            return ASYNC
+        if not self.runner.is_async(held):
+            return SYNC
+        self._async_steps = _async_steps()
+        with self._running_lock:
+            room = self._held[True] < self.async_concurrency
+        return ASYNC if room else (False, True)
+
+    def _hold(self, held: Claim, slots: tuple[bool, ...]) -> None:
+        with self._running_lock:
+            self._running[held.token] = held
+            self._kind[held.token] = slots
+            for kind in slots:
+                self._held[kind] += 1
+            (self._awaiting if slots == ASYNC else self._bodies).add(held.token)
+
+    def _release(self, token: Any) -> None:
+        """The attempt ``token`` is no longer held (caller holds ``_running_lock``): its slots are free."""
+        if self._running.pop(token, None) is not None:
+            for kind in self._kind.pop(token):
+                self._held[kind] -= 1
 
     def _claim_and_submit(self, pool: Slots[Claim, Result]) -> int:
         # The claim covers every notification so far: those that come during it wake the next.
         notes, self._notes = self._notes, []
         known_due, self._next_due = self._next_due, store.NOT_KNOWN
         free = self._free()
-        if free <= 0:
+        total = free.threads + free.awaiting
+        if total <= 0:
             return 0
         claims: store.Claimed | None = None
-        if self._drained and len(notes) == 1 and notes[0] is not None and _none_due(known_due):
-            # Idle, and one start announced the only attempt due: claim it by its id.
+        either = free.threads > 0 and (free.awaiting > 0 or not self._async_steps)
+        if self._drained and either and len(notes) == 1 and notes[0] is not None and _none_due(known_due):
+            # Idle (a slot of either kind free), and one start announced the only attempt due: claim it by its id.
             claims = store.claim_notified(notes[0], worker=self.name, queues=self.queues)
         if not claims:  # taken by another worker meanwhile, or not the idle case: the claim
-            claims = store.claim(worker=self.name, queues=self.queues, limit=free)
-        self._drained = len(claims) < free
+            claims = store.claim(worker=self.name, queues=self.queues, limit=total, kinds=free)
+        self._drained = len(claims) < total
         self._next_due = claims.next_due
         assert self.loop is not None
-        kinds = [(held, self.runner.is_async(held)) for held in claims]
-        outputs = self._outputs_for([held for held, awaits in kinds if awaits])
-        for held, awaits in kinds:
-            with self._running_lock:
-                self._running[held.token] = held
-                (self._awaiting if awaits else self._bodies).add(held.token)
-            if awaits:
+        kinds = [(held, self._slots_for(held, free)) for held in claims]
+        outputs = self._outputs_for([held for held, slots in kinds if slots == ASYNC])
+        for held, slots in kinds:
+            self._hold(held, slots)
+            if slots == ASYNC:
                 task = self._execute_async(held, outputs.get(held.run_id))
                 self.loop.submit(task, functools.partial(self._done, held))
             else:
                 pool.submit(held)
-        if claims:
-            self._claiming_async = any(awaits for _, awaits in kinds)
         return len(claims)
 
     def _outputs_for(self, awaiting: list[Claim]) -> dict[int, dict[str, Any]]:
@@ -395,7 +427,7 @@ class Worker:
             self._bodies.discard(held.token)
             self._awaiting.discard(held.token)
             if result is None or result.pending is None:
-                self._running.pop(held.token, None)
+                self._release(held.token)
         if exc is not None:
             logger.error("step runner failed: %s", exc, exc_info=exc, extra={"action": "runner_error"})
         elif result is not None and result.pending is not None:
@@ -406,7 +438,7 @@ class Worker:
 
     def _committed(self, result: Result, commit: Answer[bool]) -> None:
         with self._running_lock:
-            self._running.pop(result.claim.token, None)
+            self._release(result.claim.token)
         exc = commit.exception()
         if exc is not None:
             # The attempt keeps its lease until it expires, then the sweep runs it again.
@@ -424,7 +456,7 @@ class Worker:
     def _idle_wait(self, claimed: int) -> float:
         """Seconds to sleep before the next claim: none while slots are free and work was
         found; up to the next due time or the poll interval otherwise."""
-        free = self._free()
+        free = self._free_total()
         if claimed and free > 0 and not self._drained:
             return 0.0  # the claim was cut at its limit: more may be due at once
         if free <= 0:
@@ -575,12 +607,12 @@ def _none_due(next_due: object) -> bool:
     return next_due is None or (isinstance(next_due, datetime) and next_due > store.now())
 
 
-def _registered_async_steps() -> bool:
-    """Whether any registered workflow class has an ``async def`` step (a fan_out's runs in a
-    thread). A class first imported by a claim later still runs: it is claimed into a free
-    thread's slot, and then ``_claiming_async`` offers the async slots."""
-    return any(
-        not definition.fans_out and is_async(workflow, definition)
+def _async_steps() -> frozenset[str]:
+    """The ``async def`` steps of the registered workflow classes, as the claim counts them
+    ("workflow path:step name"; a fan_out's body runs in a thread)."""
+    return frozenset(
+        f"{workflow.workflow_path()}:{definition.name}"
         for workflow in registered()
         for definition in workflow.steps()
+        if not definition.fans_out and is_async(workflow, definition)
     )

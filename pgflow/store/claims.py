@@ -67,26 +67,50 @@ _GATE_ROOM = f"""
 """
 _ROOM = f"k.size - CASE WHEN {_K_RATE} THEN cardinality(recent.starts) ELSE cardinality(kept.holders) END"
 
+# Whether the attempt ``{a}`` (a row of pgflow_step) is an async body's, by its class and step
+# name (``%(async_keys)s``, "path:step"; the name alone first, so a worker with no async step
+# never reads the run), and whether its kind has a free slot: a worker claims only for free
+# slots of the right kind (``%(threads)s``, ``%(awaiting)s``), so neither bound is passed.
+_IS_ASYNC = (
+    "({a}.step_name = ANY(%(async_names)s::text[]) AND (SELECT k_r.workflow_class FROM pgflow_run AS k_r "
+    "WHERE k_r.id = {a}.run_id) || ':' || {a}.step_name = ANY(%(async_keys)s::text[]))"
+)
+_KIND_FREE = "(CASE WHEN " + _IS_ASYNC + " THEN %(awaiting)s > 0 ELSE %(threads)s > 0 END)"
+
 # Both claims' first parts: the queues not paused, and each one's due ungated attempts (see
 # CLAIM_SQL's comment below); ``{also}`` is a further condition on those attempts.
 _OPEN_QUEUES = """open_queues AS (
     SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = q.name AND p.paused)
 )"""
-_CANDIDATES = """candidates AS (
-    SELECT c.id, c.priority, c.scheduled_at
+_CANDIDATES = (
+    """candidates AS (
+    SELECT c.id, c.priority, c.scheduled_at, c.is_async
     FROM open_queues AS q,
     LATERAL (
-        SELECT id, priority, scheduled_at FROM pgflow_step
-        WHERE status = 'scheduled' AND NOT gated AND queue = q.name AND scheduled_at <= %(now)s {also}
-        ORDER BY priority DESC, scheduled_at, id
+        SELECT x.id, x.priority, x.scheduled_at, """
+    + _IS_ASYNC.format(a="x")
+    + """ AS is_async FROM pgflow_step AS x
+        WHERE x.status = 'scheduled' AND NOT x.gated AND x.queue = q.name AND x.scheduled_at <= %(now)s {also}
+            AND """
+    + _KIND_FREE.format(a="x")
+    + """
+        ORDER BY x.priority DESC, x.scheduled_at, x.id
         LIMIT least(%(limit)s, (SELECT count(*) FROM (
-            SELECT 1 FROM pgflow_step WHERE status = 'scheduled' AND queue = q.name
-                AND timezone('UTC', scheduled_at) <= timezone('UTC', %(now)s::timestamptz)
-            ORDER BY timezone('UTC', scheduled_at) LIMIT %(limit)s) AS due_now))
-        FOR UPDATE SKIP LOCKED
+            SELECT 1 FROM pgflow_step AS y WHERE y.status = 'scheduled' AND y.queue = q.name
+                AND timezone('UTC', y.scheduled_at) <= timezone('UTC', %(now)s::timestamptz) AND """
+    + _KIND_FREE.format(a="y")
+    + """
+            ORDER BY timezone('UTC', y.scheduled_at) LIMIT %(limit)s) AS due_now))
+        FOR UPDATE OF x SKIP LOCKED
     ) AS c
 )"""
+)
+# Each kind's attempts of ``{rows}`` up to its free slots, first in the claim's ``{order}`` (a
+# kind's cut is unlocked when the statement ends).
+_WITHIN_KINDS = """(SELECT w.*, row_number() OVER (
+            PARTITION BY w.is_async ORDER BY {order})
+        <= CASE WHEN w.is_async THEN %(awaiting)s ELSE %(threads)s END AS fits FROM {rows} AS w) AS kinds"""
 
 # The claim, one statement. Paused queues are left out first.
 #
@@ -176,14 +200,18 @@ WITH RECURSIVE """
 ), pool AS (
     SELECT c.id, c.priority, c.scheduled_at, c.run_id, false AS owner, g.gate, g.rate_gate,
            coalesce(fc.served_at, fr.served_at) AS served_at, greatest(fc.freed_at, fr.freed_at) AS freed_at,
-           fc.room AS c_room, fr.room AS r_room
+           fc.room AS c_room, fr.room AS r_room, c.is_async
     FROM groups AS g
     LEFT JOIN room AS fc ON fc.name = g.gate
     LEFT JOIN room AS fr ON fr.name = g.rate_gate
     CROSS JOIN LATERAL (
-        SELECT s.id, s.priority, s.scheduled_at, s.run_id FROM pgflow_step AS s
+        SELECT s.id, s.priority, s.scheduled_at, s.run_id, """
+    + _IS_ASYNC.format(a="s")
+    + """ AS is_async FROM pgflow_step AS s
         WHERE s.status = 'scheduled' AND s.gated AND s.queue = g.queue AND s.gate = g.gate
-            AND s.rate_gate = g.rate_gate AND s.scheduled_at <= %(now)s
+            AND s.rate_gate = g.rate_gate AND s.scheduled_at <= %(now)s AND """
+    + _KIND_FREE.format(a="s")
+    + """
         ORDER BY s.priority DESC, s.scheduled_at, s.id
         LIMIT least(%(limit)s, greatest(coalesce(fc.room, %(limit)s), 0), greatest(coalesce(fr.room, %(limit)s), 0))
         FOR UPDATE SKIP LOCKED
@@ -191,7 +219,9 @@ WITH RECURSIVE """
     WHERE (g.gate = '' OR fc.name IS NOT NULL) AND (g.rate_gate = '' OR fr.name IS NOT NULL)
     UNION ALL
     SELECT s.id, s.priority, s.scheduled_at, s.run_id, true, s.gate, s.rate_gate,
-           coalesce(k.served_at, fr.served_at), fr.freed_at, 0, fr.room
+           coalesce(k.served_at, fr.served_at), fr.freed_at, 0, fr.room, """
+    + _IS_ASYNC.format(a="s")
+    + """
     FROM pgflow_gate AS k
     JOIN pgflow_step AS s ON s.run_id = ANY(k.holders) AND s.gate = k.name
     LEFT JOIN room AS fr ON fr.name = s.rate_gate
@@ -199,7 +229,9 @@ WITH RECURSIVE """
     + gate_prefix(SINGLETON_GATE)
     + """%%') AND s.status = 'scheduled'
         AND s.scheduled_at <= %(now)s AND s.queue IN (SELECT name FROM open_queues)
-        AND (s.rate_gate = '' OR fr.name IS NOT NULL)
+        AND (s.rate_gate = '' OR fr.name IS NOT NULL) AND """
+    + _KIND_FREE.format(a="s")
+    + """
 ), ranked AS (
     SELECT p.*,
            row_number() OVER (PARTITION BY p.gate, p.owner ORDER BY p.priority DESC, p.scheduled_at, p.id) AS c_rank,
@@ -209,14 +241,20 @@ WITH RECURSIVE """
 ), allowed AS (
     SELECT * FROM ranked
     WHERE (gate = '' OR owner OR c_rank <= c_room) AND (rate_gate = '' OR r_rank <= r_room)
-), due AS (
+), merged AS (
     SELECT id, %(now)s::timestamptz AS started_at, NULL::timestamptz AS throttled_until, priority, 1::bigint AS turn,
-           scheduled_at AS served_at, scheduled_at
+           scheduled_at AS served_at, scheduled_at, is_async
     FROM candidates
     UNION ALL
     SELECT id, greatest(%(now)s::timestamptz, freed_at), greatest(scheduled_at, freed_at), priority, turn, served_at,
-           scheduled_at
+           scheduled_at, is_async
     FROM allowed
+), due AS (
+    SELECT * FROM """
+    + _WITHIN_KINDS.format(
+        rows="merged", order="w.priority DESC, w.turn, w.served_at NULLS FIRST, w.scheduled_at, w.id"
+    )
+    + """ WHERE fits
     ORDER BY priority DESC, turn, served_at NULLS FIRST, scheduled_at, id
     LIMIT %(limit)s
 ), taken AS (
@@ -293,7 +331,9 @@ WITH """
 ), """
     + _CANDIDATES.format(also="AND NOT (SELECT gated FROM probe)")
     + """, due AS (
-    SELECT id FROM candidates ORDER BY priority DESC, scheduled_at, id LIMIT %(limit)s
+    SELECT id FROM """
+    + _WITHIN_KINDS.format(rows="candidates", order="w.priority DESC, w.scheduled_at, w.id")
+    + """ WHERE fits ORDER BY priority DESC, scheduled_at, id LIMIT %(limit)s
 ), claimed AS (
     UPDATE pgflow_step AS s
     SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
@@ -377,11 +417,30 @@ class Claimed(list[Claim]):
 NOT_KNOWN = object()
 
 
-def claim(*, worker: str, queues: list[str], limit: int, at: datetime | None = None) -> Claimed:
-    """Take up to ``limit`` due attempts in one statement (``FOR UPDATE SKIP LOCKED``)."""
+@dataclass(frozen=True)
+class Kinds:
+    """A claim's free slots by kind: ``threads`` for sync bodies, ``awaiting`` for the async
+    bodies of ``async_steps`` ("workflow path:step name"); every other attempt is sync."""
+
+    threads: int
+    awaiting: int
+    async_steps: frozenset[str] = frozenset()
+
+    def is_async(self, held: Claim) -> bool:
+        """The kind the claim counted ``held`` as."""
+        return f"{held.run_fields.get('workflow_class', '')}:{held.step_name}" in self.async_steps
+
+
+def claim(
+    *, worker: str, queues: list[str], limit: int, at: datetime | None = None, kinds: Kinds | None = None
+) -> Claimed:
+    """Take up to ``limit`` due attempts in one statement (``FOR UPDATE SKIP LOCKED``); with
+    ``kinds``, at most ``kinds.threads`` sync ones and ``kinds.awaiting`` async ones."""
+    if kinds is not None:
+        limit = min(limit, kinds.threads + kinds.awaiting)
     if limit <= 0:
         return Claimed([], NOT_KNOWN)
-    params: dict[str, Any] = {"queues": queues, "limit": limit, **_lease(worker, at)}
+    params: dict[str, Any] = {"queues": queues, "limit": limit, **_lease(worker, at), **_kind_params(kinds, limit)}
     # The ungated claim is a prepared statement with one generic plan: planning it cost more
     # than running it (~0.5 ms of ~0.8 ms a claim, three times that on an idle machine, on
     # every start's path). Its plan does not depend on the values: each queue's scan follows
@@ -444,6 +503,14 @@ def claim_notified(step_id: int, *, worker: str, queues: list[str], at: datetime
     """
     rows = _claim_rows(CLAIM_NOTIFIED_SQL, {"id": step_id, "queues": queues, **_lease(worker, at)})
     return Claimed(_claims([row[1:] for row in rows if row[1] is not None]), rows[0][0])
+
+
+def _kind_params(kinds: Kinds | None, limit: int) -> dict[str, Any]:
+    if kinds is None:  # every attempt counts as sync, up to the limit
+        return {"async_names": [], "async_keys": [], "threads": limit, "awaiting": 0}
+    keys = sorted(kinds.async_steps)
+    names = sorted({key.rsplit(":", 1)[1] for key in keys})
+    return {"async_names": names, "async_keys": keys, "threads": kinds.threads, "awaiting": kinds.awaiting}
 
 
 def _lease(worker: str, at: datetime | None) -> dict[str, Any]:

@@ -71,9 +71,7 @@ def test_an_async_task_cancelled_before_its_body_frees_its_slot():
 
     worker = Worker(concurrency=1)
     held = wf_claim()
-    with worker._running_lock:
-        worker._running[held.token] = held
-        worker._awaiting.add(held.token)
+    worker._hold(held, (True,))
     loop = EventLoop()
     ended = threading.Event()
 
@@ -93,7 +91,8 @@ def test_an_async_task_cancelled_before_its_body_frees_its_slot():
     finally:
         loop.stop()
     assert held.token not in worker._running and held.token not in worker._awaiting
-    assert worker._free() >= 1
+    assert worker._held == {False: 0, True: 0}
+    assert worker._free().threads == 1
 
 
 def wf_claim():
