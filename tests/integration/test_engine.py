@@ -13,6 +13,7 @@ import pgflow
 from pgflow import store
 from pgflow.models import Event, Step, WorkflowRun
 from pgflow.runtime.runner import Runner
+from pgflow.store import scheduling
 from pgflow.testing import run_workflow
 from tests import workflows as wf
 
@@ -257,7 +258,7 @@ def test_a_failing_wait_pauses_the_run_naming_it_on_both_commit_paths():
     healthy.refresh_from_db()
     assert (batch_bad.status, batch_bad.current_step) == ("paused", "second")
     assert (healthy.status, healthy.current_step) == ("running", "two")
-    with pytest.raises(store.WaitFailed, match="the wait of step 'second' failed"):
+    with pytest.raises(scheduling.WaitFailed, match="the wait of step 'second' failed"):
         batch_bad.resume()
 
 

@@ -8,6 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from pgflow import store
+from pgflow.store import scheduling
 from pgflow.testing import run_workflow
 from tests import workflows as wf
 
@@ -21,6 +22,6 @@ def test_each_run_maps_to_what_outputs_of_gives_it_in_one_query():
     with CaptureQueriesContext(connection) as queries:
         outputs = store.outputs_of_runs(ids)
     assert len(queries) == 1
-    assert outputs == {run.pk: store.outputs_of(run) for run in [*finished, fresh]}
+    assert outputs == {run.pk: scheduling.outputs_of(run) for run in [*finished, fresh]}
     assert outputs[fresh.pk] == {} and all(len(outputs[run.pk]) == 3 for run in finished)
     assert list(outputs[finished[0].pk]) == ["one", "two", "three"]  # oldest first

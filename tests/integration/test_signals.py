@@ -13,6 +13,7 @@ import pgflow
 from pgflow import store
 from pgflow.models import Signal, Step, WorkflowRun
 from pgflow.runtime import sweep
+from pgflow.store import transitions
 from pgflow.testing import run_workflow
 from pgflow_dashboard import timeline
 from tests import workflows as wf
@@ -172,7 +173,7 @@ def test_a_signal_racing_the_park_wakes_the_step():
         time.sleep(0.3)
         assert not sent.is_set(), "the signal must wait for the run lock"
         step = Step.objects.get(pk=held.step_id)
-        store.park(locked, step, at=store.now())
+        transitions.park(locked, step, at=store.now())
     sender.join(10)
     assert sent.is_set()
     step.refresh_from_db()
