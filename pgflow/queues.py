@@ -2,7 +2,7 @@
 
 A paused queue's attempts stay scheduled and their runs keep their state; no worker claims
 them (``store.claim`` leaves the queue out) until it is resumed. The row of a queue keeps who
-paused or resumed it last, and when.
+paused or resumed it last (``user:<name>`` or ``system``, as the audit trail names actors), and when.
 """
 
 from __future__ import annotations
@@ -13,14 +13,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from .core.definitions import QUEUE_RULE, valid_queue
+from .core.events import actor_name
 from .models import QueueState
 from .store import notify
-
-
-def _actor(actor: Any) -> str:
-    if actor is None:
-        return "system"
-    return str(getattr(actor, "get_username", lambda: actor)())[:200]
 
 
 def _set(queue: str, *, paused: bool, actor: Any) -> QueueState:
@@ -28,7 +23,7 @@ def _set(queue: str, *, paused: bool, actor: Any) -> QueueState:
         raise ValueError(f"queue must be {QUEUE_RULE}, got {queue!r}")
     with transaction.atomic():
         state, _ = QueueState.objects.update_or_create(
-            queue=queue, defaults={"paused": paused, "changed_at": timezone.now(), "changed_by": _actor(actor)}
+            queue=queue, defaults={"paused": paused, "changed_at": timezone.now(), "changed_by": actor_name(actor)}
         )
         if not paused:
             notify(queue)  # its due attempts are claimable again: wake the workers now

@@ -9,6 +9,7 @@ transition writes it) plus its write in ``pgflow/store/`` and a migration that o
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 
 class EventKind(StrEnum):
@@ -64,3 +65,17 @@ class EventKind(StrEnum):
 PAUSE_ENDS = frozenset({EventKind.RESUMED, EventKind.CANCELLED, EventKind.FINISHED})
 # The kinds that end a run.
 RUN_ENDS = frozenset({EventKind.CANCELLED, EventKind.FINISHED})
+
+# Who an event or a change names (``Event.actor``, ``QueueState.changed_by``): the one format.
+SYSTEM = "system"  # pgflow itself: the sweep, a policy, a worker
+ACTOR_LIMIT = 200  # characters kept (the columns' max_length)
+
+
+def actor_name(actor: Any) -> str:
+    """``None`` -> ``"system"``; a user (anything with ``get_username()``) -> ``"user:<username>"``;
+    anything else (``"agent:x for user:y"``, a schedule's name) its str(), cut to ACTOR_LIMIT."""
+    if actor is None:
+        return SYSTEM
+    if callable(getattr(actor, "get_username", None)):
+        return f"user:{actor.get_username()}"[:ACTOR_LIMIT]
+    return str(actor)[:ACTOR_LIMIT]

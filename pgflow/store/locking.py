@@ -9,10 +9,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
-from django.db.models import Model
 from django.utils import timezone
 
-from ..core.events import EventKind
+from ..core.events import SYSTEM as SYSTEM  # the store's modules and pgflow.store read it here
+from ..core.events import EventKind, actor_name
 from ..core.states import OPEN_STEP
 from ..models import Event, Step, WorkflowRun
 
@@ -23,22 +23,12 @@ logger = logging.getLogger("pgflow")
 
 
 CHANNEL = "pgflow"  # the NOTIFY channel; its payloads: read_note()
-SYSTEM = "system"
 TESTING_WORKER = "pgflow.testing"  # the worker name of attempts pgflow.testing runs in-process
 OPEN_STEP_VALUES = sorted(s.value for s in OPEN_STEP)
 
 
 def now() -> datetime:
     return timezone.now()
-
-
-def actor_name(actor: Any) -> str:
-    """``None`` -> ``"system"``; a user -> ``"user:<username>"``; anything else its str()."""
-    if actor is None:
-        return SYSTEM
-    if isinstance(actor, Model) and hasattr(actor, "get_username"):
-        return f"user:{actor.get_username()}"
-    return str(actor)[:200]
 
 
 # --- locking ---------------------------------------------------------------------------------

@@ -62,10 +62,10 @@ def test_an_operator_pauses_and_resumes_a_queue_and_the_page_says_who(login, ope
     assert response.status_code == 200
     page = html.unescape(response.content.decode())
     assert "Queue 'limits' paused." in page
-    assert "paused by operator" in row_of(page, "limits") and "<strong>paused</strong>" in row_of(page, "limits")
+    assert "paused by user:operator" in row_of(page, "limits") and "<strong>paused</strong>" in row_of(page, "limits")
     assert store.claim(worker="w", queues=["limits"], limit=4) == []  # the engine honours it
     response = client.post(url(), {"action": "resume", "queue": "limits"}, follow=True)
-    assert "resumed by operator" in row_of(html.unescape(response.content.decode()), "limits")
+    assert "resumed by user:operator" in row_of(html.unescape(response.content.decode()), "limits")
     assert QueueState.objects.get(queue="limits").paused is False
     assert len(store.claim(worker="w", queues=["limits"], limit=4)) == 1
 

@@ -21,7 +21,7 @@ def test_a_paused_queue_is_not_claimed_and_its_runs_keep_their_state(admin_user)
     assert run.status == "running"
     assert Step.objects.get(run=run).status == "scheduled"
     state = QueueState.objects.get(queue="limits")
-    assert (state.paused, state.changed_by) == (True, admin_user.get_username())
+    assert (state.paused, state.changed_by) == (True, f"user:{admin_user.get_username()}")  # as Event.actor
     pgflow.resume_queue("limits")
     assert [c.run_id for c in store.claim(worker="w", queues=["limits"], limit=4)] == [run.pk]
     assert QueueState.objects.get(queue="limits").changed_by == "system"
