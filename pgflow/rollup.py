@@ -46,6 +46,7 @@ from django.utils import timezone
 from .core import histogram
 from .core.histogram import Histogram
 from .core.phases import ROLLED
+from .core.states import RunStatus, StepStatus
 from .models import FailureRollup, RollupState, RunRollup, StepRollup
 
 HOUR = timedelta(hours=1)
@@ -179,9 +180,9 @@ _ENDED_SQL = f"""
     SELECT GROUPING(slot), workflow_class, slot, status, duration, count(*)
     FROM (
         SELECT workflow_class, status, floor(extract(epoch FROM finished_at) / %(bucket)s)::bigint AS slot,
-               CASE WHEN status = 'finished'
+               CASE WHEN status = '{RunStatus.FINISHED}'
                     THEN {histogram.sql_bucket("extract(epoch FROM finished_at - created_at)::float8")} END AS duration
-        FROM {{finished}} AS r WHERE status IN ('finished', 'cancelled')
+        FROM {{finished}} AS r WHERE status IN ('{RunStatus.FINISHED}', '{RunStatus.CANCELLED}')
     ) AS ended
     GROUP BY GROUPING SETS ((workflow_class, slot, status), (workflow_class, duration))
 """
@@ -205,7 +206,7 @@ _ATTEMPTS_SQL = f"""
         FROM phases p JOIN pgflow_run r ON r.id = p.run_id
     )
     SELECT GROUPING(waited, throttled, queued, ran, slot), workflow_class, step_name, slot, outcome, error_class,
-           waited, throttled, queued, ran, count(*), count(*) FILTER (WHERE status = 'failed')
+           waited, throttled, queued, ran, count(*), count(*) FILTER (WHERE status = '{StepStatus.FAILED}')
     FROM keyed
     GROUP BY GROUPING SETS ((workflow_class, step_name), (workflow_class, step_name, waited),
                             (workflow_class, step_name, throttled), (workflow_class, step_name, queued),
@@ -248,7 +249,7 @@ def aggregate(ranges: Sequence[tuple[datetime, datetime]], bucket_seconds: int) 
     ended = within("pgflow_run", "finished_at", "workflow_class, status, created_at, finished_at")
     for grouping, path, slot, status, duration, count in _rows(_ENDED_SQL.format(finished=ended), params):
         if grouping == 0:
-            counted._run(slot, path)[1 if status == "finished" else 2] += count
+            counted._run(slot, path)[1 if status == RunStatus.FINISHED else 2] += count
         elif duration is not None:  # a cancelled run has no duration
             counted.durations.setdefault(path, {})[duration] = count
     for grouping, path, name, slot, outcome, error_class, *keys, count, failed in _rows(

@@ -18,7 +18,7 @@ from django.urls import NoReverseMatch, reverse
 
 from pgflow.core.events import PAUSE_ENDS, EventKind
 from pgflow.core.limits import RATE_GATE, SINGLETON_GATE, describe_gate, gate_kind
-from pgflow.core.states import CONTROLS, OPEN_RUN, RERUNNABLE_RUN, Control, control_error
+from pgflow.core.states import CONTROLS, OPEN_RUN, RERUNNABLE_RUN, Control, RunStatus, StepStatus, control_error
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.models import Batch, BatchMember, Event, Gate, ScheduleTick, Signal, Step, WorkflowRun
 from pgflow.registry import resolve
@@ -208,7 +208,8 @@ def mark_held(steps: list[dict[str, Any]], *, now: datetime) -> list[dict[str, A
     """Sets ``held`` on each due, unclaimed attempt a full gate holds (``timeline`` draws it
     throttled up to now) and ``held_by``: the limits and keys that held or hold an attempt."""
     for step in steps:
-        if step["status"] == "scheduled" and step["scheduled_at"] <= now and (step["gate"] or step["rate_gate"]):
+        due = step["status"] == StepStatus.SCHEDULED and step["scheduled_at"] <= now
+        if due and (step["gate"] or step["rate_gate"]):
             step["held_by"] = full_gates(step, now=now)
             step["held"] = bool(step["held_by"])
         elif step.get("throttled_until") and step["throttled_until"] > step["scheduled_at"]:
@@ -245,7 +246,9 @@ def resume_hint(run: WorkflowRun, steps: list[dict[str, Any]]) -> str | None:
     """What Resume will do when the paused step failed after consuming a signal: its fresh
     attempt runs with that same signal, so a bad payload fails it again."""
     attempts = [step for step in steps if step["step_name"] == run.current_step]
-    if run.status != "paused" or not attempts or not (attempts[-1]["signal_id"] and attempts[-1]["error_class"]):
+    if run.status != RunStatus.PAUSED or not attempts:
+        return None
+    if not (attempts[-1]["signal_id"] and attempts[-1]["error_class"]):
         return None
     return (
         f"Resume runs step {run.current_step} again with the signal it already consumed. If that signal's "

@@ -23,7 +23,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pgflow.core import events, phases
-from pgflow.core.states import OPEN_STEP
+from pgflow.core.events import EventKind
+from pgflow.core.states import OPEN_STEP, RunStatus, StepStatus
 
 from .timeformat import duration
 
@@ -32,12 +33,12 @@ PHASES = phases.PHASES
 PAUSE_ENDS = events.PAUSE_ENDS
 
 # A ran phase is coloured by how its attempt ended; any other status is "ran_cancelled".
-RAN_SERIES = {
-    "completed": "ran_ok",
-    "skipped": "ran_ok",
-    "failed": "ran_failed",
-    "in_progress": "ran_open",
-    "waiting": "ran_open",
+RAN_SERIES: dict[str, str] = {
+    StepStatus.COMPLETED: "ran_ok",
+    StepStatus.SKIPPED: "ran_ok",
+    StepStatus.FAILED: "ran_failed",
+    StepStatus.IN_PROGRESS: "ran_open",
+    StepStatus.WAITING: "ran_open",
 }
 
 # Every series the chart draws, in legend order: name -> (colour, label).
@@ -106,13 +107,13 @@ def paused_periods(events: Iterable[EventRow], *, status: str, now: datetime) ->
     # A stable sort: events of one instant keep the order they were given in (their ids).
     for event in sorted(events, key=lambda event: _utc(event["created_at"])):
         at, name = _utc(event["created_at"]), str(event["event"])
-        if name == "paused":
+        if name == EventKind.PAUSED:
             if opened is None:
                 opened = at
         elif opened is not None and name in PAUSE_ENDS:
             periods.append({"from": opened, "to": at})
             opened = None
-    if opened is not None and str(status) == "paused":
+    if opened is not None and str(status) == RunStatus.PAUSED:
         periods.append({"from": opened, "to": _utc(now)})
     return periods
 

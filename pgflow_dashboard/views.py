@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from pgflow.conf import pgflow_settings
+from pgflow.core.states import RunStatus
 from pgflow.exceptions import PgflowError
 from pgflow.models import WorkflowRun
 from pgflow.signals import signal
@@ -153,7 +154,7 @@ def rerun(model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRun)
         "plan": plan,
         "form": form,
         "run_url": _url(model_admin, "change", run),
-        "will_cancel": run.status == "paused",
+        "will_cancel": run.status == RunStatus.PAUSED,
     }
     return TemplateResponse(
         request, "admin/pgflow_dashboard/rerun.html", context, status=400 if form.is_bound and form.errors else 200

@@ -31,6 +31,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ..core import histogram, phases
+from ..core.flow import CANCEL, COMPLETE, FINISH, OUTCOME_WORDS, SKIP
+from ..core.states import RunStatus
 
 # Imported where first used, not here: a process that never counts (an idle worker, a
 # management command) does not pay prometheus_client's ~12 MB for being able to.
@@ -43,7 +45,8 @@ BUCKETS = tuple(histogram.FLOOR * 2**k for k in range(33))  # seconds: 1 ms .. 2
 
 # Step.outcome words that end a run, when the worker's attempt applied them; "completed"
 # ends it too when the step was the last.
-_RUN_ENDS = {"finished": "finished", "cancelled": "cancelled"}
+_RUN_ENDS = {OUTCOME_WORDS[FINISH]: RunStatus.FINISHED, OUTCOME_WORDS[CANCEL]: RunStatus.CANCELLED}
+_STEP_ENDS = frozenset({OUTCOME_WORDS[COMPLETE], OUTCOME_WORDS[SKIP]})  # the run goes on, or finishes
 _NOT_ENDED = frozenset({"parked", "ignored"})  # the attempt goes on (parked) or another path ended it
 
 _lock = threading.Lock()
@@ -161,7 +164,7 @@ def attempt_ended(held: Claim, outcome: str, *, applied: bool, last_step: bool) 
         outcome = settled
     path = held.run_fields.get("workflow_class", "")
     _child("attempts", path, held.step_name, outcome).inc()
-    status = _RUN_ENDS.get(outcome) or ("finished" if outcome in ("completed", "skipped") and last_step else None)
+    status = _RUN_ENDS.get(outcome) or (RunStatus.FINISHED if outcome in _STEP_ENDS and last_step else None)
     if status:
         _child("runs_ended", path, status).inc()
     fields = held.step_fields

@@ -12,7 +12,7 @@ from typing import Any
 
 from pgflow.core import jsonvalue
 from pgflow.core.states import CONTROLS as RUN_CONTROLS
-from pgflow.core.states import OPEN_RUN, RERUNNABLE_RUN, StepStatus, control_error
+from pgflow.core.states import OPEN_RUN, RERUNNABLE_RUN, RunStatus, StepStatus, control_error
 from pgflow.exceptions import PgflowError
 from pgflow.models import WorkflowRun
 from pgflow.signals import NAME_LIMIT, signal
@@ -146,7 +146,7 @@ def rerun_from(run_id: int, step_name: str, input: Any, *, actor: str, dry_run: 
 def _rerun_effect(run: WorkflowRun, step_name: str, copied: list[str], *, new_input: bool) -> str:
     outputs = f"copying the outputs of {', '.join(copied)}" if copied else "copying no outputs"
     given = "the input given" if new_input else "the run's own input"
-    then = f"; run {run.pk} is paused, so it is cancelled as re-run" if run.status == "paused" else ""
+    then = f"; run {run.pk} is paused, so it is cancelled as re-run" if run.status == RunStatus.PAUSED else ""
     return (
         f"start a new run of {run.workflow_name} from step {step_name}, {outputs}, with {given}, "
         f"linked to run {run.pk}{then}"
@@ -155,7 +155,7 @@ def _rerun_effect(run: WorkflowRun, step_name: str, copied: list[str], *, new_in
 
 def _effect(run: WorkflowRun, name: str) -> str:
     step = run.step_set.filter(status=StepStatus.WAITING, batch__isnull=True).first()
-    if step is not None and run.status == "running":
+    if step is not None and run.status == RunStatus.RUNNING:
         try:
             definition = run.workflow().steps().get(step.step_name)
         except PgflowError:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pgflow.core.flow import ACTIONS, LOST, OUTCOME_WORDS, REATTEMPT
+from pgflow.core.flow import ACTIONS, CANCEL, LOST, OUTCOME_WORDS, PAUSE, REATTEMPT
 from pgflow.core.phases import PHASES
+from pgflow.core.states import RunStatus, StepStatus
 
 from ..timeline import children_note
 
@@ -25,16 +26,16 @@ def explain(facts: dict[str, Any], *, now: datetime) -> list[str]:
     status = facts["status"]
     sentences: list[str] = []
     error = facts.get("last_error")
-    if status == "finished":
+    if status == RunStatus.FINISHED:
         sentences.append(_finished(facts))
-    elif status == "cancelled":
+    elif status == RunStatus.CANCELLED:
         reason = facts.get("end_reason")
         sentences.append(f"cancelled at {_at(facts['finished_at'], now)}" + (f": {reason}" if reason else ""))
-        if error and error.get("outcome") == "cancelled":
+        if error and error.get("outcome") == OUTCOME_WORDS[CANCEL]:
             sentences.append(_failure(error))
-    elif status == "paused":
+    elif status == RunStatus.PAUSED:
         since = _at(facts["paused_at"], now)
-        if error and error.get("outcome") == "paused":
+        if error and error.get("outcome") == OUTCOME_WORDS[PAUSE]:
             sentences.append(f"paused since {since}: {_failure(error)}")
         else:
             sentences.append(
@@ -82,7 +83,7 @@ def _running(facts: dict[str, Any], now: datetime) -> list[str]:
     if step is None:
         return ["running, with no open step (between two transitions)"]
     name = step["step_name"]
-    if step["status"] == "scheduled":
+    if step["status"] == StepStatus.SCHEDULED:
         if step["scheduled_at"] > now:
             return [f"step {name} is due at {_at(step['scheduled_at'], now)} (a wait before it)"]
         if step.get("held"):
@@ -98,7 +99,7 @@ def _running(facts: dict[str, Any], now: datetime) -> list[str]:
             f"{queued} on queue {queue!r}, which {count} live worker{'s' if count != 1 else ''} serve"
             f"{'' if count != 1 else 's'} (they may be busy)"
         ]
-    if step["status"] == "in_progress":
+    if step["status"] == StepStatus.IN_PROGRESS:
         sentence = (
             f"step {name} running for {span((now - step['started_at']).total_seconds())} on worker {step['worker']}"
         )

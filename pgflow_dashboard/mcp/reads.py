@@ -19,6 +19,7 @@ from django.utils.dateparse import parse_datetime
 
 from pgflow.conf import pgflow_settings
 from pgflow.core.events import RUN_ENDS, EventKind
+from pgflow.core.flow import OUTCOME_WORDS, REATTEMPT
 from pgflow.core.states import RunStatus
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.models import Batch, Event, Signal, Step, Worker, WorkflowRun
@@ -313,7 +314,8 @@ def explain_facts(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
         latest = failed[-1]
         later = steps[steps.index(latest) + 1 :]
         if not later or (
-            latest["outcome"] == "reattempted" and all(step["step_name"] == latest["step_name"] for step in later)
+            latest["outcome"] == OUTCOME_WORDS[REATTEMPT]
+            and all(step["step_name"] == latest["step_name"] for step in later)
         ):
             last_error = {
                 key: latest[key] for key in ("step_name", "attempt", "error_class", "error_message", "outcome")
