@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ..core.events import SYSTEM as SYSTEM  # the store's modules and pgflow.store read it here
+from ..core.events import SYSTEM as SYSTEM  # store.starting reads it here
 from ..core.events import EventKind, actor_name
 from ..core.states import OPEN_STEP
 from ..models import Event, Step, WorkflowRun
