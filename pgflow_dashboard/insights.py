@@ -81,8 +81,8 @@ _THROUGH_NOW = timedelta(microseconds=1)
 def compute(window: WorkflowWindow) -> dict[str, Any]:
     """Every figure of the window as one JSON-ready dict (see the module docstring)."""
     with transaction.atomic(), connection.cursor() as cursor:
-        # Scoped to this transaction. JIT compiles each of these one-off aggregates for
-        # tens of milliseconds and saves less; 4 MB of work_mem sends a month's sort to disk.
+        # Scoped to this transaction. JIT compiling each of these one-off aggregates costs
+        # more than it saves; the default work_mem (4 MB) sends a month's sort to disk.
         cursor.execute("SET LOCAL jit = off")
         cursor.execute("SET LOCAL work_mem = '64MB'")
         counted = tally(window)

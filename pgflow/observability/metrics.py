@@ -35,7 +35,7 @@ from ..core.flow import CANCEL, COMPLETE, FINISH, OUTCOME_WORDS, SKIP
 from ..core.states import RunStatus
 
 # Imported where first used, not here: a process that never counts (an idle worker, a
-# management command) does not pay prometheus_client's ~12 MB for being able to.
+# management command) does not pay prometheus_client's memory for being able to.
 _INSTALLED = find_spec("prometheus_client") is not None  # without the [metrics] extra, metrics are off
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ _NOT_ENDED = frozenset({"parked", "ignored"})  # the attempt goes on (parked) or
 _lock = threading.Lock()
 _made: dict[str, Any] = {}
 # Each metric's child per label values, as prometheus_client's labels() returns it: that call
-# checks and joins the values under a lock on every use, a third of a step's metrics time.
+# checks and joins the values under a lock on every use, which each step would pay.
 _children: dict[tuple[str, ...], Any] = {}
 
 

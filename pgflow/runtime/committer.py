@@ -8,10 +8,10 @@ step into a transaction per batch, and a lock, a token check and a write per row
 set-based statements.
 
 A busy worker commits from two threads, each on its own connection: a batch spends most of
-its ~10 ms waiting (round trips, then the WAL flush of its commit), and one thread alone left
-the next batch waiting for all of it (32 slots were capped near a batch per 10 ms with the
-machine half idle). With few slots (under ``TWO_COMMITTERS_FROM``) batches are small and a
-second thread only halves them, which cost 15-20% of steps/s at 4 and 8 slots: one commits.
+its time waiting (round trips, then the WAL flush of its commit), and one thread alone left
+the next batch waiting for all of it, with the machine half idle. With few slots (under
+``TWO_COMMITTERS_FROM``) batches are small and a second thread only halves them, which costs
+more than the overlap gives: one commits.
 Two threads' batches never share a run: each locks its runs with SKIP LOCKED and hands back,
 for later, an outcome whose run the other holds.
 """

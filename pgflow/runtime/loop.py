@@ -29,8 +29,8 @@ class EventLoop:
     def submit(self, coroutine: Coroutine[Any, Any, T], done: Callable[[asyncio.Task[T]], object]) -> None:
         """Run ``coroutine`` as a task on the loop; ``done(task)`` is called on the loop's
         thread once it ended. (``run_coroutine_threadsafe`` also made a
-        ``concurrent.futures.Future`` per task, with its condition variable: ~2 KB for each
-        awaiting body, measured.)"""
+        ``concurrent.futures.Future`` per task, with its condition variable: memory held by
+        each awaiting body.)"""
         self._loop.call_soon_threadsafe(self._start, coroutine, done)
 
     def _start(self, coroutine: Coroutine[Any, Any, T], done: Callable[[asyncio.Task[T]], object]) -> None:

@@ -281,8 +281,8 @@ class Worker:
 
     def _read_notes(self, raw: psycopg.Connection[Any]) -> None:
         """Take the notifications waiting on the claim connection's socket, without waiting.
-        libpq's own calls: psycopg's notifies(timeout=0) took ~0.15 ms, all of it on the start
-        latency, to find the one notification the select had just announced."""
+        libpq's own calls: psycopg's notifies(timeout=0) took longer to find the one
+        notification the select had just announced, all of it on the start latency."""
         pgconn = raw.pgconn
         with raw.lock:
             pgconn.consume_input()
@@ -392,7 +392,8 @@ class Worker:
     def _outputs_for(self, awaiting: list[Claim]) -> dict[int, dict[str, Any]]:
         """The outputs of the runs of the async bodies just claimed, in one query: each body
         would otherwise read its own before it starts, in asgiref's one thread for sync code,
-        one after another (1,000 bodies waited ~1 s for it). None read: each reads its own."""
+        one after another (a big claim's last body waited for all the others' reads). None
+        read: each reads its own."""
         if not awaiting:
             return {}
         try:

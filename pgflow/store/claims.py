@@ -117,7 +117,7 @@ _WITHIN_KINDS = """(SELECT w.*, row_number() OVER (
 # Ungated attempts (no limit): each queue's due attempts in its own ordered scan of the claim
 # index (LATERAL), merged and cut to the limit. With ``queue = ANY(...)`` the claim index
 # cannot give the order across queues, so PostgreSQL would read and sort every due row of the
-# queues: ~60 ms a claim behind a backlog of 100,000 due attempts instead of ~2. Each scan
+# queues, and a claim behind a backlog would cost what the backlog's size does. Each scan
 # stops at the number due (counted, up to the limit, on pgflow_step_due): past the due rows of
 # a priority lie its delayed ones, and a scan asked for more than are due walks them all.
 # SKIP LOCKED sits in the per-queue scans; a candidate cut by the merge is unlocked when the
@@ -131,7 +131,7 @@ _WITHIN_KINDS = """(SELECT w.*, row_number() OVER (
 # round the end back to the start, and stops after ``visits`` groups (gate_visits: a few more
 # than the claim's limit) or a whole lap. So a claim visits, locks and reads a bounded number
 # of gates however many keys have work due: walking every group and locking every gate row
-# with room cost ~190 ms a claim with 2,000 keys due (benchmarks/gated_claim.py), and the
+# with room made a claim's cost grow with the keys due (benchmarks/gated_claim.py), and the
 # next claim carries on with the groups after, so every key gets its turn. The visited gate
 # rows with room in this statement's snapshot are locked FOR UPDATE SKIP LOCKED, which reads
 # their latest version: their room is worked out again from it, so two claims never both
@@ -312,8 +312,9 @@ _AFTER: dict[str, tuple[str, str]] = {}
 # probe), which no estimate can turn into a scan of either table.
 #
 # The claim while no gated attempt is scheduled in the queues, which is most of the time for
-# most projects: CLAIM_SQL's gate logic costs ~2 ms of planning a claim even with no gate
-# (benchmarks/claim_cost.py), 4x the rest of the claim, and every start waits for a claim.
+# most projects: CLAIM_SQL's gate logic is planned on every claim even with no gate
+# (benchmarks/claim_cost.py), for more than the rest of the claim costs, and every start
+# waits for a claim.
 # This statement is CLAIM_SQL's ungated part alone, which then claims exactly what CLAIM_SQL
 # would (its pool is empty); it claims nothing when gated attempts are scheduled in the open
 # queues (the probe reads pgflow_step_gated) and says so in its first column, and the caller
@@ -442,9 +443,8 @@ def claim(
         return Claimed([], NOT_KNOWN)
     params: dict[str, Any] = {"queues": queues, "limit": limit, **_lease(worker, at), **_kind_params(kinds, limit)}
     # The ungated claim is a prepared statement with one generic plan: planning it cost more
-    # than running it (~0.5 ms of ~0.8 ms a claim, three times that on an idle machine, on
-    # every start's path). Its plan does not depend on the values: each queue's scan follows
-    # the claim index whatever the time and the limit.
+    # than running it, on every start's path. Its plan does not depend on the values: each
+    # queue's scan follows the claim index whatever the time and the limit.
     rows = _claim_rows(UNGATED_CLAIM_SQL, params)
     if not rows[0][0]:  # no gated attempt scheduled: this was the whole claim
         return Claimed(_claims([row[2:] for row in rows if row[2] is not None]), rows[0][1])
@@ -465,8 +465,8 @@ def claim(
 # and not a paused one, and not locked by another claim; and, as that claim gives it, when
 # the earliest attempt left scheduled on the queues comes due. Its plan is one probe of the
 # primary key and one of each queue's due index; the ungated claim's scans of every queue's
-# due rows are what an idle worker's claim after a start cost most (~0.35 ms of ~1 ms after
-# a pause, all of it on the start latency).
+# due rows are most of what an idle worker's claim after a start costs, all of it on the
+# start latency.
 CLAIM_NOTIFIED_SQL = (
     """
 WITH claimed AS (
@@ -536,8 +536,8 @@ def _claim_rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
 #   outcome) flushes the claim before itself, as the WAL is written in order; a lost
 #   hand-back is taken over after the lease;
 # - JIT is off: the planner cannot know how few gated groups and places there are, estimates
-#   the claim's window functions over a million rows and JIT-compiles it, 1.4 s a claim
-#   instead of under 1 ms (benchmarks/RESULTS.md, flow control);
+#   the claim's window functions over a million rows and JIT-compiles it, for far longer
+#   than the claim runs (benchmarks/RESULTS.md, flow control);
 # - prepared statements use their generic plan (the ungated claim's, see claim()); the gated
 #   claim, whose plan does depend on the values, is not prepared and is planned each time.
 _CLAIM_SESSION: weakref.WeakSet[Any] = weakref.WeakSet()

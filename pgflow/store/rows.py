@@ -81,8 +81,8 @@ def attempt_values(workflow: type[Workflow], definition: StepDefinition) -> dict
 def loaded(model: type[M], values: dict[str, Any]) -> M:
     """An instance of ``model`` as if loaded from the database, with ``values`` (by attname)
     and every other field at its default. Django's positional construction: with keywords
-    its ``__init__`` looks each field up in them, ~18 µs a model and ~10× that in a worker
-    that had been idle, on every attempt before its body (the start latency)."""
+    its ``__init__`` looks each field up in them, on every attempt before its body (the
+    start latency)."""
     places, defaults, fresh = _row_of(model)
     row = list(defaults)
     for index, made in fresh:  # a callable default (dict, now…) makes a new value each time

@@ -116,9 +116,8 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
         *statement.step.params(**attempt),
     ]
     # Its parameters sent apart, and the statement prepared where the connection prepares
-    # statements: quoting its 49 parameters into the SQL cost ~0.45 ms of a start in a
-    # process that had been idle, and parsing and planning its three INSERTs as much again
-    # (benchmarks/RESULTS.md, seventh pass).
+    # statements: quoting its 49 parameters into the SQL, and parsing and planning its three
+    # INSERTs, were each a large part of a start in a process that had been idle.
     cursor = preparing_cursor()
     cursor.execute(statement.sql, [*params, CHANNEL, attempt["queue"]])
     (run.pk,) = cursor.fetchone()[:1]
@@ -138,7 +137,7 @@ class _PlainStart:
 @functools.cache
 def _plain_start_statement() -> _PlainStart:
     """The plain start's statement, compiled once: compiling its three INSERTs again on every
-    start cost ~0.3 ms (~1 ms in a process that had been idle), all of it on the start latency."""
+    start was paid on the start latency."""
     # The event and the attempt take the run's id and its created_at from the run's row: each
     # value written once keeps the statement within the 50 parameters whose conversion
     # psycopg caches (it parsed the whole statement again on every start past that).
@@ -147,7 +146,7 @@ def _plain_start_statement() -> _PlainStart:
     run = Insert.of(WorkflowRun(workflow_class="", created_at=at, updated_at=at))
     # The other values of the event and the attempt are the same for every plain start: made
     # into parameters once (three model instances and ~50 field preparations a start were
-    # most of its Python, ~0.8 ms of it in a process that had been idle).
+    # most of its Python).
     started = Event(
         run_id=new_run, step=None, event=str(EventKind.STARTED), actor=SYSTEM, details={}, created_at=run_created
     )

@@ -3,7 +3,8 @@
 
 Cheap to import: every process that loads the URLconf imports this module (a worker does,
 through Django's URL checks), but only a web process serving ``/mcp/`` needs the SDK and
-its web stack (pydantic, starlette, ~50 MB), so the view imports them on its first request.
+its web stack (pydantic, starlette: heavy to import and to hold), so the view imports them
+on its first request.
 """
 
 from importlib.util import find_spec

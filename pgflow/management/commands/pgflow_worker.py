@@ -23,11 +23,11 @@ from pgflow.runtime.processes import Supervisor
 from pgflow.runtime.worker import Worker
 
 MAX_CONCURRENCY = 256
-# Python's thread switch interval in the worker process (5 ms by default). The worker's
-# threads hand the GIL over at their own waits (a socket, a queue); forcing a switch every
-# 5 ms among dozens of busy threads cost it a quarter of its steps/s on a durable cluster
-# (3,700 -> 4,300-4,600 with 32 slots, benchmarks/RESULTS.md). A CPU-bound body now holds the
-# other threads for up to 50 ms at a time, far inside any lease or heartbeat.
+# Python's thread switch interval in the worker process, ten times Python's default. The
+# worker's threads hand the GIL over at their own waits (a socket, a queue); forced switches
+# among dozens of busy threads only pass it back and forth, at every step's expense. A
+# CPU-bound body now holds the other threads for up to this long at a time, far inside any
+# lease or heartbeat.
 SWITCH_INTERVAL = 0.05
 MAX_ASYNC_CONCURRENCY = 10_000  # awaiting bodies cost memory, not threads or connections
 MAX_PROCESSES = 64
@@ -182,7 +182,7 @@ class Command(BaseCommand):
         sys.setswitchinterval(SWITCH_INTERVAL)
         # What the process holds by now (Django, the apps, the workflows) lives as long as it
         # does: frozen, the collector's full passes no longer walk it again and again while
-        # steps allocate, which cost ~5% of a busy worker's steps/s (benchmarks/RESULTS.md).
+        # steps allocate, which took a busy worker's CPU from its steps.
         gc.collect()
         gc.freeze()
         code = worker.run()
