@@ -1,5 +1,7 @@
-"""The dashboard's forms for free input: a signal (a name and a JSON payload), a re-run's
-new input, and the JSON-object field the schedules admin reads an input with."""
+"""The run page's forms for free input (``views.py``): a signal (a name and a JSON payload)
+and a re-run's new input; and the JSON-object field the schedule form reads an input with.
+The admins' model forms (``ScheduleForm``, ``AlertRuleForm``) live beside their admins in
+``pgflow_dashboard/admin/``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Where one attempt's time went, from its row's timestamps: the one rule for an attempt's
-phases, read by the dashboard's timeline (``pgflow_dashboard.timeline``), the MCP, the
-alerts, the engine's telemetry, and checked against the rollup's SQL
-(``tests/integration/test_insights.py``).
+phases, read by the dashboard's timeline (``pgflow_dashboard.timeline``), the MCP's reads,
+the alert rules (``core.alerting.PHASES``), the engine's traces and metrics and the insights
+command (``ROLLED``). The rollup (``pgflow.rollup``) splits attempts the same way in SQL,
+checked against :func:`pieces` by ``tests/integration/test_insights.py``.
 
     waited    created_at      -> scheduled_at     the step's wait, or a reattempt's backoff
     throttled scheduled_at    -> throttled_until  due, but held by a limit (limited steps only)

@@ -1,13 +1,13 @@
 """pgflow's tables, one module per writer: each module's docstring says who writes its rows.
 
     runs       WorkflowRun, Step, Event, Signal     pgflow.store
-    gates      Gate, QueueState (ListColumn)        pgflow.store's claim; pgflow.queues
+    gates      Gate, QueueState (ListColumn)        pgflow.store (claim, scheduling); pgflow.queues
     batches    Batch, BatchMember                   pgflow.store; pgflow.fanout
     rollup     RollupState, Run/Step/FailureRollup  pgflow.rollup
-    schedules  Schedule, ScheduleTick               pgflow.schedules
+    schedules  Schedule, ScheduleTick               pgflow.schedules (the admin's forms through it)
     workers    Worker                               pgflow.runtime.presence
     tokens     AccessToken                          pgflow_dashboard (the MCP's tokens)
-    alerts     AlertRule, Alert, AlertDelivery      pgflow.observability.alerts
+    alerts     AlertRule, Alert, AlertDelivery      pgflow.observability.alerts; the admin's rules
 
 Every name is imported from ``pgflow.models`` (the public path, and the one the migrations
 name): the modules are where the classes live, not how they are imported. One app
