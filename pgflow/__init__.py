@@ -61,7 +61,7 @@ def signal(run_or_id: WorkflowRun | int, name: str, payload: Any = None, *, acto
     waits. Raises ``WorkflowRun.DoesNotExist`` for an unknown run, ``InvalidTransition``
     for a finished or cancelled one, ``TypeError`` for a payload that is not JSON.
     """
-    from .signals import signal as deliver  # models load only once Django is set up
+    from .signals import signal as deliver  # lazy: app registry; models load only once Django is set up
 
     return deliver(run_or_id, name, payload, actor=actor)
 
@@ -69,13 +69,13 @@ def signal(run_or_id: WorkflowRun | int, name: str, payload: Any = None, *, acto
 def pause_queue(queue: str, *, actor: Any = None) -> Any:
     """Stop the workers claiming ``queue``'s attempts; they stay scheduled and their runs keep
     their state until ``resume_queue``. Returns the queue's ``QueueState`` row."""
-    from .queues import pause_queue as pause  # models load only once Django is set up
+    from .queues import pause_queue as pause  # lazy: app registry; models load only once Django is set up
 
     return pause(queue, actor=actor)
 
 
 def resume_queue(queue: str, *, actor: Any = None) -> Any:
     """Let the workers claim ``queue``'s attempts again."""
-    from .queues import resume_queue as resume
+    from .queues import resume_queue as resume  # lazy: app registry; models load only after setup
 
     return resume(queue, actor=actor)

@@ -1,4 +1,6 @@
 from django.apps import AppConfig
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models.signals import post_migrate
 
 
 class PgflowConfig(AppConfig):
@@ -9,22 +11,18 @@ class PgflowConfig(AppConfig):
     def ready(self) -> None:
         # Registering the checks and the post-migrate schedule sync is all ready() does:
         # no connections, no settings frozen at start-up.
-        from django.db.models.signals import post_migrate
-
-        from . import checks  # noqa: F401
+        from . import checks  # noqa: F401  # lazy: app registry; checks register in ready(), as Django advises
 
         post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="pgflow.schedules.sync")
 
 
 def _sync_schedules(*, using: str = "default", **_: object) -> None:
     """After ``migrate``: the declared schedules into the table (the workers sync too)."""
-    from django.db import DEFAULT_DB_ALIAS, connections
-
-    from .models import Schedule
+    from .models import Schedule  # lazy: app registry; this module is imported before the models
 
     # Not on another database, nor after migrating back to before the schedules existed.
     if using != DEFAULT_DB_ALIAS or Schedule._meta.db_table not in connections[using].introspection.table_names():
         return
-    from .schedules import sync
+    from .schedules import sync  # lazy: app registry; it imports the models
 
     sync()

@@ -11,10 +11,13 @@ from importlib import import_module
 from importlib.util import find_spec
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
-from . import conf
+from . import conf, registry
+from .exceptions import DefinitionError
+from .workflow import definition_problems, matcher_warnings
 
 
 @checks.register()
@@ -34,9 +37,6 @@ def check_workflows(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
     loaded: methods deleted or replaced afterwards, class options reassigned, and dotted
     exception names, which may only import now.
     """
-    from . import registry
-    from .workflow import definition_problems, matcher_warnings
-
     packages = None if app_configs is None else tuple(config.name for config in app_configs)
     messages: list[checks.CheckMessage] = discover(app_configs)
     for workflow in registry.registered():
@@ -66,10 +66,6 @@ def discover(app_configs: Any = None) -> list[checks.CheckMessage]:
     """Import every installed app's ``workflows`` module, as the admin does with ``admin``,
     so the checks see workflows nothing imported yet; a module whose class declaration is
     wrong is reported as pgflow.E002 rather than crashing the check."""
-    from django.apps import apps
-
-    from .exceptions import DefinitionError
-
     messages: list[checks.CheckMessage] = []
     for config in app_configs or apps.get_app_configs():
         name = f"{config.name}.workflows"
@@ -99,10 +95,6 @@ _BROKERS = (("broker_class", None), ("iron_mq", "iron_mq"), ("sqs", "boto3"), ("
 def check_fan_out(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """pgflow.E003 when a registered workflow has a @fan_out and django-q2 cannot run its
     tasks; pgflow.W002 for a Q_CLUSTER under which a batch may never finish."""
-    from django.apps import apps
-
-    from . import registry
-
     users = [
         f"{workflow.workflow_path()}.{definition.name}"
         for workflow in registry.registered()

@@ -7,6 +7,7 @@ override ``PGFLOW`` see their values. ``validate()`` lists what is wrong; the sy
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -15,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from .core.alerting import rule_problems
 from .core.definitions import QUEUE_RULE, valid_queue
 
 DEFAULTS: dict[str, Any] = {
@@ -179,10 +181,6 @@ def validate(raw: object) -> list[str]:
 
 
 def _observability_problems(raw: dict[str, Any]) -> list[str]:
-    import ipaddress
-
-    from .core.alerting import rule_problems
-
     problems = []
     for key in ("METRICS_ALLOWED_IPS", "METRICS_TRUSTED_PROXIES"):
         allowed = raw.get(key, [])

@@ -58,7 +58,7 @@ def resolve(path: str) -> type[Workflow]:
     except Exception as exc:  # noqa: BLE001 - whatever the module raised, the class is not there
         _report(path, exc)
         raise WorkflowNotFound(f"workflow class {path!r} does not import: {type(exc).__name__}: {exc}") from exc
-    from .workflow import Workflow
+    from .workflow import Workflow  # facade: is it a Workflow? the workflow package imports this module
 
     if not (isinstance(target, type) and issubclass(target, Workflow)) or target is Workflow:
         raise WorkflowNotFound(f"{path!r} is not a pgflow.Workflow subclass, it is {target!r}")

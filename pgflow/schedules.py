@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Min, Q
 from django.utils.module_loading import autodiscover_modules
 
@@ -432,8 +432,6 @@ def _record(row: Schedule, tick: datetime | None, outcome: str, *, run_id: int |
 def tick_loop(stopping: threading.Event) -> None:
     """Sync, then fire due ticks until ``stopping`` is set, sleeping until the next tick
     (at most MAX_SLEEP). Database errors are logged and retried; the caller closes nothing."""
-    from django.db import DatabaseError, connection
-
     synced = False
     while not stopping.is_set():
         wait = MAX_SLEEP

@@ -13,13 +13,14 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from . import store
+from . import schedules, store
 from .core.states import RunStatus, StepStatus
 from .fanout import member_finished, member_function, resolve_step
 from .fanout.builder import MEMBER_OPTIONS
-from .models import BatchMember, Step, WorkflowRun
+from .models import BatchMember, Schedule, Step, WorkflowRun
 from .runtime.runner import Runner
 from .signals import signal
+from .workflow import Workflow
 
 MAX_ATTEMPTS = 1000  # a run that needs more in one call is looping: stop and return it
 
@@ -101,10 +102,6 @@ def fire_schedule(schedule: Any, name: str | None = None) -> WorkflowRun | None:
     tick comes due (overlap policy included). ``schedule`` is a ``Schedule`` row or its id,
     or a workflow class with the ``name`` of one of its declared schedules (synced first).
     Returns the run started, or None when the overlap policy started none."""
-    from . import schedules
-    from .models import Schedule
-    from .workflow import Workflow
-
     if isinstance(schedule, type) and issubclass(schedule, Workflow):
         if name is None:
             raise TypeError("fire_schedule(WorkflowClass, name): name the schedule to fire")

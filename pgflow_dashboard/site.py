@@ -41,7 +41,7 @@ _MOUNTED = "_pgflow_dashboard_mounted"
 
 def run_admin(site: admin.AdminSite) -> WorkflowRunAdmin | None:
     """The site's ``WorkflowRunAdmin`` (or a subclass of it), if registered."""
-    # cycle: admin.runs -> site -> here (admin.runs mounts this site at import)
+    # cycle: admin.runs -> here (admin.runs mounts this site at import)
     from .admin.runs import WorkflowRunAdmin
 
     try:

@@ -204,7 +204,7 @@ def _input_limit() -> int | None:
 
     if not settings.configured:
         return None
-    from ..conf import pgflow_settings  # lazy: conf reads Django settings at call time
+    from ..conf import pgflow_settings  # facade: the declaration checks MAX_INPUT_BYTES, read at call time
 
     limit = pgflow_settings.MAX_INPUT_BYTES
     return int(limit) if limit else None

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..registry import resolve
 from . import metrics, tracing
 
 if TYPE_CHECKING:
@@ -62,8 +63,6 @@ def attempt_ended(held: Claim, outcome: str, *, applied: bool) -> None:
 
 
 def _is_last(held: Claim) -> bool:
-    from ..registry import resolve
-
     try:
         steps = resolve(held.run_fields.get("workflow_class", "")).steps()
     except Exception:  # noqa: BLE001 - a class gone is not the metrics' business
@@ -85,7 +84,7 @@ def member_finished(batch_id: Any, position: int, *, succeeded: bool, at: Any) -
     """A fan-out member's final result: a span from its enqueue to ``at``, linked to its run's trace."""
     if not tracing.enabled():
         return
-    from ..models import BatchMember
+    from ..models import BatchMember  # lazy: app registry; pgflow.observability imports before the models load
 
     member = (
         BatchMember.objects.filter(batch_id=batch_id, position=position)

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from django.core.mail import mail_admins
 from django.db import connection, connections, transaction
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import rollup
@@ -296,8 +297,6 @@ def _deliver_in_thread() -> None:
 
 def deliver_due(at: datetime | None = None) -> int:
     """Send every delivery due now, side by side, each within its deadline; returns how many were sent."""
-    from django.utils import timezone
-
     at = at or timezone.now()
     deadline = pgflow_settings.seconds("ALERT_DELIVERY_DEADLINE")
     with transaction.atomic():
@@ -355,8 +354,6 @@ def _send_in_pool(delivery: AlertDelivery, deadline: float, started: dict[int, f
 
 def _record(delivery: AlertDelivery, error: BaseException | None) -> int:
     """Write one send's outcome on its row; 1 if it was delivered."""
-    from django.utils import timezone
-
     delivery.attempts += 1
     if error is None:
         delivery.next_at = None

@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from ..core import histogram, phases
 from ..core.flow import CANCEL, COMPLETE, FINISH, OUTCOME_WORDS, SKIP
-from ..core.states import RunStatus
+from ..core.states import OPEN_STEP, RunStatus
 
 # Imported where first used, not here: a process that never counts (an idle worker, a
 # management command) does not pay prometheus_client's memory for being able to.
@@ -96,7 +96,7 @@ def _child(name: str, *labels: str) -> Any:
 
 
 def _build(name: str) -> Any:
-    import prometheus_client as client
+    import prometheus_client as client  # lazy: optional extra django-pgflow[metrics]
 
     step_labels = ["workflow_class", "step"]
     if name == "attempts":
@@ -141,9 +141,7 @@ def settled_before_body(step_id: int) -> str | None:
     ``cancelled``, ``paused`` …), or None when it did not end: a signal step parked to wait
     for its signal (its row still open) goes on, and is counted when it truly ends. One
     query, on that rare path only."""
-    # Here, not at the top: the store imports this module while pgflow.models is loading.
-    from ..core.states import OPEN_STEP
-    from ..models import Step
+    from ..models import Step  # lazy: app registry; pgflow.observability imports before the models load
 
     row = Step.objects.filter(pk=step_id).values_list("status", "outcome").first()
     if row is None or row[0] in OPEN_STEP:
@@ -185,7 +183,7 @@ def serve(port: int, *, address: str = "0.0.0.0") -> None:  # noqa: S104 - a scr
     """Serve this process's registry on ``port`` (a daemon thread): ``pgflow_worker --metrics-port``."""
     if not _INSTALLED:
         raise RuntimeError("--metrics-port needs prometheus_client: pip install 'django-pgflow[metrics]'")
-    import prometheus_client
+    import prometheus_client  # lazy: optional extra django-pgflow[metrics]
 
     prometheus_client.start_http_server(port, addr=address)
 
@@ -204,7 +202,7 @@ _PAST_DEADLINE = "SELECT count(*) FROM pgflow_step WHERE status = 'waiting' AND 
 def cluster_gauges(now: datetime) -> dict[str, Any]:
     """The cluster-wide figures: due steps and the oldest's age per queue, paused runs per
     class, waits past their deadline, live workers per queue."""
-    from ..models import Worker
+    from ..models import Worker  # lazy: app registry; pgflow.observability imports before the models load
 
     with connection.cursor() as cursor:
         cursor.execute(_DUE_BY_QUEUE, {"now": now})
@@ -235,7 +233,7 @@ class ClusterCollector:
             return self._cached[1]
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import GaugeMetricFamily  # lazy: optional extra django-pgflow[metrics]
 
         figures = self.figures()
         due = GaugeMetricFamily("pgflow_steps_due", "Attempts due now that no worker has claimed yet", labels=["queue"])

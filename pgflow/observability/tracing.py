@@ -39,7 +39,7 @@ def _api() -> Any:
     api = sys.modules.get("opentelemetry.trace")
     if api is None and "OTEL_PYTHON_TRACER_PROVIDER" in os.environ:
         try:
-            from opentelemetry import trace as api
+            from opentelemetry import trace as api  # lazy: optional extra django-pgflow[otel]
         except ImportError:  # the [otel] extra is not installed
             return None
     return api
@@ -52,7 +52,7 @@ def enabled() -> bool:
 
 
 def _propagator() -> Any:
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # lazy: optional extra
 
     return TraceContextTextMapPropagator()
 

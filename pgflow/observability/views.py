@@ -129,6 +129,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return HttpResponseForbidden(
             f"{why}; or send 'Authorization: Bearer <PGFLOW['METRICS_TOKEN']>'\n", content_type="text/plain"
         )
+    # lazy: optional extra django-pgflow[metrics]
     import prometheus_client
     from prometheus_client import multiprocess
 

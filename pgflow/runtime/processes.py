@@ -25,6 +25,9 @@ from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
+import django
+from django.core.management import call_command
+
 logger = logging.getLogger("pgflow")
 
 RESTART_DELAY = 1.0  # seconds before a child that died is started again
@@ -38,10 +41,7 @@ def serve(argv: list[str], parent: int) -> None:
     """A child: run ``pgflow_worker`` with ``argv`` in this process; stop (draining, as on a
     SIGTERM) when the parent is gone, so a killed parent leaves no worker behind."""
     os.setpgrp()
-    import django
-
     django.setup()
-    from django.core.management import call_command
 
     def watch() -> None:
         while os.getppid() == parent:

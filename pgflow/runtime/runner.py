@@ -24,7 +24,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
-from .. import observability, store
+from .. import fanout, observability, store
 from ..conf import pgflow_settings
 from ..core import errors as error_capture
 from ..core import jsonvalue
@@ -98,8 +98,6 @@ class Runner:
         self._track(prepared)
         try:
             if prepared.definition.fans_out:
-                from .. import fanout
-
                 word, applied = fanout.execute(prepared)
                 return self._result(held, word, started, applied=applied)
             outcome, output, error = run_body(prepared)

@@ -21,10 +21,12 @@ from datetime import datetime, timedelta
 from django.apps import apps
 from django.db import connection
 
-from .. import rollup, store
+from .. import fanout, rollup, store
 from ..conf import pgflow_settings
 from ..core.states import StepStatus
 from ..models import Step
+from ..observability import alerts
+from ..signals import repair_waits
 from . import presence
 
 logger = logging.getLogger("pgflow")
@@ -91,8 +93,6 @@ def _roll(at: datetime) -> int:
 
 
 def _alerts(at: datetime) -> int:
-    from ..observability import alerts
-
     try:
         return alerts.run(at)
     except Exception:
@@ -121,8 +121,6 @@ def _time_out(step_id: int, at: datetime) -> bool:
 
 
 def _repair_waits(at: datetime) -> int:
-    from ..signals import repair_waits
-
     try:
         return repair_waits(at=at)
     except Exception:
@@ -138,8 +136,6 @@ def _repair_fan_outs(at: datetime) -> int:
     # its tables, which the repairs read, do not exist.
     if not apps.is_installed("django_q"):
         return done
-    from .. import fanout
-
     return done + fanout.repair_lost(at=at)
 
 

@@ -26,6 +26,8 @@ from ..core.states import OPEN_RUN, RunStatus
 from ..exceptions import InvalidTransition, WorkflowNotFound
 from ..models import BatchMember, WorkflowRun
 from .batches import count_member, resolve_batch_step
+from .controls import cancel
+from .locking import locked
 
 logger = logging.getLogger("pgflow")
 
@@ -55,8 +57,6 @@ def parent_cancelled(run: WorkflowRun) -> None:
 def cancel_children(parent_id: int) -> int:
     """Cancel the open children of a cancelled parent, each in its own transaction, unless the
     parent's class or the child's says ``on_parent_cancel = "abandon"``. Returns how many."""
-    from .controls import cancel  # controls -> transitions -> (this module, lazily)
-
     parent = WorkflowRun.objects.filter(pk=parent_id).first()
     if parent is None or parent.status != RunStatus.CANCELLED or _abandons(parent):
         return 0
@@ -123,8 +123,6 @@ def _cancelled_parents(before: datetime) -> list[int]:
 
 
 def _count_ended(child_id: int, at: datetime) -> int:
-    from .locking import locked
-
     with locked(child_id) as run:
         if run.status not in (RunStatus.FINISHED, RunStatus.CANCELLED):
             return 0

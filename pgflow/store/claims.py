@@ -12,6 +12,7 @@ is written so (each figure in benchmarks/RESULTS.md).
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 import weakref
@@ -383,13 +384,11 @@ class Claim:
 
 
 def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
-    import json as _json
-
     claims = []
     for row in rows:
         fields = dict(zip(RUN_COLUMNS, row[6 : 6 + len(RUN_COLUMNS)], strict=True))
         if isinstance(fields["input"], str):  # a raw cursor may hand jsonb back as text
-            fields["input"] = _json.loads(fields["input"])
+            fields["input"] = json.loads(fields["input"])
         claims.append(
             Claim(
                 step_id=row[0],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -85,8 +86,6 @@ def gates_of_attempt(run: WorkflowRun, workflow: type[Workflow], definition: Ste
 
 
 def replace_keys(definition: StepDefinition) -> StepDefinition:
-    from dataclasses import replace
-
     return replace(
         definition,
         concurrency=replace(definition.concurrency, key=None) if definition.concurrency else None,
@@ -257,7 +256,7 @@ def finish_run(run: WorkflowRun, at: datetime, *, reason: str | None = None, act
     details: dict[str, Any] = {"reason": reason} if reason else {}
     event(run, EventKind.FINISHED, at=at, actor=actor, **details)
     if run.parent_id is not None:
-        from .children import child_ended  # children -> batches -> transitions -> this module
+        from .children import child_ended  # cycle: children -> batches -> claims -> here
 
         child_ended(run, at=at)
 

@@ -24,6 +24,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from pgflow.conf import pgflow_settings
+from pgflow.runtime.presence import version
 
 from . import actions, reads
 from .redact import redact
@@ -187,6 +188,4 @@ def _client_name(ctx: Context) -> str | None:
 
 
 def _version() -> str:
-    from pgflow.runtime.presence import version
-
     return version()

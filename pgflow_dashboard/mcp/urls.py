@@ -22,7 +22,7 @@ if find_spec("mcp") is None:  # the SDK is an extra: say which, rather than "No 
 
 @csrf_exempt
 def endpoint(request: HttpRequest) -> HttpResponse:
-    from .http import endpoint as serve  # the SDK's import, paid by the first request only
+    from .http import endpoint as serve  # lazy: import cost; the SDK loads on the first request only
 
     return serve(request)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -18,9 +19,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, user: str, **options: Any) -> None:
         try:
-            from asgiref.sync import async_to_sync
-
-            from pgflow_dashboard.mcp.server import Principal, build
+            from pgflow_dashboard.mcp.server import Principal, build  # lazy: optional extra django-pgflow[mcp]
         except ImportError as exc:
             raise CommandError(f"the MCP server needs the mcp extra: pip install 'django-pgflow[mcp]' ({exc})") from exc
         model = get_user_model()
