@@ -36,9 +36,9 @@ class EventKind(StrEnum):
     FINISHED = "finished"
     # store.attempts.prepare: a claimed attempt of a run that is no longer running
     STEP_CANCELLED = "step_cancelled"
-    # store.claims.hand_back: a worker shutting down gave its attempt back
+    # store.leases.hand_back: a worker shutting down gave its attempt back
     HANDED_BACK = "handed_back"
-    # store.claims.recover_lost: the attempt's lease ran out (details: worker, lost_in_a_row)
+    # store.leases.recover_lost: the attempt's lease ran out (details: worker, lost_in_a_row)
     LEASE_LOST = "lease_lost"
     # store.scheduling.next_by_history and store.mailbox: the class's steps changed since the run began
     DEFINITION_CHANGED = "definition_changed"

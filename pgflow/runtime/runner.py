@@ -34,7 +34,7 @@ from ..exceptions import StepTimeout, WorkflowNotFound
 from ..failures import fail
 from ..registry import resolve
 from ..store import Claim, Prepared
-from ..store.claims import connection_lost
+from ..store.leases import connection_lost
 from . import connections
 from .answer import Answer
 from .loop import cancel

@@ -12,7 +12,9 @@ One module per concept:
 - ``starting``: a new run and its first attempt;
 - ``scheduling``: the next attempt, and which step that is;
 - ``transitions``: ``apply`` (an attempt's end becomes the run's next state), park and wake;
-- ``claims``: the lease protocol: claim, heartbeat, hand back, a lost lease;
+- ``claims``: taking due attempts: the claim statements and what a claim returns;
+- ``leases``: holding and losing them: heartbeat, hand back, the claim-token check, a lost
+  lease or connection;
 - ``rows``: the rows the claim, the plain start and the group commit build and read
   without the ORM's per-instance cost;
 - ``attempts``: one claimed attempt's ``prepare`` before its body and ``finish`` after;
@@ -34,21 +36,10 @@ from __future__ import annotations
 from .attempts import Prepared, finish, prepare, quick_prepare
 from .batches import count_member, mark_enqueued, open_batch, resolve_batch_step, skip_member
 from .children import repair_children
-from .claims import (
-    NOT_KNOWN,
-    Claim,
-    Claimed,
-    claim,
-    claim_notified,
-    claim_step,
-    hand_back,
-    heartbeat,
-    log_ignored,
-    next_due,
-    recover_lost,
-)
+from .claims import NOT_KNOWN, Claim, Claimed, claim, claim_notified, claim_step, next_due
 from .commit import Finished, finish_many
 from .controls import cancel, pause, resume, skip_step
+from .leases import hand_back, heartbeat, log_ignored, recover_lost
 from .locking import CHANNEL, TESTING_WORKER, actor_name, notify, now, read_note
 from .mailbox import deliver, time_out, wake_stale
 from .rerun import rerun_from, rerun_plan

@@ -18,7 +18,8 @@ from ..core.states import RunStatus, StepStatus
 from ..exceptions import StepNotFound, WorkflowNotFound
 from ..models import Signal, Step, WorkflowRun
 from ..registry import resolve
-from .claims import Claim, held_attempt, log_ignored
+from .claims import Claim
+from .leases import held_attempt, log_ignored
 from .locking import event, locked, now
 from .mailbox import take_signal
 from .rows import deferred

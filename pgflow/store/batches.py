@@ -24,7 +24,8 @@ from ..core.flow import COMPLETE, PAUSE, Outcome
 from ..core.states import RunStatus, StepStatus
 from ..exceptions import FanOutFailed, WorkflowNotFound
 from ..models import Batch, BatchMember, Event, Step, WorkflowRun
-from .claims import Claim, held_attempt, log_ignored
+from .claims import Claim
+from .leases import held_attempt, log_ignored
 from .locking import TESTING_WORKER, event, locked, now
 from .starting import start_run
 from .transitions import apply, close_attempt, park

@@ -19,8 +19,9 @@ from ..core.states import RunStatus
 from ..exceptions import StepNotFound, WorkflowNotFound
 from ..models import Step, WorkflowRun
 from ..registry import resolve
-from .claims import Claim, log_ignored
+from .claims import Claim
 from .cursors import hot_cursor
+from .leases import log_ignored
 from .locking import CHANNEL, now
 from .rows import attempt_values
 from .scheduling import WaitFailed, delay_of, outputs_of

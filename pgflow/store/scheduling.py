@@ -256,7 +256,7 @@ def finish_run(run: WorkflowRun, at: datetime, *, reason: str | None = None, act
     details: dict[str, Any] = {"reason": reason} if reason else {}
     event(run, EventKind.FINISHED, at=at, actor=actor, **details)
     if run.parent_id is not None:
-        from .children import child_ended  # cycle: children -> batches -> claims -> here
+        from .children import child_ended  # cycle: children -> batches -> leases -> here
 
         child_ended(run, at=at)
 

@@ -146,7 +146,7 @@ def cancel_run(
     run.paused_reason = ""
     run.save(update_fields=["status", "finished_at", "updated_at", "paused_reason"])
     event(run, EventKind.CANCELLED, step=step, at=at, actor=actor, **({"reason": reason} if reason else {}))
-    from . import children  # cycle: children -> batches -> claims -> here
+    from . import children  # cycle: children -> batches -> leases -> here
 
     if run.parent_id is not None:
         children.child_ended(run, at=at, reason=reason)

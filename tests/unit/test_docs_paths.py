@@ -20,7 +20,7 @@ PATH = re.compile(rf"({_START}/[\w/]*(?:\.py)?)((?:\.[A-Za-z_]\w*)*)")
 DOTTED = re.compile(rf"({_START}(?:\.[A-Za-z_]\w*)+)")
 CHECK_ID = re.compile(r"[EW]\d{3}")  # pgflow.E001: a system check's id, not a name
 # Dotted strings the page quotes that are values, not names in the code.
-VALUES = {"pgflow.LeaseExpired"}  # the error_class a lost lease records (store.claims); no class
+VALUES = {"pgflow.LeaseExpired"}  # the error_class a lost lease records (store.leases); no class
 
 
 def _file(parts: list[str]) -> Path | None:

@@ -434,8 +434,8 @@ def test_a_listed_facade_passes():
 
 
 def test_a_cycle_is_checked_link_by_link():
-    # claims imports scheduling at its top, and children -> batches -> claims is true too.
-    true = "def f():\n    from .children import child_ended  # cycle: children -> batches -> claims -> here\n"
+    # leases imports scheduling at its top, and children -> batches -> leases is true too.
+    true = "def f():\n    from .children import child_ended  # cycle: children -> batches -> leases -> here\n"
     assert function_level_problems(true, "pgflow.store.scheduling") == []
     made_up = "def f():\n    from .children import child_ended  # cycle: children -> nowhere -> here\n"
     assert function_level_problems(made_up, "pgflow.store.scheduling") == [
