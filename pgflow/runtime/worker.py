@@ -6,6 +6,9 @@ Life cycle: start the heartbeat, sweep and schedule threads → claim and run un
 (one statement for all free slots) on a connection that also LISTENs, and sleeps until a
 NOTIFY on it, a finished attempt or the next due time wakes it, with a polling fallback, so
 an idle worker costs the database one cheap query per poll interval.
+
+One concept over ~450 lines: the worker's life cycle around its claim loop; the held
+attempts and their slots by kind are in ``held``, the step threads in ``slots``.
 """
 
 from __future__ import annotations
@@ -29,13 +32,12 @@ from django.db import InterfaceError as DjangoInterfaceError
 
 from .. import observability, schedules, store
 from ..conf import pgflow_settings
-from ..evaluation import is_async
-from ..registry import registered
 from ..store import Claim
 from ..store.claims import Kinds
 from . import presence, sweep
 from .answer import Answer
 from .committer import TWO_COMMITTERS_FROM, Committer
+from .held import ASYNC, Held
 from .loop import EventLoop
 from .runner import Result, Runner
 from .slots import Slots
@@ -47,7 +49,6 @@ RECONNECT_DELAY = 1.0  # seconds between attempts while the database is away
 THROTTLED_POLL = 0.2  # seconds: how soon an idle worker looks again at due attempts a limit held
 TIMEOUT_TICK = 0.5  # seconds between checks for steps past their timeout
 THREADS_GRACE = 10.0  # seconds run() waits at the end for its background threads
-SYNC, ASYNC = (False,), (True,)  # the slots an attempt holds: a thread's, or an async one's
 
 
 def schema_missing(exc: BaseException) -> bool:
@@ -97,24 +98,15 @@ class Worker:
         # Set once the drain is over: the heartbeat keeps the leases of the bodies the drain
         # lets finish (a body longer than the lease would otherwise be run again elsewhere).
         self._drained_all = threading.Event()
-        # Held attempts by claim token: from the claim until their transition committed
-        # (the heartbeat keeps their leases, the drain waits for them). ``_bodies`` are
-        # those whose body is still running: they take the concurrency slots.
-        self._running: dict[Any, Claim] = {}
-        self._bodies: set[Any] = set()
-        # Async bodies awaiting on the loop.
-        self._awaiting: set[Any] = set()
-        # The slots: held attempts by kind (True: async), from the claim until their commit
-        # answered, each kind within its bound (--concurrency, --async-concurrency) at every
-        # instant. The claim takes only for free slots of each kind (store.claims.Kinds): a
-        # claim of sync steps beyond the free threads left them in_progress here waiting for
-        # a thread (30 with --concurrency 2), unavailable to other workers. An attempt whose
-        # body is over keeps its slot until its outcome committed: it is in_progress until then.
-        self._async_steps = _async_steps()
-        self._kind: dict[Any, tuple[bool, ...]] = {}
-        self._held = {False: 0, True: 0}
+        # Held attempts and their slots by kind (runtime.held); the names below are its
+        # objects, shared, not copies.
+        self._holding = Held(concurrency=concurrency, async_concurrency=async_concurrency)
+        self._running = self._holding.running
+        self._bodies = self._holding.bodies
+        self._awaiting = self._holding.awaiting
+        self._held = self._holding.counts
+        self._running_lock = self._holding.lock
         self.loop: EventLoop | None = None
-        self._running_lock = threading.Lock()
         self._signals = 0
         self._db_down_since: float | None = None
         self.completed = 0
@@ -321,44 +313,18 @@ class Worker:
                 return
 
     def _free(self) -> Kinds:
-        """Free slots by kind: each attempt held (claimed, and not yet committed) takes one."""
-        with self._running_lock:
-            threads = self.concurrency - self._held[False]
-            awaiting = self.async_concurrency - self._held[True] if self._async_steps else 0
-        return Kinds(threads=max(0, threads), awaiting=max(0, awaiting), async_steps=self._async_steps)
+        return self._holding.free()
 
     def _free_total(self) -> int:
         free = self._free()
         return free.threads + free.awaiting
 
-    def _slots_for(self, held: Claim, free: Kinds) -> tuple[bool, ...]:
-        """The slots ``held`` takes: the one of the kind the claim counted it as. An async body
-        of a class the claim did not know (first imported since the worker started) was
-        counted as sync: it takes an async slot instead while one is free (the thread it was
-        counted in was never used), or runs in that thread (run_body awaits it there) holding
-        an async slot too, so neither bound is passed; the next claims know its steps."""
-        if free.is_async(held):
-            return ASYNC
-        if not self.runner.is_async(held):
-            return SYNC
-        self._async_steps = _async_steps()
-        with self._running_lock:
-            room = self._held[True] < self.async_concurrency
-        return ASYNC if room else (False, True)
-
     def _hold(self, held: Claim, slots: tuple[bool, ...]) -> None:
-        with self._running_lock:
-            self._running[held.token] = held
-            self._kind[held.token] = slots
-            for kind in slots:
-                self._held[kind] += 1
-            (self._awaiting if slots == ASYNC else self._bodies).add(held.token)
+        self._holding.hold(held, slots)
 
     def _release(self, token: Any) -> None:
         """The attempt ``token`` is no longer held (caller holds ``_running_lock``): its slots are free."""
-        if self._running.pop(token, None) is not None:
-            for kind in self._kind.pop(token):
-                self._held[kind] -= 1
+        self._holding.release(token)
 
     def _claim_and_submit(self, pool: Slots[Claim, Result]) -> int:
         # The claim covers every notification so far: those that come during it wake the next.
@@ -369,7 +335,7 @@ class Worker:
         if total <= 0:
             return 0
         claims: store.Claimed | None = None
-        either = free.threads > 0 and (free.awaiting > 0 or not self._async_steps)
+        either = free.threads > 0 and (free.awaiting > 0 or not self._holding.async_steps)
         if self._drained and either and len(notes) == 1 and notes[0] is not None and _none_due(known_due):
             # Idle (a slot of either kind free), and one start announced the only attempt due: claim it by its id.
             claims = store.claim_notified(notes[0], worker=self.name, queues=self.queues)
@@ -378,7 +344,7 @@ class Worker:
         self._drained = len(claims) < total
         self._next_due = claims.next_due
         assert self.loop is not None
-        kinds = [(held, self._slots_for(held, free)) for held in claims]
+        kinds = [(held, self._holding.slots_for(held, free, self.runner.is_async)) for held in claims]
         outputs = self._outputs_for([held for held, slots in kinds if slots == ASYNC])
         for held, slots in kinds:
             self._hold(held, slots)
@@ -606,14 +572,3 @@ class Worker:
 def _none_due(next_due: object) -> bool:
     """Whether a next due time seen by a claim or a wait says nothing is due now."""
     return next_due is None or (isinstance(next_due, datetime) and next_due > store.now())
-
-
-def _async_steps() -> frozenset[str]:
-    """The ``async def`` steps of the registered workflow classes, as the claim counts them
-    ("workflow path:step name"; a fan_out's body runs in a thread)."""
-    return frozenset(
-        f"{workflow.workflow_path()}:{definition.name}"
-        for workflow in registered()
-        for definition in workflow.steps()
-        if not definition.fans_out and is_async(workflow, definition)
-    )
