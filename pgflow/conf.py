@@ -28,6 +28,10 @@ DEFAULTS: dict[str, Any] = {
     "ERROR_REPORTER": None,  # dotted path of callable(error, context: dict)
     "BACKTRACE_CLEANER": None,  # dotted path of callable(frames) -> the frames error_backtrace keeps
     "MAX_INPUT_BYTES": 1_048_576,  # a start() input (as JSON) larger than this is refused
+    # The plain start runs as a prepared statement (psycopg's, on the protocol): False behind a
+    # transaction-mode pooler that keeps no prepared statements (PgBouncer before 1.21, or
+    # max_prepared_statements = 0). A start that meets such a pooler turns it off by itself.
+    "PREPARE_START": True,
     "HEARTBEAT_INTERVAL": None,  # seconds between heartbeats; None = a third of LEASE
     "POLL_INTERVAL": timedelta(seconds=5),  # fallback poll when no NOTIFY arrives
     "SWEEP_INTERVAL": timedelta(seconds=10),
@@ -154,6 +158,8 @@ def validate(raw: object) -> list[str]:
                 "PGFLOW['HEARTBEAT_INTERVAL'] must be a positive timedelta, number of seconds or None, "
                 f"got {raw['HEARTBEAT_INTERVAL']!r}"
             )
+    if "PREPARE_START" in raw and not isinstance(raw["PREPARE_START"], bool):
+        problems.append(f"PGFLOW['PREPARE_START'] must be True or False, got {raw['PREPARE_START']!r}")
     for key in ("ERROR_BACKTRACE_LINES", "MAX_LOST_ATTEMPTS", "MAX_INPUT_BYTES"):
         if key in raw and not (type(raw[key]) is int and raw[key] > 0):
             problems.append(f"PGFLOW[{key!r}] must be a positive whole number, got {raw[key]!r}")

@@ -11,6 +11,7 @@ much faster, C loader, which gives the same aware datetimes when Django runs wit
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +21,10 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
+
+from ..conf import pgflow_settings
+
+logger = logging.getLogger("pgflow")
 
 _TIMESTAMPTZ = psycopg.adapters.types["timestamptz"].oid
 _C_LOADER = psycopg.adapters.get_loader(_TIMESTAMPTZ, psycopg.pq.Format.TEXT)
@@ -65,19 +70,65 @@ def _kept(slot: str, make: Callable[[psycopg.Connection[Any]], psycopg.Cursor[An
     return kept[1]
 
 
+# A start's prepared statement that its server connection does not have (26000), or has
+# under that name already (42P05): a transaction-mode pooler that keeps no prepared
+# statements moved the session between two starts. Both fail before the statement runs.
+POOLER_LOST_IT = frozenset({"26000", "42P05"})
+
+
 class _Preparing(psycopg.Cursor[Any]):
-    """A server-binding cursor whose statements are prepared on their first run if its
-    connection prepares statements at all (a ``prepare_threshold`` set): Django's cursor
-    wrapper calls ``execute(sql, params)``, with no way to ask. Django turns preparing off by
-    default, for transaction-mode poolers, where a statement prepared on one server
-    connection is missing on the next; sent unprepared, the parameters still go apart."""
+    """A server-binding cursor whose statements are prepared on their first run (psycopg's
+    protocol-level prepared statements) unless ``PGFLOW["PREPARE_START"]`` is False or a
+    pooler lost one: Django's cursor wrapper calls ``execute(sql, params)``, with no way to
+    ask. Django turns psycopg's preparing off by default, for transaction-mode poolers, where
+    a statement prepared on one server connection is missing on the next (PgBouncer 1.21 and
+    later with ``max_prepared_statements`` keep them); parsing and planning the start's three
+    INSERTs on every start was the largest part of its server time. Sent unprepared, the
+    parameters still go apart."""
 
     def execute(
         self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
     ) -> Any:
         if prepare is None:
-            prepare = self.connection.prepare_threshold is not None
+            prepare = _prepares(self.connection)
         return super().execute(query, params, prepare=prepare, binary=binary)
+
+
+class _Lost:
+    """Set once a pooler lost a prepared start: this process prepares no more starts."""
+
+    lost = False
+
+
+def _prepares(raw: psycopg.Connection[Any]) -> bool:
+    if _Lost.lost:
+        return False
+    threshold = raw.prepare_threshold
+    if threshold is not None and threshold != PREPARE_ONLY_WHEN_ASKED:
+        return True  # the project's OPTIONS prepare statements: so is the start
+    if not pgflow_settings.PREPARE_START:
+        return False
+    if threshold is None:
+        raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED  # psycopg prepares nothing else
+    return True
+
+
+def lost_by_pooler(exc: BaseException) -> bool:
+    """``exc`` (Django's error) says a pooler lost a prepared statement; if so, no start of
+    this process is prepared again, and a warning says which setting makes that the rule."""
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) not in POOLER_LOST_IT:
+        return False
+    if not _Lost.lost:
+        _Lost.lost = True
+        logger.warning(
+            "the server connection did not keep the start's prepared statement (%s): a transaction-mode "
+            "pooler that keeps none (PgBouncer before 1.21, or max_prepared_statements = 0)? This process "
+            "prepares no more starts; set PGFLOW['PREPARE_START'] = False to say so up front",
+            " ".join(str(cause).split()),
+            extra={"action": "start_unprepared"},
+        )
+    return True
 
 
 def preparing_cursor() -> CursorWrapper:

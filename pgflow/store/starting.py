@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.contenttypes.models import ContentType
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Model
 from django.db.models.expressions import RawSQL
 
@@ -21,7 +21,7 @@ from ..core.events import EventKind
 from ..core.limits import NO_GATES
 from ..exceptions import InputTooLarge, SingletonConflict
 from ..models import Event, Step, WorkflowRun
-from .cursors import preparing_cursor
+from .cursors import lost_by_pooler, preparing_cursor
 from .locking import CHANNEL, SYSTEM, event, now
 from .rows import ATTEMPT_VALUES, Insert, Template, attempt_values
 from .scheduling import delay_of, finish_run, schedule_attempt
@@ -115,11 +115,20 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
         *statement.event.params(details=details),
         *statement.step.params(**attempt),
     ]
-    # Its parameters sent apart, and the statement prepared where the connection prepares
-    # statements: quoting its 49 parameters into the SQL, and parsing and planning its three
-    # INSERTs, were each a large part of a start in a process that had been idle.
+    # Its parameters sent apart, and the statement prepared (PGFLOW["PREPARE_START"]):
+    # quoting its 49 parameters into the SQL, and parsing and planning its three INSERTs,
+    # were each a large part of a start in a process that had been idle.
     cursor = preparing_cursor()
-    cursor.execute(statement.sql, [*params, CHANNEL, attempt["queue"]])
+    values = [*params, CHANNEL, attempt["queue"]]
+    try:
+        cursor.execute(statement.sql, values)
+    except DatabaseError as exc:
+        # A pooler lost the prepared statement: it failed before running, so an autocommit
+        # start runs again unprepared; in the caller's transaction, which the error aborted,
+        # the error stands (the next transaction's starts are unprepared).
+        if not lost_by_pooler(exc) or not connection.get_autocommit() or connection.in_atomic_block:
+            raise
+        cursor.execute(statement.sql, values)
     (run.pk,) = cursor.fetchone()[:1]
     run._state.adding = False
     run._state.db = connection.alias

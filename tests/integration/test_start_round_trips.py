@@ -4,14 +4,17 @@ the NOTIFY are those of the general path."""
 
 from __future__ import annotations
 
+import logging
+
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
 from pgflow import store
 from pgflow.models import Step, WorkflowRun
+from pgflow.store import cursors
 from tests import workflows as wf
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,16 +86,73 @@ def test_the_plain_start_is_prepared_once_and_seen_as_any_query():
     assert Step.objects.filter(run__in=runs, status="scheduled").count() == 3
 
 
-def test_where_django_prepares_nothing_the_start_is_not_prepared():
+@pytest.fixture
+def django_defaults():
+    """A fresh connection with Django's default OPTIONS (psycopg prepares nothing), as a new
+    project's; whatever a test made a pooler lose is forgotten after it."""
     connection.close()
     connection.ensure_connection()
-    connection.connection.prepare_threshold = None  # Django's default: a transaction-mode pooler
-    try:
-        runs = [wf.ThreeSteps.start() for _ in range(3)]
-        assert prepared_starts() == 0
-        assert Step.objects.filter(run__in=runs, status="scheduled").count() == 3
-    finally:
-        connection.close()
+    connection.connection.prepare_threshold = None
+    yield
+    connection.close()
+    cursors._Lost.lost = False
+
+
+def test_on_djangos_default_options_the_start_alone_is_prepared(django_defaults):
+    runs = [wf.ThreeSteps.start() for _ in range(3)]
+    assert prepared_starts() == 1
+    with connection.cursor() as cursor:  # Django's own statements stay unprepared
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert cursor.fetchone()[0] == 1
+    assert Step.objects.filter(run__in=runs, status="scheduled").count() == 3
+
+
+def test_prepare_start_false_sends_the_start_unprepared(django_defaults, settings):
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "PREPARE_START": False}
+    runs = [wf.ThreeSteps.start() for _ in range(3)]
+    assert prepared_starts() == 0
+    assert Step.objects.filter(run__in=runs, status="scheduled").count() == 3
+
+
+def lose_the_prepared_start() -> None:
+    """What a transaction-mode pooler without prepared statements does: the next start's
+    server connection lacks the statement psycopg prepared on another (psycopg does not see
+    a DEALLOCATE of one name, only of ALL)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM pg_prepared_statements WHERE statement LIKE '%%pg_notify%%'")
+        (name,) = cursor.fetchone()
+        cursor.execute(f'DEALLOCATE "{name}"')
+
+
+def test_an_autocommit_start_whose_prepared_statement_a_pooler_lost_runs_unprepared(django_defaults, caplog):
+    first = wf.ThreeSteps.start()
+    lose_the_prepared_start()
+    with caplog.at_level(logging.WARNING, logger="pgflow"):
+        second = wf.ThreeSteps.start()
+    assert "PGFLOW['PREPARE_START'] = False" in caplog.text
+    third = wf.ThreeSteps.start()
+    assert prepared_starts() == 0  # no start of this process is prepared again
+    assert sorted(WorkflowRun.objects.values_list("pk", flat=True)) == sorted([first.pk, second.pk, third.pk])
+    assert Step.objects.filter(run__in=[first, second, third], status="scheduled").count() == 3
+
+
+def test_a_start_in_a_transaction_whose_prepared_statement_a_pooler_lost_fails_and_writes_nothing(django_defaults):
+    wf.ThreeSteps.start()
+    lose_the_prepared_start()
+    with pytest.raises(DatabaseError, match="does not exist"), transaction.atomic():
+        wf.ThreeSteps.start()
+    assert WorkflowRun.objects.count() == 1
+    later = wf.ThreeSteps.start()  # the next transaction's start, unprepared
+    assert Step.objects.filter(run=later, status="scheduled").count() == 1
+    assert prepared_starts() == 0
+
+
+def test_a_start_whose_prepared_name_the_server_connection_already_has_runs_unprepared(django_defaults):
+    # Another client of the pooler prepared psycopg's first name on this server connection.
+    connection.connection.execute("PREPARE _pg3_0 AS SELECT 1", prepare=False)
+    run = wf.ThreeSteps.start()
+    assert Step.objects.filter(run=run, status="scheduled").count() == 1
+    assert cursors._Lost.lost
 
 
 def test_a_plain_start_in_a_transaction_marked_for_rollback_is_refused_as_any_query():

@@ -19,6 +19,7 @@ from pgflow.conf import pgflow_settings
         ({"MAX_LOST_ATTEMPTS": 0}, "PGFLOW['MAX_LOST_ATTEMPTS'] must be a positive whole number, got 0"),
         ({"ERROR_BACKTRACE_LINES": True}, "PGFLOW['ERROR_BACKTRACE_LINES'] must be a positive whole number"),
         ({"QUEUE": ""}, "PGFLOW['QUEUE'] must be 1-100 letters, digits"),
+        ({"PREPARE_START": "no"}, "PGFLOW['PREPARE_START'] must be True or False, got 'no'"),
         ({"ERROR_REPORTER": "no.such.module.report"}, "PGFLOW['ERROR_REPORTER'] must be None, a callable"),
         (
             {"BACKTRACE_CLEANER": "no.such.module.clean"},
