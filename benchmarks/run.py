@@ -4,6 +4,7 @@
     /tmp/venv311/bin/python benchmarks/run.py                 # the full run (~15-20 min on 2 cores)
     /tmp/venv311/bin/python benchmarks/run.py --quick         # a smoke run: fewer runs, 1 round (~3 min)
     /tmp/venv311/bin/python benchmarks/run.py --only pgflow,celery
+    /tmp/venv311/bin/python benchmarks/run.py --only pgflow,celery --latency-only --samples 100
 
 What it starts, and stops again on the way out (Ctrl-C included): a private PostgreSQL
 (example_project/pgcluster.py, in benchmarks/.work/pg-durable) on PostgreSQL's durable
@@ -23,8 +24,8 @@ round, in a rotated order, so drift and noise from elsewhere spread over all of 
   Celery + Redis, Procrastinate, DBOS and django-q2 (one worker each): RUNS chains of three
   no-op steps enqueued with the worker stopped, then drained; steps/s = 3 x RUNS / (last
   step - first step);
-- idle latency: with the one worker idle, from a committed enqueue of a 1-step job to its
-  body starting, SAMPLES times (median and p99);
+- idle latency: with the one worker idle, from before the call that enqueues a 1-step job
+  (its commit included) to its body starting, SAMPLES times (median and p99);
 - the worker's peak memory: the process tree's summed RSS, sampled every 100 ms (PSS too,
   which counts pages shared by forked children once).
 
@@ -143,6 +144,11 @@ def parse_args() -> argparse.Namespace:
         help="measure on a cluster with fsync, synchronous_commit and full_page_writes off (an extra)",
     )
     parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="idle latency only: no ceiling, one pgflow row, --runs 50 chains to warm each worker, no file",
+    )
+    parser.add_argument(
         "--write",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -151,11 +157,11 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     quick = args.quick
     args.rounds = args.rounds or (1 if quick else 3)
-    args.runs = args.runs or (300 if quick else 2000)
+    args.runs = args.runs or (300 if quick else 50 if args.latency_only else 2000)
     args.samples = args.samples if args.samples is not None else (20 if quick else 50)
     args.ceiling_seconds = args.ceiling_seconds or (2.0 if quick else 5.0)
     args.timeout = args.timeout or (60.0 if quick else 100.0)
-    args.write = (not quick) if args.write is None else args.write
+    args.write = (not quick and not args.latency_only) if args.write is None else args.write
     args.only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = sorted(set(args.only) - set(SYSTEMS))
     if unknown:
@@ -323,7 +329,7 @@ class Bench:
         args = self.args
         self.logs.mkdir(parents=True, exist_ok=True)
         systems = [name for name in SYSTEMS if name in args.only]
-        for variant in ceiling.SCRIPTS:
+        for variant in [] if args.latency_only else ceiling.SCRIPTS:
             for clients in CLIENTS:
                 key = f"ceiling-{variant}-{clients}"
                 self.rows[key] = report.Row(
@@ -331,7 +337,7 @@ class Bench:
                 )
         for name in systems:
             self.rows[name] = report.Row(name, LABELS[name])
-            if name == "pgflow":
+            if name == "pgflow" and not args.latency_only:
                 for key in ("pgflow-2w", "pgflow-2p", "pgflow-64"):
                     self.rows[key] = report.Row(key, LABELS[key])
         self.start_postgres()
@@ -347,7 +353,8 @@ class Bench:
                 self.start_redis()
             except (RuntimeError, OSError) as exc:
                 self.rows["celery"].failed = f"redis: {one_line(exc)}"
-        self.run_ceiling_setup()
+        if not args.latency_only:
+            self.run_ceiling_setup()
         whole_run = self.others_cpu()
         # (system, worker processes started, row): pgflow also as two workers, as one worker
         # command running two processes (its --processes, as Celery's one worker runs a pool),
@@ -357,7 +364,7 @@ class Bench:
             ("pgflow", 2, "pgflow-2w"),
             ("pgflow", 1, "pgflow-2p"),
             ("pgflow", 1, "pgflow-64"),
-        ]
+        ][: 1 if args.latency_only else None]
         jobs = [job for name in systems for job in (pgflow_jobs if name == "pgflow" else [(name, 1, name)])]
         for round_number in range(1, args.rounds + 1):
             say(f"round {round_number} of {args.rounds}")
@@ -605,15 +612,16 @@ METHOD = [
     "autovacuum reaches them (seconds into a run) PostgreSQL plans with no statistics, which made some of "
     "pgflow's rounds run at a third of their speed for their first seconds; a deployed queue's tables have them.",
     "- Idle latency: the worker has drained the chains and idles for a second; then a 1-step job is enqueued "
-    "(autocommit) and its body appends the time; latency is that time minus the middle of the enqueue call "
-    "(the commit happens inside it, and a body can start before the call returns), with 50–250 ms of random "
-    "pause between samples so that none locks into a polling loop's phase. With 50 samples, p99 is the "
+    "(autocommit) and its body appends the time; latency is that time minus the time just before the enqueue "
+    "call (the whole call counts, its commit included; a body can start before the call returns), with "
+    "50–250 ms of random pause between samples so that none locks into a polling loop's phase. With 50 samples, p99 "
+    "is the "
     "slowest one. Each worker loads its jobs' code when it starts: the peers' workers their task modules, "
     "pgflow's worker each installed app's workflows module (the benchmarks run as an app, benchmarks/settings.py), "
     "as in a project; before, pgflow's imported the latency workflow on its first claim, inside the first sample "
-    "(10 ms of it). pgflow's driver runs with the example project's settings, whose `prepare_threshold` makes "
-    "`start()` a prepared statement (Django's default prepares nothing, for transaction-mode poolers; README, "
-    "Settings).",
+    "(10 ms of it). pgflow's driver and workers run on Django's default database OPTIONS, as a new project's "
+    "(benchmarks/settings.py; BENCH_PREPARE_THRESHOLD=N sets psycopg's prepare_threshold). --latency-only "
+    "measures only this, after 50 chains that warm each worker.",
     "- Memory: the worker's process tree (found through /proc/<pid>/task/*/children) is sampled every 100 ms "
     "from its start to its stop; the figure is the largest summed VmRSS. RSS counts pages that forked "
     "children share with their parent once per process, so the PSS beside it is the fairer figure for "

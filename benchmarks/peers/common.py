@@ -9,7 +9,7 @@ A driver (``python -m benchmarks.peers.<system> --db URL --work DIR ...``) does,
    stopped, then the worker started; steps/s = 3 x RUNS / (last step - first step), read
    from the stamps the step bodies append to a file (pgflow: from its step rows);
 2. idle latency: with that worker now idle, SAMPLES times a 1-step job is enqueued and
-   committed, and we wait for its body to stamp; latency = body start - enqueue returned;
+   committed, and we wait for its body to stamp; latency = body start - before the enqueue call;
 3. memory: the worker's process tree is sampled every 100 ms from its start to its stop;
    peak RSS is the largest sum of VmRSS over the tree (PSS likewise, from smaps_rollup).
 
@@ -307,11 +307,11 @@ def file_throughput(work: Path, runs: int, workers: Workers, timeout: float) -> 
 def file_latency(
     work: Path, samples: int, enqueue: Callable[[], None], workers: Workers, timeout: float = 15.0
 ) -> list[float]:
-    """From a committed enqueue to the body's stamp, in ms, SAMPLES times.
+    """From before an enqueue call (its commit included) to the body's stamp, in ms, SAMPLES times.
 
-    The commit happens somewhere inside the enqueue call, and a body may start before the
-    call returns (seen with Redis and with NOTIFY), so the clock starts at the middle of the
-    call, as benchmarks/engine.py does for pgflow; each sample is uncertain by half a call.
+    The clock starts before the call, as a caller's would: the whole enqueue (its Python,
+    its round trip, a durable commit's wait for the disk) counts, and a body may start before
+    the call returns (seen with Redis and with NOTIFY).
     """
     path = stamp_file(work, LATENCY)
     rng = random.Random(11)
@@ -319,7 +319,6 @@ def file_latency(
     for index in range(samples):
         before = time.time()
         enqueue()
-        committed = (before + time.time()) / 2
         wait_until(
             lambda index=index: count_lines(path) > index,
             timeout,
@@ -327,7 +326,7 @@ def file_latency(
             workers.check_alive,
             0.001,
         )
-        found.append((read_stamps(path)[index] - committed) * 1000)
+        found.append((read_stamps(path)[index] - before) * 1000)
         # A random pause, so that samples do not lock into the phase of a polling loop.
         time.sleep(rng.uniform(0.05, 0.25))
     return found

@@ -39,7 +39,10 @@ class Pgflow(System):
 
     def prepare(self) -> None:
         os.environ["DATABASE_URL"] = self.args.db
-        from benchmarks import engine
+        # The workers' settings (benchmarks/settings.py): Django's default database OPTIONS, as
+        # a new project's, unless BENCH_PREPARE_THRESHOLD says otherwise.
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+        from benchmarks import engine  # imported here: it sets Django up for the settings above
 
         engine.setup_django()
         engine.reset()
