@@ -46,6 +46,19 @@ def is_async(workflow_class: type[Workflow], definition: StepDefinition) -> bool
     return inspect.iscoroutinefunction(getattr(workflow_class, definition.method, None))
 
 
+def reads_outputs(workflow_class: type[Workflow], definition: StepDefinition) -> bool:
+    """Whether the step's body may read ``self.outputs``: its source names ``outputs``, or it
+    cannot be read. The claim brings the run's outputs only with these steps' attempts, so an
+    output a body never reads costs no claim; a body that reads them some other way (a helper
+    method) reads them with one query when first used, as before."""
+    body = getattr(workflow_class, definition.method, None)
+    try:
+        source = inspect.getsource(body)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return True
+    return "outputs" in source
+
+
 def settle(value: Any) -> Any:
     """``value``, or what it resolves to when it is awaitable (an ``async def`` returned it).
 

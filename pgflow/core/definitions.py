@@ -51,6 +51,7 @@ STEP_OPTIONS = (
     "on_timeout",
     "concurrency",
     "rate",
+    "needs_subject",
 )
 SIGNAL_ONLY_OPTIONS = ("wait_for", "wait_timeout", "on_timeout")
 FAN_OUT_OPTIONS = (*(o for o in STEP_OPTIONS if o not in SIGNAL_ONLY_OPTIONS), "on_batch_failure")
@@ -85,6 +86,9 @@ class StepDefinition:
     on_batch_failure: str | None = None  # "pause" by default for a fan_out
     concurrency: Limit | None = None  # pgflow.Limit: attempts in progress at once, by key
     rate: Rate | None = None  # pgflow.Rate: attempts started per window, by key
+    # The body reads ``self.subject``: the worker's claim loop reads the subjects of a claim's
+    # attempts that need them (one query per subject model), so the body's read costs none.
+    needs_subject: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -241,6 +245,10 @@ def declare(name: str, *, fan_out: bool = False, method: str | None = None, **op
     except DefinitionError as exc:
         raise fail(str(exc)) from None
 
+    needs_subject = options.get("needs_subject", False)
+    if not isinstance(needs_subject, bool):
+        raise fail(f"needs_subject must be True or False, got {needs_subject!r}")
+
     kind = FAN_OUT if fan_out else (SIGNAL if wait_for is not None else STEP)
     return StepDefinition(
         name=name,
@@ -259,6 +267,7 @@ def declare(name: str, *, fan_out: bool = False, method: str | None = None, **op
         on_batch_failure=on_batch_failure,
         concurrency=concurrency,
         rate=rate,
+        needs_subject=needs_subject,
     )
 
 

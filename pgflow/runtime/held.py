@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..evaluation import is_async
+from ..evaluation import is_async, reads_outputs
 from ..registry import registered
 from ..store import Claim
 from ..store.claims import Kinds
@@ -37,6 +37,7 @@ class Held:
         # Async bodies awaiting on the loop.
         self.awaiting: set[Any] = set()
         self.async_steps = async_steps()
+        self.readers = output_readers()
         self._kind: dict[Any, tuple[bool, ...]] = {}
         self.counts = {False: 0, True: 0}
 
@@ -45,7 +46,9 @@ class Held:
         with self.lock:
             threads = self.concurrency - self.counts[False]
             awaiting = self.async_concurrency - self.counts[True] if self.async_steps else 0
-        return Kinds(threads=max(0, threads), awaiting=max(0, awaiting), async_steps=self.async_steps)
+        return Kinds(
+            threads=max(0, threads), awaiting=max(0, awaiting), async_steps=self.async_steps, readers=self.readers
+        )
 
     def slots_for(self, held: Claim, free: Kinds, body_is_async: Callable[[Claim], bool]) -> tuple[bool, ...]:
         """The slots ``held`` takes: the one of the kind the claim counted it as. An async body
@@ -58,6 +61,7 @@ class Held:
         if not body_is_async(held):
             return SYNC
         self.async_steps = async_steps()
+        self.readers = output_readers()
         with self.lock:
             room = self.counts[True] < self.async_concurrency
         return ASYNC if room else (False, True)
@@ -85,4 +89,17 @@ def async_steps() -> frozenset[str]:
         for workflow in registered()
         for definition in workflow.steps()
         if not definition.fans_out and is_async(workflow, definition)
+    )
+
+
+def output_readers() -> frozenset[str]:
+    """The steps of the registered workflow classes whose claims bring the run's outputs
+    (``evaluation.reads_outputs``), as the claim names them ("workflow path:step name"). A
+    class first imported since the worker started is not among them until they are worked
+    out again (with the async steps): its bodies read ``self.outputs`` with one query."""
+    return frozenset(
+        f"{workflow.workflow_path()}:{definition.name}"
+        for workflow in registered()
+        for definition in workflow.steps()
+        if reads_outputs(workflow, definition)
     )

@@ -92,7 +92,8 @@ class Runner:
         # away), is closed before the next body: the body's queries then reconnect.
         connections.close_if_unusable()
         started = time.monotonic()
-        prepared = store.quick_prepare(held) or store.prepare(held)
+        # The outputs the claim brought (a step whose body reads them): self.outputs costs no query.
+        prepared = store.quick_prepare(held, outputs=held.outputs) or store.prepare(held)
         if prepared is None:
             return self._result(held, "ended_before_body", started)
         self._track(prepared)
@@ -107,12 +108,15 @@ class Runner:
 
     async def execute_async(self, held: Claim, outputs: Mapping[str, Any] | None = None) -> Result:
         """``execute`` for an ``async def`` body, awaited on the worker's loop; ``outputs``: the
-        run's, if the claim loop read them (otherwise read here, before the body)."""
+        run's, if the claim loop read them, else those the claim brought (otherwise read here,
+        before the body)."""
         started = time.monotonic()
+        outputs = outputs if outputs is not None else held.outputs
         prepared = store.quick_prepare(held, outputs=outputs)
         outputs_read = prepared is not None and outputs is not None
         if prepared is None:
             prepared = await sync_to_async(_prepare)(held)
+            outputs_read = held.outputs is not None  # prepare's instance has the claim's
         if prepared is None:
             return self._result(held, "ended_before_body", started)
         self._track(prepared, asyncio.current_task())

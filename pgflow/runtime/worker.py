@@ -33,7 +33,7 @@ from django.db import InterfaceError as DjangoInterfaceError
 from .. import observability, schedules, store
 from ..conf import pgflow_settings
 from ..store import Claim
-from ..store.claims import Kinds
+from ..store.claims import Kinds, with_subjects
 from . import presence, sweep
 from .answer import Answer
 from .committer import TWO_COMMITTERS_FROM, Committer
@@ -338,14 +338,14 @@ class Worker:
         either = free.threads > 0 and (free.awaiting > 0 or not self._holding.async_steps)
         if self._drained and either and len(notes) == 1 and notes[0] is not None and _none_due(known_due):
             # Idle (a slot of either kind free), and one start announced the only attempt due: claim it by its id.
-            claims = store.claim_notified(notes[0], worker=self.name, queues=self.queues)
+            claims = store.claim_notified(notes[0], worker=self.name, queues=self.queues, readers=self._holding.readers)
         if not claims:  # taken by another worker meanwhile, or not the idle case: the claim
             claims = store.claim(worker=self.name, queues=self.queues, limit=total, kinds=free)
         self._drained = len(claims) < total
         self._next_due = claims.next_due
         assert self.loop is not None
-        kinds = [(held, self._holding.slots_for(held, free, self.runner.is_async)) for held in claims]
-        outputs = self._outputs_for([held for held, slots in kinds if slots == ASYNC])
+        kinds = [(held, self._holding.slots_for(held, free, self.runner.is_async)) for held in self._subjects(claims)]
+        outputs = self._outputs_for([held for held, slots in kinds if slots == ASYNC and held.outputs is None])
         for held, slots in kinds:
             self._hold(held, slots)
             if slots == ASYNC:
@@ -354,6 +354,15 @@ class Worker:
             else:
                 pool.submit(held)
         return len(claims)
+
+    def _subjects(self, claims: list[Claim]) -> list[Claim]:
+        """``claims``, those of a step with ``needs_subject`` carrying their subject (one query
+        per subject model, here, rather than one in each body). None read: each reads its own."""
+        try:
+            return with_subjects(claims)
+        except (DatabaseError, DjangoInterfaceError, psycopg.Error):
+            logger.warning("reading the subjects of claimed steps failed; each reads its own", exc_info=True)
+            return claims
 
     def _outputs_for(self, awaiting: list[Claim]) -> dict[int, dict[str, Any]]:
         """The outputs of the runs of the async bodies just claimed, in one query: each body

@@ -84,7 +84,10 @@ def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
                 _fail_and_pause(run, step, StepNotFound(missing_step_message(run, step.step_name)), at=at)
             return None
         workflow = workflow_class(
-            run=run, step_name=step.step_name, attempt=step.attempt, outputs=lambda: outputs_of(run)
+            run=run,
+            step_name=step.step_name,
+            attempt=step.attempt,
+            outputs=held.outputs if held.outputs is not None else lambda: outputs_of(run),  # the claim's, if brought
         )
         try:
             cancel = evaluation.should_cancel(workflow)

@@ -14,18 +14,21 @@ from __future__ import annotations
 import json
 import uuid
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
 
 from ..conf import pgflow_settings
 from ..core.limits import RATE_GATE, SINGLETON_GATE, gate_prefix
+from ..exceptions import WorkflowNotFound
 from ..models import WorkflowRun
+from ..registry import resolve
 from .cursors import hot_cursor
 from .locking import now
-from .rows import CLAIMED, CLAIMED_STEP, RUN_COLUMNS, STEP_COLUMNS, deferred
+from .rows import CLAIMED, CLAIMED_STEP, OUTPUTS_CAP, RUN_COLUMNS, STEP_COLUMNS, deferred
 
 # A gate of each kind, on a row ``k`` of pgflow_gate (the kinds: pgflow.core.limits).
 _K_SINGLETON = f"k.name LIKE '{gate_prefix(SINGLETON_GATE)}%%'"
@@ -352,6 +355,10 @@ SELECT probe.gated, later.next_due, """
 )
 
 
+NOT_READ: Any = object()  # Claim.subject when the claim loop did not read it
+_SUBJECT: Any = WorkflowRun._meta.get_field("subject")  # its GenericForeignKey, whose cache run() fills
+
+
 @dataclass(frozen=True, kw_only=True)
 class Claim:
     """An attempt this worker holds: every write for it checks ``token``."""
@@ -364,21 +371,34 @@ class Claim:
     started_at: datetime
     run_fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     step_fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # rows.STEP_COLUMNS
+    # The run's outputs as the claim read them (rows.CLAIMED_OUTPUTS); None: not read.
+    outputs: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    # The run's subject, read by the claim loop for a step with needs_subject (``with_subjects``).
+    subject: Any = field(default=NOT_READ, compare=False, repr=False)
 
     def run(self) -> WorkflowRun:
-        """The run as it was at the claim (no query); ``refresh_from_db()`` for now. The
-        columns the claim does not return (``rerun_of_id``, ``singleton_key``) are deferred,
-        read from the row when first used, as with ``.only()``: left at their defaults, a
-        body read a re-run's ``rerun_of_id`` as None. Returning them would cost every claim."""
-        return deferred(WorkflowRun, {"id": self.run_id, **self.run_fields})
+        """The run as it was at the claim (no query); ``refresh_from_db()`` for now. Every
+        column is the claim's (``rows.RUN_COLUMNS``), so reading a field costs no query, and
+        ``run.subject`` is cached when the claim loop read it (``with_subjects``)."""
+        run = deferred(WorkflowRun, {"id": self.run_id, **self.run_fields})
+        if self.subject is not NOT_READ:
+            _SUBJECT.set_cached_value(run, self.subject)
+        return run
+
+
+_STEP_AT = 6 + len(RUN_COLUMNS)
+_OUTPUTS_AT = _STEP_AT + len(STEP_COLUMNS)
 
 
 def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
     claims = []
     for row in rows:
-        fields = dict(zip(RUN_COLUMNS, row[6 : 6 + len(RUN_COLUMNS)], strict=True))
+        fields = dict(zip(RUN_COLUMNS, row[6:_STEP_AT], strict=True))
         if isinstance(fields["input"], str):  # a raw cursor may hand jsonb back as text
             fields["input"] = json.loads(fields["input"])
+        outputs = row[_OUTPUTS_AT]
+        if isinstance(outputs, str):
+            outputs = json.loads(outputs)
         claims.append(
             Claim(
                 step_id=row[0],
@@ -388,7 +408,8 @@ def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
                 token=row[4],
                 started_at=row[5],
                 run_fields=fields,
-                step_fields=dict(zip(STEP_COLUMNS, row[6 + len(RUN_COLUMNS) :], strict=True)),
+                step_fields=dict(zip(STEP_COLUMNS, row[_STEP_AT:_OUTPUTS_AT], strict=True)),
+                outputs=outputs,
             )
         )
     return claims
@@ -407,6 +428,41 @@ class Claimed(list[Claim]):
 NOT_KNOWN = object()
 
 
+def with_subjects(claims: list[Claim]) -> list[Claim]:
+    """``claims``, those of a step with ``needs_subject`` carrying their run's subject, read
+    here with one query per subject model (a body's ``self.subject`` then costs none). A
+    subject whose model or row is gone is None, as ``run.subject`` would read it."""
+    wanted: dict[int, set[str]] = {}
+    for held in claims:
+        if _needs_subject(held):
+            wanted.setdefault(held.run_fields["subject_type_id"], set()).add(held.run_fields["subject_id"])
+    if not wanted:
+        return claims
+    found: dict[tuple[int, str], Any] = {}
+    for type_id, ids in wanted.items():
+        model = ContentType.objects.get_for_id(type_id).model_class()
+        if model is None:
+            continue
+        for row in model._base_manager.filter(pk__in=sorted(ids)):
+            found[(type_id, str(row.pk))] = row
+    return [
+        replace(held, subject=found.get((held.run_fields["subject_type_id"], held.run_fields["subject_id"])))
+        if _needs_subject(held)
+        else held
+        for held in claims
+    ]
+
+
+def _needs_subject(held: Claim) -> bool:
+    if held.run_fields.get("subject_type_id") is None or held.run_fields.get("subject_id") is None:
+        return False
+    try:
+        definition = resolve(held.run_fields["workflow_class"]).steps().get(held.step_name)
+    except WorkflowNotFound:
+        return False
+    return definition is not None and definition.needs_subject
+
+
 @dataclass(frozen=True)
 class Kinds:
     """A claim's free slots by kind: ``threads`` for sync bodies, ``awaiting`` for the async
@@ -415,6 +471,9 @@ class Kinds:
     threads: int
     awaiting: int
     async_steps: frozenset[str] = frozenset()
+    # The steps whose claims bring the run's outputs ("workflow path:step name": those whose
+    # body reads self.outputs, evaluation.reads_outputs).
+    readers: frozenset[str] = frozenset()
 
     def is_async(self, held: Claim) -> bool:
         """The kind the claim counted ``held`` as."""
@@ -483,23 +542,37 @@ SELECT later.next_due, """
 )
 
 
-def claim_notified(step_id: int, *, worker: str, queues: list[str], at: datetime | None = None) -> Claimed:
+def claim_notified(
+    step_id: int, *, worker: str, queues: list[str], at: datetime | None = None, readers: frozenset[str] = frozenset()
+) -> Claimed:
     """Claim the attempt ``step_id`` if it is still claimable (see CLAIM_NOTIFIED_SQL), and say
     when the earliest attempt left scheduled on ``queues`` comes due, as ``claim()`` does.
 
     For a worker that knows nothing else is due on its queues: then this claims what
     ``claim()`` would, in a cheaper statement. It knows nothing of priorities.
     """
-    rows = _claim_rows(CLAIM_NOTIFIED_SQL, {"id": step_id, "queues": queues, **_lease(worker, at)})
+    params = {"id": step_id, "queues": queues, **_lease(worker, at), **_outputs_params(readers)}
+    rows = _claim_rows(CLAIM_NOTIFIED_SQL, params)
     return Claimed(_claims([row[1:] for row in rows if row[1] is not None]), rows[0][0])
 
 
 def _kind_params(kinds: Kinds | None, limit: int) -> dict[str, Any]:
     if kinds is None:  # every attempt counts as sync, up to the limit
-        return {"async_names": [], "async_keys": [], "threads": limit, "awaiting": 0}
+        return {"async_names": [], "async_keys": [], "threads": limit, "awaiting": 0, **_outputs_params(frozenset())}
     keys = sorted(kinds.async_steps)
     names = sorted({key.rsplit(":", 1)[1] for key in keys})
-    return {"async_names": names, "async_keys": keys, "threads": kinds.threads, "awaiting": kinds.awaiting}
+    return {
+        "async_names": names,
+        "async_keys": keys,
+        "threads": kinds.threads,
+        "awaiting": kinds.awaiting,
+        **_outputs_params(kinds.readers),
+    }
+
+
+def _outputs_params(readers: frozenset[str]) -> dict[str, Any]:
+    """The parameters of rows.CLAIMED_OUTPUTS: whose claims bring the outputs, and up to what size."""
+    return {"readers": sorted(readers), "outputs_cap": OUTPUTS_CAP}
 
 
 def _lease(worker: str, at: datetime | None) -> dict[str, Any]:
@@ -568,7 +641,7 @@ def claim_step(step_id: int, *, worker: str, at: datetime | None = None) -> Clai
             "claim_token = gen_random_uuid(), lease_expires_at = %(lease_until)s, "
             "scheduled_at = LEAST(s.scheduled_at, %(now)s) "
             "FROM pgflow_run AS r WHERE s.id = %(id)s AND s.status = 'scheduled' AND r.id = s.run_id " + _RETURNING,
-            {"id": step_id, **_lease(worker, at)},
+            {"id": step_id, **_lease(worker, at), **_outputs_params(frozenset())},
         )
         rows = cursor.fetchall()
     claims = _claims(rows)

@@ -41,6 +41,8 @@ RUN_COLUMNS = (
     "paused_reason",
     "traceparent",
     "parent_id",
+    "rerun_of_id",
+    "singleton_key",
 )
 # The attempt's own timestamps, for its trace span and metrics (pgflow.observability).
 STEP_COLUMNS = ("created_at", "scheduled_at", "waiting_since", "queue", "throttled_until")
@@ -49,12 +51,30 @@ STEP_COLUMNS = ("created_at", "scheduled_at", "waiting_since", "queue", "throttl
 CLAIMED_STEP = "s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at" + "".join(
     f", s.{column}" for column in STEP_COLUMNS
 )
+# The run's outputs as a claim brings them (``{step_name: output}`` of its completed
+# attempts, oldest first, the last of a name winning: what ``store.outputs_of_runs`` reads,
+# a re-run's copied attempts included), only for the attempts of the steps named in
+# ``%(readers)s`` ("workflow path:step name", those whose body reads ``self.outputs``) and
+# only while the run's stored outputs take at most ``%(outputs_cap)s`` bytes: past it, or
+# for any other step, NULL, and ``self.outputs`` reads them with one query when first used.
+# So an output no body reads costs no claim, and a large one costs the claim only its
+# size's probe (pg_column_size reads no TOASTed value). The claim's snapshot was taken
+# before its UPDATE: it sees every output committed before the attempt was claimed, and the
+# previous step's was committed with the attempt itself.
+OUTPUTS_CAP = 32 * 1024
+CLAIMED_OUTPUTS = """CASE WHEN r.workflow_class || ':' || s.step_name = ANY(%(readers)s::text[])
+        AND (SELECT coalesce(sum(pg_column_size(z.output)), 0) FROM pgflow_step AS z
+             WHERE z.run_id = s.run_id AND z.status = 'completed') <= %(outputs_cap)s
+    THEN (SELECT coalesce(jsonb_object_agg(o.step_name, o.output ORDER BY o.created_at, o.id), '{}'::jsonb)
+          FROM pgflow_step AS o WHERE o.run_id = s.run_id AND o.status = 'completed') END"""
 # What a claim reads of the attempt (s) and its run (r): Claim's fields, then RUN_COLUMNS,
-# then STEP_COLUMNS.
+# then STEP_COLUMNS, then the outputs (CLAIMED_OUTPUTS).
 CLAIMED = (
     "s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started_at, "
     + ", ".join(f"r.{column}" for column in RUN_COLUMNS)
     + "".join(f", s.{column}" for column in STEP_COLUMNS)
+    + ", "
+    + CLAIMED_OUTPUTS
 )
 
 

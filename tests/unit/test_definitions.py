@@ -103,8 +103,10 @@ def test_declare_converts_every_option() -> None:
         wait_for="payment_received",
         wait_timeout=timedelta(days=7),
         on_timeout="skip!",
+        needs_subject=True,
     )
     assert definition.kind == "signal"
+    assert definition.needs_subject is True
     assert definition.wait == 3600.0
     assert definition.skip_if == "is_premium"
     assert definition.timeout == 300.0
@@ -147,8 +149,9 @@ STEP_ERRORS = [
     (
         {"bogus": 1},
         "step 'a': unknown option 'bogus' (accepted: wait, wait_until, skip_if, timeout, on_exception, queue, "
-        "priority, before_step, after_step, wait_for, wait_timeout, on_timeout, concurrency, rate)",
+        "priority, before_step, after_step, wait_for, wait_timeout, on_timeout, concurrency, rate, needs_subject)",
     ),
+    ({"needs_subject": "yes"}, "step 'a': needs_subject must be True or False, got 'yes'"),
     ({"on_batch_failure": "pause"}, "step 'a': unknown option 'on_batch_failure' (accepted: wait,"),
     ({"timeout": 0}, "step 'a': timeout must be more than 0 seconds, got 0"),
     ({"timeout": timedelta(seconds=-5)}, "step 'a': timeout must be more than 0 seconds"),
@@ -214,7 +217,7 @@ FAN_OUT_ERRORS = [
     (
         {"bogus": 1},
         "fan_out 'n': unknown option 'bogus' (accepted: wait, wait_until, skip_if, timeout, on_exception, queue, "
-        "priority, before_step, after_step, concurrency, rate, on_batch_failure)",
+        "priority, before_step, after_step, concurrency, rate, needs_subject, on_batch_failure)",
     ),
     ({"timeout": -1}, "fan_out 'n': timeout must be more than 0 seconds, got -1"),
 ]

@@ -34,6 +34,7 @@ NOT_SCHEDULING = {
     "wait_timeout",
     "on_timeout",
     "on_batch_failure",
+    "needs_subject",
 }
 
 # A value for each scheduling option, as a user declares it.
