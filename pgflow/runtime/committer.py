@@ -22,14 +22,16 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
-import psycopg
-from django.db import InterfaceError, OperationalError, connection
+from django.db import connection
 
 from .. import store
 from ..conf import pgflow_settings
 from ..core import errors as error_capture
 from ..core.flow import PAUSE, Outcome
+from . import connections
 from .answer import Answer
 
 logger = logging.getLogger("pgflow")
@@ -40,7 +42,10 @@ RETRY_LOCKED = 0.05  # seconds before trying again an outcome whose run another 
 
 
 class Committer:
-    def __init__(self, *, threads: int = 1) -> None:
+    def __init__(self, *, threads: int = 1, guard: Callable[[str], AbstractContextManager[None]] | None = None) -> None:
+        # Bounds each batch's wait on the database (connections.Watchdog.guard): a silent
+        # socket is shut down and the next batch reconnects.
+        self._guard = guard or (lambda what: nullcontext())
         # SimpleQueue: C, no condition variable (the step threads put an outcome each).
         self._queue: queue.SimpleQueue[tuple[store.Finished, Answer[bool]] | None] = queue.SimpleQueue()
         self._threads = [
@@ -97,16 +102,25 @@ class Committer:
                 break
         connection.close()
 
-    def _apply(self, batch: list[tuple[store.Finished, Answer[bool]]]) -> list[tuple[store.Finished, Answer[bool]]]:
+    def _apply(
+        self, batch: list[tuple[store.Finished, Answer[bool]]], *, again: bool = True
+    ) -> list[tuple[store.Finished, Answer[bool]]]:
         """Apply ``batch``; returns the items whose run another transaction held (for later)."""
         try:
-            results = store.finish_many([item for item, _ in batch])
-        except (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            connection.close()  # the database went away: reconnect for the next batch
-            for _, answer in batch:
-                answer.set_exception(exc)
-            return []
+            if connections.read_only():
+                connections.close()  # the node turned read-only: the reconnect finds the writable one
+            with self._guard("commit"):
+                results = store.finish_many([item for item, _ in batch])
         except BaseException as exc:
+            if connections.away(exc):
+                # Lost, shutting down or read-only (25006): not the outcomes' fault, so none is
+                # paused for it. Reconnect for the next batch; these attempts keep their leases.
+                connections.close()
+                if again and connections.refused_as_read_only(exc):
+                    return self._apply(batch, again=False)  # nothing was written: once more, elsewhere
+                for _, answer in batch:
+                    answer.set_exception(exc)
+                return []
             if len(batch) > 1:
                 # One bad item (a value PostgreSQL refused) must not fail the others: alone,
                 # each healthy one applies and only the bad one fails, with its own error.

@@ -1,4 +1,7 @@
-"""A step thread's database connection between bodies.
+"""The worker's database connections: which errors mean "the database is away", a step
+thread's connection between bodies, the socket defaults, and a bound on a silent socket.
+
+A step thread's database connection between bodies:
 
 Django closes a connection that failed around each request (``close_old_connections``, from
 the request signals). A worker's step threads run body after body on one connection and no
@@ -6,12 +9,31 @@ request ever ends, so they do it here: without it a connection that died with th
 (a restart, a failover) stayed in its thread, and every later body there that read
 ``self.outputs`` or queried failed with "the connection is closed", for the rest of the
 worker's life. Age (``CONN_MAX_AGE``) is not looked at: a worker keeps its connections.
+
+"Away" (:func:`away`) is one classifier for every connection of the worker (the claim loop,
+the committer, the heartbeat, the sweep, the schedules, the step threads): a lost
+connection, a server shutting down or starting (57P01-57P03), and a node that is read-only
+(25006: a demoted primary, a standby a name still points at). Each closes its connection on
+it and reconnects; a multi-host URL with ``target_session_attrs=read-write`` then finds the
+writable node. A connection to another node than the one the claim loop last found writable
+is closed before the next body, so no body reads a node that stopped taking writes.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import psycopg
 from django.db import InterfaceError, OperationalError, connection
+
+logger = logging.getLogger("pgflow")
 
 # What a query raises when its connection went away (Django's wrappers of psycopg's, and
 # psycopg's own from a raw cursor).
@@ -27,6 +49,8 @@ def unusable() -> bool:
         return False  # not connected: the next query connects
     if raw.closed or raw.broken:
         return True
+    if read_only(raw) or not on_writable_node(raw):
+        return True  # a query would read a node that takes no writes (any more)
     if not connection.errors_occurred:
         return False
     if connection.is_usable():
@@ -51,9 +75,10 @@ def close() -> None:
         pass
 
 
-def lost_with_connection(error: BaseException) -> bool:
-    """Whether a body failed only because the database went away under it: its error (raised,
-    or the cause or context of what it raised) is one of the connection's, not of a query.
+def away(error: BaseException) -> bool:
+    """Whether ``error`` means the database is away, not that a query was wrong: its error
+    (raised, or the cause or context of what it raised) is one of the connection's, or the
+    node refused a write for being read-only, or it is shutting down or starting.
 
     Decided from the error, not from the connection as it is now: async bodies share one
     connection, and the first of them to fail closes it and opens another, on which the
@@ -61,11 +86,67 @@ def lost_with_connection(error: BaseException) -> bool:
     return any(_of_connection(link) for link in _chain(error))
 
 
+lost_with_connection = away  # a body that failed this way is re-attempted, never failed
+
+
+def refused_as_read_only(error: BaseException) -> bool:
+    """The node refused the statement for being read-only (25006): nothing of it was written."""
+    return any(isinstance(link, psycopg.errors.ReadOnlySqlTransaction) for link in _chain(error))
+
+
+def read_only(raw: Any = None) -> bool:
+    """Whether the server of ``raw`` (this thread's connection by default) said it takes no
+    writes: in recovery (a standby) or ``default_transaction_read_only`` on (a demoted
+    primary). Free: PostgreSQL 14+ reports both with every change, libpq keeps them."""
+    raw = connection.connection if raw is None else raw
+    if raw is None or raw.closed:
+        return False
+    status = raw.info.parameter_status
+    return status("in_hot_standby") == "on" or status("default_transaction_read_only") == "on"
+
+
+# (address, port) of the node the claim loop last claimed on: the writable one.
+_writable: tuple[str, int] | None = None
+_moves = 0  # how many times it changed: a thread that saw fewer checks its connection again
+
+
+def moves() -> int:
+    return _moves
+
+
+def _node(raw: Any) -> tuple[str, int] | None:
+    try:
+        info = raw.info
+        return (info.hostaddr or info.host, info.port)
+    except (psycopg.Error, AttributeError, ValueError):
+        return None
+
+
+def found_writable() -> None:
+    """The claim loop wrote on this thread's connection: its node is the writable one."""
+    global _writable  # noqa: PLW0603 - one value for the process, read by every step thread
+    raw = connection.connection
+    if raw is not None and not raw.closed and not read_only(raw):
+        node = _node(raw)
+        if node != _writable:
+            global _moves  # noqa: PLW0603 - as _writable
+            _moves += 1
+        _writable = node
+
+
+def on_writable_node(raw: Any) -> bool:
+    """False when ``raw`` is connected to another node than the claim loop's last writable one."""
+    writable = _writable
+    return writable is None or _node(raw) in (None, writable)
+
+
 def _of_connection(error: BaseException) -> bool:
     if isinstance(error, DJANGO_CONNECTION_ERRORS) and isinstance(error.__cause__, psycopg.Error):
         return _of_connection(error.__cause__)
     if isinstance(error, psycopg.InterfaceError | InterfaceError):
         return True  # used after it closed
+    if isinstance(error, psycopg.errors.ReadOnlySqlTransaction):
+        return True  # an InternalError, not an OperationalError
     if not isinstance(error, psycopg.OperationalError):
         return False
     state = error.sqlstate
@@ -74,7 +155,8 @@ def _of_connection(error: BaseException) -> bool:
     # shutting down, crashed or not accepting connections yet. A query's own operational
     # errors (a statement timeout, a lock not available, a serialization failure) have
     # SQLSTATEs of their own and stay the body's failures.
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+    # 25006: the node is read-only (a demoted primary, a standby); another node takes writes.
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03", "25006")
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -84,3 +166,104 @@ def _chain(error: BaseException) -> list[BaseException]:
         seen.append(link)
         link = link.__cause__ or link.__context__
     return seen
+
+
+# --- a silent socket ---------------------------------------------------------------------
+
+SOCKET_OPTIONS = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")
+
+
+def socket_defaults(lease: float) -> dict[str, int]:
+    """libpq's TCP settings for a worker's connections, from the lease: a host that vanished
+    (no FIN, no RST) is noticed within about a quarter of it, not the kernel's ~15 minutes of
+    retransmissions, so a worker reconnects well before its attempts' leases run out."""
+    quarter = max(2.0, lease / 4)
+    return {
+        "keepalives": 1,
+        "keepalives_idle": max(1, int(quarter / 2)),  # idle seconds before the first probe
+        "keepalives_interval": max(1, int(quarter / 6)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": int(quarter * 1000),  # ms unacknowledged data may wait
+        "connect_timeout": max(2, int(quarter)),  # libpq's default waits for ever
+    }
+
+
+def apply_socket_defaults(options: dict[str, Any], lease: float) -> dict[str, int]:
+    """Set in ``options`` (a database's OPTIONS) each default the user did not set; returns
+    what it set. A value the user set, in OPTIONS or the URL, is theirs."""
+    added = {name: value for name, value in socket_defaults(lease).items() if name not in options}
+    options.update(added)
+    return added
+
+
+def silence_limit(options: dict[str, Any], lease: float) -> float:
+    """Seconds a worker's own query (a claim, a commit, a heartbeat) may go unanswered
+    before its socket is taken for dead: ``tcp_user_timeout`` as set (or defaulted)."""
+    value = options.get("tcp_user_timeout") or socket_defaults(lease)["tcp_user_timeout"]
+    return max(1.0, int(value) / 1000)
+
+
+class Watchdog:
+    """Bounds how long a worker's thread waits on a query. A peer that stops forwarding but
+    keeps the socket open (a proxy, a load balancer) answers TCP's keepalives and acks for
+    the server, so neither the kernel nor libpq ever notices: a query past ``limit`` has its
+    socket shut down from here, which ends the wait with a connection error, and the thread
+    reconnects (the claim loop LISTENs again)."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self._open: dict[int, tuple[float, str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="pgflow-watchdog", daemon=True)
+        self._thread.start()
+
+    @contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """The queries in this block, on this thread's connection, are bounded."""
+        key = threading.get_ident()
+        with self._lock:
+            self._open[key] = (time.monotonic(), what, connection)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._open.pop(key, None)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(0.5, self.limit / 4)):
+            now = time.monotonic()
+            with self._lock:
+                late = [(key, *entry) for key, entry in self._open.items() if now - entry[0] > self.limit]
+            for key, since, what, wrapper in late:
+                if _shut_down(wrapper.connection):
+                    logger.error(
+                        "the database did not answer the %s for %.1fs: closing its connection to reconnect",
+                        what,
+                        now - since,
+                        extra={"action": "database_silent"},
+                    )
+                with self._lock:
+                    if self._open.get(key, (None,))[0] == since:
+                        self._open.pop(key)  # once per wait
+
+
+def _shut_down(raw: Any) -> bool:
+    """Shut the socket of ``raw`` down (not close: its file descriptor stays libpq's)."""
+    if raw is None or raw.closed:
+        return False
+    try:
+        fd = raw.pgconn.socket
+        dup = socket.socket(fileno=os.dup(fd))
+    except (OSError, psycopg.Error, ValueError):
+        return False
+    try:
+        dup.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        return False
+    finally:
+        dup.close()
+    return True

@@ -27,7 +27,7 @@ from ..core.states import StepStatus
 from ..models import Step
 from ..observability import alerts
 from ..signals import repair_waits
-from . import presence
+from . import connections, presence
 
 logger = logging.getLogger("pgflow")
 
@@ -77,7 +77,10 @@ def _each(ids: list[int], repair: object) -> int:
     for step_id in ids:
         try:
             done += bool(repair(step_id))  # type: ignore[operator]
-        except Exception:
+        except Exception as exc:
+            if connections.away(exc):
+                raise  # the database is away (or read-only): the others would fail the same way
+
             # One broken run must not stop the sweep for all the others.
             logger.exception("sweep: repair of step %s failed", step_id, extra={"action": "sweep_error"})
     return done

@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 import psycopg
+from asgiref.sync import sync_to_async
 from django.db import DatabaseError, close_old_connections, connection, connections
 from django.db import InterfaceError as DjangoInterfaceError
 
@@ -34,6 +35,7 @@ from .. import observability, schedules, store
 from ..conf import pgflow_settings
 from ..store import Claim
 from ..store.claims import Kinds, with_subjects
+from . import connections as pgconnections
 from . import presence, sweep
 from .answer import Answer
 from .committer import TWO_COMMITTERS_FROM, Committer
@@ -109,6 +111,7 @@ class Worker:
         self.loop: EventLoop | None = None
         self._signals = 0
         self._db_down_since: float | None = None
+        self._async_moves = 0  # pgconnections.moves() when the async bodies' connection was checked
         self.completed = 0
         self.exit_code = 0
 
@@ -127,8 +130,11 @@ class Worker:
             " burst" if self.burst else "",
             extra={"action": "worker_start"},
         )
+        self._watchdog = self._socket_defaults()
         self._register()
-        self.committer = Committer(threads=2 if self.concurrency >= TWO_COMMITTERS_FROM else 1)
+        self.committer = Committer(
+            threads=2 if self.concurrency >= TWO_COMMITTERS_FROM else 1, guard=self._watchdog.guard
+        )
         self.runner = Runner(finish=self.committer.submit, finish_later=self.committer.submit_later)
         pool: Slots[Claim, Result] = Slots(
             self.concurrency, self._execute, self._finished, stopped=lambda: connection.close()
@@ -149,6 +155,7 @@ class Worker:
             self._drained_all.set()
             self.loop.stop()
             self.committer.stop()
+            self._watchdog.stop()
             self._wake.close()
             self._unlisten()
             # The heartbeat, the sweep and the schedules end their pass and close their
@@ -160,6 +167,17 @@ class Worker:
             self._stopped(handed)
             close_old_connections()
         return self.exit_code
+
+    def _socket_defaults(self) -> pgconnections.Watchdog:
+        """TCP keepalives, ``tcp_user_timeout`` and ``connect_timeout`` on every connection
+        this process opens, below the lease, unless OPTIONS (or the URL) set them; and the
+        watchdog that bounds the worker's own queries by the same time."""
+        lease = pgflow_settings.seconds("LEASE")
+        options = connection.settings_dict.setdefault("OPTIONS", {})
+        if "postgresql" in connection.settings_dict.get("ENGINE", ""):
+            pgconnections.apply_socket_defaults(options, lease)
+            connection.close()  # a connection opened before (the command's checks) lacks them
+        return pgconnections.Watchdog(pgconnections.silence_limit(options, lease))
 
     def _register(self) -> None:
         # The Worker row is for operators; a database away at start only delays it (the
@@ -222,9 +240,12 @@ class Worker:
         while not self._stopping.is_set():
             self._wake.clear()
             try:
-                self._listen()
-                claimed = self._claim_and_submit(pool)
-                wait = self._idle_wait(claimed)
+                with self._watchdog.guard("claim"):
+                    if pgconnections.read_only():
+                        pgconnections.close()  # a node that turned read-only: find the writable one
+                    self._listen()
+                    claimed = self._claim_and_submit(pool)
+                    wait = self._idle_wait(claimed)
                 self._database_back()
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
                 if schema_missing(exc):
@@ -341,6 +362,9 @@ class Worker:
             claims = store.claim_notified(notes[0], worker=self.name, queues=self.queues, readers=self._holding.readers)
         if not claims:  # taken by another worker meanwhile, or not the idle case: the claim
             claims = store.claim(worker=self.name, queues=self.queues, limit=total, kinds=free)
+        # Before any body starts: a step thread on another node (one that stopped taking
+        # writes) then reconnects rather than read it (connections.unusable).
+        pgconnections.found_writable()
         self._drained = len(claims) < total
         self._next_due = claims.next_due
         assert self.loop is not None
@@ -387,6 +411,11 @@ class Worker:
             raise
 
     async def _execute_async(self, held: Claim, outputs: dict[str, Any] | None) -> Result:
+        if self._async_moves != pgconnections.moves():
+            # The writable node changed: the connection async bodies share (asgiref's thread)
+            # may be on the old one, which a body would read; checked there, then reconnected.
+            self._async_moves = pgconnections.moves()
+            await sync_to_async(pgconnections.close_if_unusable)()
         execute = functools.partial(self.runner.execute_async, outputs=outputs)
         return await observability.attempt_async(held, worker=self.name, execute=execute)
 
@@ -500,20 +529,25 @@ class Worker:
                 next_beat = time.monotonic() + interval
                 with self._running_lock:
                     tokens = [held.token for held in self._running.values()]
-                store.heartbeat(tokens)
-                with self._running_lock:
-                    in_progress = len(self._bodies) + len(self._awaiting)
-                presence.beat(
-                    name=self.name,
-                    queues=self.queues,
-                    concurrency=self.concurrency,
-                    steps_run=self.completed,
-                    in_progress=in_progress,
-                    at=store.now(),
-                )
+                with self._watchdog.guard("heartbeat"):
+                    if pgconnections.read_only():
+                        pgconnections.close()  # a node that turned read-only: find the writable one
+                    store.heartbeat(tokens)
+                    with self._running_lock:
+                        in_progress = len(self._bodies) + len(self._awaiting)
+                    presence.beat(
+                        name=self.name,
+                        queues=self.queues,
+                        concurrency=self.concurrency,
+                        steps_run=self.completed,
+                        in_progress=in_progress,
+                        at=store.now(),
+                    )
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
+                # Away (pgconnections.away: lost, shutting down, read-only) or not, a fresh
+                # connection is the cure: the next beat reconnects.
                 logger.warning("heartbeat failed: %s", " ".join(str(exc).split()), extra={"action": "heartbeat_failed"})
-                connection.close()
+                pgconnections.close()
         connection.close()
 
     def _sweep(self) -> None:

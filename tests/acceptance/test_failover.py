@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +99,14 @@ def _server(argv: list[str]) -> None:
 
 @pytest.fixture
 def pair() -> Iterator[Pair]:
+    with build_pair() as made:
+        yield made
+
+
+@contextmanager
+def build_pair(*, synchronous: bool = True) -> Iterator[Pair]:
+    """A primary and its streaming standby, synchronous (a commit is acknowledged once the
+    standby has it) or not; both stopped and removed afterwards."""
     assert BINARIES is not None
     root = Path(tempfile.mkdtemp(prefix="pgflow-failover-", dir="/var/tmp"))  # noqa: S108 - the server's user must reach it
     root.chmod(0o755)
@@ -117,6 +126,10 @@ def pair() -> Iterator[Pair]:
             ]
         )
         made.start(made.standby, made.standby_port)
+        if not synchronous:
+            wait_streaming(made)
+            yield made
+            return
         # Synchronous from now on (set after the standby is up: a commit waits for it): a
         # commit is acknowledged once the standby has it, so none is lost with the primary.
         with psycopg.connect(f"postgresql://postgres@127.0.0.1:{made.primary_port}/postgres", autocommit=True) as c:
@@ -136,6 +149,14 @@ def pair() -> Iterator[Pair]:
                     check=False,
                 )
         shutil.rmtree(root, ignore_errors=True)
+
+
+def wait_streaming(made: Pair) -> None:
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{made.primary_port}/postgres", autocommit=True) as c:
+        deadline = time.monotonic() + 10
+        while c.execute("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").fetchone()[0] < 1:
+            assert time.monotonic() < deadline, "the standby did not start streaming"
+            time.sleep(0.05)
 
 
 def rows(conn: psycopg.Connection, sql: str) -> list[dict]:
