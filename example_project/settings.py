@@ -127,6 +127,16 @@ LANGUAGE_CODE = "en-us"
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "static"
 
+# Django's task framework (django.tasks, or the django-tasks backport on 5.2) on pgflow:
+# every @task is a durable run that pgflow_worker runs ("default" is PGFLOW["QUEUE"]).
+TASKS = {
+    "default": {
+        "BACKEND": "pgflow.tasks.PgflowBackend",
+        "QUEUES": ["default", "urgent"],
+        "OPTIONS": {},
+    }
+}
+
 PGFLOW = {
     "QUEUE": env("PGFLOW_QUEUE", default="workflows"),
     "RETENTION": timedelta(days=env.int("PGFLOW_RETENTION_DAYS", default=30)),

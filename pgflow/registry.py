@@ -58,6 +58,12 @@ def resolve(path: str) -> type[Workflow]:
     except Exception as exc:  # noqa: BLE001 - whatever the module raised, the class is not there
         _report(path, exc)
         raise WorkflowNotFound(f"workflow class {path!r} does not import: {type(exc).__name__}: {exc}") from exc
+    with _lock:
+        # Importing the module may have registered a class made under this path (pgflow.tasks
+        # makes one per task, named as the task's function).
+        found = _workflows.get(path)
+    if found is not None:
+        return found
     from .workflow import Workflow  # facade: is it a Workflow? the workflow package imports this module
 
     if not (isinstance(target, type) and issubclass(target, Workflow)) or target is Workflow:

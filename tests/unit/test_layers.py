@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pgflow.schedules",
             "pgflow.queues",
             "pgflow.observability.alerts",
+            "pgflow.tasks",
         ),
     ),
     (

@@ -1,0 +1,290 @@
+"""Django's task framework on pgflow: tasks defined with Django's own ``@task``
+(tests/django_tasks.py), enqueued through ``TASKS["default"]`` = ``pgflow.tasks.PgflowBackend``,
+run by a real ``pgflow_worker`` process and read back with ``get_result``, here and from another
+process. The backend-generic cases of django-tasks-db's suite are among them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from pgflow.models import WorkflowRun
+from pgflow.tasks import PgflowBackend, options
+from pgflow.tasks.compat import (
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultMismatch,
+    TaskResultStatus,
+    task,
+    task_backends,
+    task_enqueued,
+)
+from tests import django_tasks as t
+from tests.invariants import assert_exactly_once
+
+from .conftest import ROOT, wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def finished(result, timeout: float = 60):
+    def done() -> bool:
+        result.refresh()
+        return result.is_finished
+
+    wait_until(done, timeout=timeout, what=f"task {result.task.name} #{result.id} to finish")
+    return result
+
+
+def lines(marks: Path) -> list[str]:
+    """What the task bodies marked (tests/django_tasks.py's signal receivers' lines left out)."""
+    return [line for line in marks.read_text().splitlines() if not line.startswith("signal")]
+
+
+def read_in_another_process(result_id: str, task_path: str) -> dict:
+    # manage.py shell -c: a fresh process, no state shared with this one but the database.
+    code = (
+        "import json\n"
+        "from django.utils.module_loading import import_string\n"
+        f"r = import_string({task_path!r}).get_result({result_id!r})\n"
+        "ok = str(r.status) == 'SUCCESSFUL'\n"
+        "print(json.dumps({'status': str(r.status), 'value': r.return_value if ok else None, "
+        "'args': r.args, 'kwargs': r.kwargs, 'attempts': r.attempts, 'workers': r.worker_ids, "
+        "'errors': [e.exception_class_path for e in r.errors]}))\n"
+    )
+    env = {**os.environ, "PGFLOW_TEST_DB_NAME": connection.settings_dict["NAME"]}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_backend_says_what_it_supports():
+    backend = task_backends["default"]
+    assert isinstance(backend, PgflowBackend)
+    assert (backend.supports_defer, backend.supports_async_task) == (True, True)
+    assert (backend.supports_get_result, backend.supports_priority) == (True, True)
+
+
+def test_rolled_back_enqueue_leaves_nothing_and_committed_one_runs(start_worker, marks):
+    sent: list = []
+
+    def on_enqueued(sender, task_result, **kwargs):
+        sent.append(task_result.id)
+
+    task_enqueued.connect(on_enqueued)
+    try:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            t.add.enqueue(1, 2)
+            raise RuntimeError("the view failed")
+        with transaction.atomic():
+            result = t.add.enqueue(2, b=3)
+            assert sent == []  # task_enqueued waits for the commit
+        assert sent == [result.id]
+    finally:
+        task_enqueued.disconnect(on_enqueued)
+    assert result.status == TaskResultStatus.READY
+    assert (result.args, result.kwargs, result.attempts) == ([2], {"b": 3}, 0)
+    assert result.enqueued_at is not None and result.started_at is None and result.finished_at is None
+    with pytest.raises(ValueError, match="Task has not finished yet"):
+        result.return_value  # noqa: B018
+    assert result.id == str(WorkflowRun.objects.get().pk)  # the rolled-back one never existed
+
+    worker = start_worker()
+    finished(result)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.started_at >= result.enqueued_at and result.finished_at >= result.started_at
+    assert result.last_attempted_at == result.started_at
+    assert len(result.worker_ids) == 1 and result.worker_ids[0]
+    assert lines(marks) == ["add 2 3"]
+    assert t.add.get_result(result.id) == result
+
+    seen = read_in_another_process(result.id, "tests.django_tasks.add")
+    assert seen == {
+        "status": "SUCCESSFUL",
+        "value": 5,
+        "args": [2],
+        "kwargs": {"b": 3},
+        "attempts": 1,
+        "workers": result.worker_ids,
+        "errors": [],
+    }
+    assert worker.terminate() == 0
+    assert_exactly_once()
+
+
+def test_a_failing_task_is_retried_with_backoff_until_it_succeeds_or_gives_up(start_worker, marks):
+    succeeds = t.flaky.enqueue(succeed_on=3)
+    gives_up = t.flaky.enqueue(succeed_on=9)
+    start_worker()
+    finished(succeeds)
+    finished(gives_up)
+
+    assert succeeds.status == TaskResultStatus.SUCCESSFUL
+    assert succeeds.return_value == 3  # TaskContext.attempt is the attempt number
+    assert succeeds.attempts == 3
+    assert [e.exception_class for e in succeeds.errors] == [ConnectionError, ConnectionError]
+    assert succeeds.errors[0].traceback.endswith("ConnectionError: attempt 1 failed\n")
+
+    assert gives_up.status == TaskResultStatus.FAILED  # max_attempts=3 spent
+    assert gives_up.attempts == 3
+    assert len(gives_up.errors) == 3
+    with pytest.raises(ValueError, match="Task failed"):
+        gives_up.return_value  # noqa: B018
+    assert gives_up.finished_at is not None
+    assert WorkflowRun.objects.get(pk=gives_up.id).status == "cancelled"
+    assert sorted(lines(marks)) == sorted([f"flaky attempt {n}" for n in (1, 2, 3)] * 2)
+    # The backoff (0.2s x attempts so far) spaced the attempts out.
+    assert gives_up.last_attempted_at - gives_up.started_at >= timedelta(seconds=0.2 + 0.4)
+    assert (
+        read_in_another_process(gives_up.id, "tests.django_tasks.flaky")["errors"] == ["builtins.ConnectionError"] * 3
+    )
+    assert_exactly_once()
+
+
+def test_a_failing_task_reads_failed_with_its_traceback(start_worker):
+    result = t.failing.enqueue()
+    start_worker()
+    finished(result)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class is ValueError
+    assert result.errors[0].traceback.endswith("ValueError: This task failed due to ValueError\n")
+    assert result.started_at <= result.finished_at
+
+
+def test_an_idempotent_key_enqueues_once(start_worker, marks):
+    first = t.receipt.enqueue(7)
+    again = t.receipt.enqueue(7)
+    other = t.receipt.enqueue(8)
+    assert again.id == first.id and other.id != first.id
+    start_worker()
+    finished(first)
+    finished(other)
+    after = t.receipt.enqueue(7)  # the finished run of the key, as it stands
+    assert after.id == first.id and after.status == TaskResultStatus.SUCCESSFUL and after.return_value == 7
+    assert sorted(lines(marks)) == ["receipt 7", "receipt 8"]
+
+
+def test_takes_context_and_signals(start_worker):
+    result = t.context_of.enqueue()
+    start_worker()
+    finished(result)
+    assert result.return_value == {"id": result.id, "attempt": 1, "status": "RUNNING"}
+
+
+def test_priority_and_run_after(start_worker, marks):
+    later = timezone.now() + timedelta(seconds=3)
+    deferred = t.plain.using(run_after=later).enqueue(0)
+    low = t.plain.using(priority=-50).enqueue(1)
+    high = t.plain.using(priority=50).enqueue(2)
+    urgent = t.urgent.enqueue(3)
+    assert t.plain.get_result(high.id).task.priority == 50
+    assert t.plain.get_result(deferred.id).task.run_after == later
+    start_worker("--concurrency", "1", "--queues", "workflows,urgent")
+    for result in (deferred, low, high, urgent):
+        finished(result)
+    plain_order = [line for line in lines(marks) if line.startswith("plain")]
+    assert plain_order.index("plain 2") < plain_order.index("plain 1")  # one slot: the higher priority first
+    assert deferred.started_at >= later
+    assert urgent.return_value == 3
+
+
+def test_validation_uses_djangos_errors():
+    with pytest.raises(InvalidTask, match="Queue 'nowhere' is not valid"):
+        t.plain.using(queue_name="nowhere")
+    with pytest.raises(InvalidTask, match="priority must be a whole number between -100 and 100"):
+        t.plain.using(priority=500)
+    with pytest.raises(InvalidTask, match="run_after must be an aware datetime"):
+        t.plain.using(run_after=timezone.now().replace(tzinfo=None))
+    with pytest.raises(InvalidTask, match="accepted: max_attempts, backoff, timeout, key"):
+        options(max_attempt=3)
+    with pytest.raises(InvalidTask, match="max_attempts must be a positive whole number"):
+        options(max_attempts=0)
+    with pytest.raises(InvalidTask, match="backoff must be a callable"):
+        options(backoff=5)
+
+
+def undecorated(n: int) -> int:
+    return n
+
+
+def test_task_keywords_are_checked_at_decoration():
+    try:
+        made = task(max_attempts=2)(undecorated)
+    except TypeError:  # Django 6.0's @task passes no extra keywords: options() is the way there
+        pytest.skip("this Django's @task takes no backend keywords")
+    assert made.max_attempts == 2
+    with pytest.raises(InvalidTask, match="unknown pgflow task option.*'retries'.*accepted: max_attempts"):
+        task(retries=2)(undecorated)
+
+
+def test_complex_return_values(start_worker):
+    value = t.complex_value.enqueue("x")
+    not_json = t.not_json.enqueue()
+    doubled = t.async_double.enqueue(21)
+    start_worker()
+    for result in (value, not_json, doubled):
+        finished(result)
+    assert value.return_value == {"name": "x", "pair": [1, 2], "nested": [{"x": None, "y": 1.5}], "ok": True}
+    assert not_json.status == TaskResultStatus.FAILED
+    assert not_json.errors[0].exception_class is TypeError
+    assert "is not JSON serializable" in not_json.errors[0].traceback
+    assert doubled.return_value == 42
+
+
+@pytest.mark.django_db
+def test_a_missing_result_and_another_tasks_result():
+    backend = task_backends["default"]
+    for missing in ("999999999", "123abc", "not-an-id"):
+        with pytest.raises(TaskResultDoesNotExist):
+            backend.get_result(missing)
+    result = t.add.enqueue(1, 1)
+    with pytest.raises(TaskResultMismatch):
+        t.plain.get_result(result.id)
+    assert t.add.get_result(result.id).id == result.id
+
+
+def test_djangos_signals_are_sent_in_the_worker(start_worker, marks):
+    # tests/django_tasks.py's receivers write what they hear to the marks file, in the worker.
+    result = t.add.enqueue(4, 4)
+    failed = t.failing.enqueue()
+    start_worker()
+    finished(result)
+    finished(failed)
+    heard = [line for line in marks.read_text().splitlines() if line.startswith("signal")]
+    assert sorted(heard) == sorted(
+        [
+            f"signal started add {result.id} RUNNING",
+            f"signal finished add {result.id} SUCCESSFUL",
+            f"signal started failing {failed.id} RUNNING",
+            f"signal finished failing {failed.id} FAILED",
+        ]
+    )
+
+
+def test_the_dashboard_lists_tasks_by_name(start_worker, client, django_user_model):
+    result = t.add.enqueue(1, 2)
+    start_worker()
+    finished(result)
+    admin = django_user_model.objects.create_superuser("boss", "boss@example.com", "pw")
+    client.force_login(admin)
+    page = client.get("/admin/pgflow/workflowrun/")
+    assert page.status_code == 200
+    assert ">add<" in page.content.decode() or "add #" in page.content.decode()
+    run_page = client.get(f"/admin/pgflow/workflowrun/{result.id}/change/")
+    assert run_page.status_code == 200 and "tests.django_tasks.add" in run_page.content.decode()

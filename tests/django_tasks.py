@@ -1,0 +1,101 @@
+"""Tasks of Django's task framework, defined with Django's own ``@task``, run by pgflow's
+backend (tests/acceptance/test_django_tasks.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pgflow.tasks import options
+
+try:
+    from django.tasks import TaskContext, task
+    from django.tasks.signals import task_finished, task_started
+except ImportError:  # Django 5.2: the backport
+    from django_tasks import TaskContext, task  # type: ignore[no-redef]
+    from django_tasks.signals import task_finished, task_started  # type: ignore[no-redef]
+
+
+def _mark(line: str) -> None:
+    # Each body appends a line to the marks file the acceptance tests read (PGFLOW_TEST_MARKS).
+    path = os.environ.get("PGFLOW_TEST_MARKS")
+    if path:
+        with Path(path).open("a") as out:
+            out.write(line + "\n")
+
+
+def _heard(kind: str) -> Any:
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        if task_result.task.name in ("add", "failing"):
+            _mark(f"signal {kind} {task_result.task.name} {task_result.id} {task_result.status}")
+
+    return receiver
+
+
+_started, _finished = _heard("started"), _heard("finished")
+task_started.connect(_started)
+task_finished.connect(_finished)
+
+
+@task()
+def add(a: int, b: int) -> int:
+    _mark(f"add {a} {b}")
+    return a + b
+
+
+@task
+def complex_value(name: str) -> Any:
+    return {"name": name, "pair": (1, 2), "nested": [{"x": None, "y": 1.5}], "ok": True}
+
+
+@task()
+def not_json() -> Any:
+    return lambda: True
+
+
+@task()
+def failing() -> None:
+    raise ValueError("This task failed due to ValueError")
+
+
+def _two_seconds(exception: BaseException, task_result: Any) -> float:
+    return 0.2 * task_result.attempts
+
+
+@options(max_attempts=3, backoff=_two_seconds)
+@task(takes_context=True)
+def flaky(context: TaskContext, succeed_on: int) -> int:
+    _mark(f"flaky attempt {context.attempt}")
+    if context.attempt < succeed_on:
+        raise ConnectionError(f"attempt {context.attempt} failed")
+    return context.attempt
+
+
+@task(takes_context=True)
+def context_of(context: TaskContext) -> dict[str, Any]:
+    return {"id": context.task_result.id, "attempt": context.attempt, "status": str(context.task_result.status)}
+
+
+@options(key=lambda order_id: f"receipt:{order_id}")
+@task
+def receipt(order_id: int) -> int:
+    _mark(f"receipt {order_id}")
+    return order_id
+
+
+@task(priority=10, queue_name="urgent")
+def urgent(n: int) -> int:
+    _mark(f"urgent {n}")
+    return n
+
+
+@task()
+def plain(n: int) -> int:
+    _mark(f"plain {n}")
+    return n
+
+
+@task()
+async def async_double(n: int) -> int:
+    return n * 2
