@@ -77,7 +77,7 @@ POOLER_LOST_IT = frozenset({"26000", "42P05"})
 
 
 class _Preparing(psycopg.Cursor[Any]):
-    """A server-binding cursor whose statements are prepared on their first run (psycopg's
+    """A server-binding cursor whose statements are prepared on their second run (psycopg's
     protocol-level prepared statements) unless ``PGFLOW["PREPARE_START"]`` is False or a
     pooler lost one: Django's cursor wrapper calls ``execute(sql, params)``, with no way to
     ask. Django turns psycopg's preparing off by default, for transaction-mode poolers, where
@@ -86,11 +86,17 @@ class _Preparing(psycopg.Cursor[Any]):
     INSERTs on every start was the largest part of its server time. Sent unprepared, the
     parameters still go apart."""
 
+    # Prepared from its second run on a connection: preparing costs a round trip of its own,
+    # which a connection that runs one start (Django's default CONN_MAX_AGE = 0 closes it after
+    # each request) would pay for nothing.
+    _runs = 0
+
     def execute(
         self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
     ) -> Any:
         if prepare is None:
-            prepare = _prepares(self.connection)
+            self._runs += 1
+            prepare = self._runs > 1 and _prepares(self.connection)
         return super().execute(query, params, prepare=prepare, binary=binary)
 
 
