@@ -4,9 +4,11 @@ backend (tests/acceptance/test_django_tasks.py)."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+from pgflow import OnException
 from pgflow.tasks import options
 
 try:
@@ -99,3 +101,23 @@ def plain(n: int) -> int:
 @task()
 async def async_double(n: int) -> int:
     return n * 2
+
+
+@options(on_exception=OnException(LookupError, action="pause"), timeout=30)
+@task
+def needs_flag(flag: str) -> str:
+    # Pauses (a policy of its own) until the operator has made the file, then succeeds.
+    if not Path(flag).exists():
+        raise LookupError(f"no {flag} yet")
+    return "done"
+
+
+@task
+def slow(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@options(timeout=0.5)
+@task
+def too_slow() -> None:
+    time.sleep(5)

@@ -288,3 +288,50 @@ def test_the_dashboard_lists_tasks_by_name(start_worker, client, django_user_mod
     assert ">add<" in page.content.decode() or "add #" in page.content.decode()
     run_page = client.get(f"/admin/pgflow/workflowrun/{result.id}/change/")
     assert run_page.status_code == 200 and "tests.django_tasks.add" in run_page.content.decode()
+
+
+def test_operator_controls_work_on_tasks(start_worker, tmp_path):
+    # A paused run whose attempt failed reads FAILED; the operator's resume re-attempts it, same id.
+    flag = tmp_path / "flag"
+    result = t.needs_flag.enqueue(str(flag))
+    waiting = t.plain.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(9)
+    start_worker()
+    wait_until(lambda: WorkflowRun.objects.get(pk=result.id).status == "paused", timeout=60, what="the pause")
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and result.errors[0].exception_class is LookupError
+    flag.touch()
+    WorkflowRun.objects.get(pk=result.id).resume(actor="operator")
+    finished(result)
+    assert (result.status, result.return_value, result.attempts) == (TaskResultStatus.SUCCESSFUL, "done", 2)
+
+    run = WorkflowRun.objects.get(pk=waiting.id)
+    run.pause(actor="operator")
+    waiting.refresh()
+    assert waiting.status == TaskResultStatus.READY  # paused by an operator: it runs once resumed
+    run.cancel(actor="operator")
+    waiting.refresh()
+    assert waiting.status == TaskResultStatus.FAILED and waiting.finished_at is not None and waiting.errors == []
+    assert_exactly_once()
+
+
+def test_a_task_past_its_timeout_fails(start_worker):
+    result = t.too_slow.enqueue()
+    running = t.slow.enqueue(2)
+    start_worker()
+    wait_until(lambda: t.slow.get_result(running.id).status == TaskResultStatus.RUNNING, timeout=30, what="RUNNING")
+    finished(result)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class_path == "pgflow.exceptions.StepTimeout"
+    finished(running)
+
+
+@pytest.mark.django_db
+def test_backend_options_are_defaults_and_checked(settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    default = settings.TASKS["default"]
+    settings.TASKS = {"default": {**default, "OPTIONS": {"max_attempts": 4}}}
+    assert task(undecorated).max_attempts == 4
+    settings.TASKS = {"default": {**default, "OPTIONS": {"retries": 4}}}
+    with pytest.raises(ImproperlyConfigured, match="unknown pgflow task option.*'retries'.*accepted: max_attempts"):
+        task_backends["default"]
