@@ -107,8 +107,7 @@ class Committer:
     ) -> list[tuple[store.Finished, Answer[bool]]]:
         """Apply ``batch``; returns the items whose run another transaction held (for later)."""
         try:
-            if connections.read_only():
-                connections.close()  # the node turned read-only: the reconnect finds the writable one
+            connections.leave_if_stale()  # read-only or opened before a silence: reconnect
             with self._guard("commit"):
                 results = store.finish_many([item for item, _ in batch])
         except BaseException as exc:
@@ -116,8 +115,11 @@ class Committer:
                 # Lost, shutting down or read-only (25006): not the outcomes' fault, so none is
                 # paused for it. Reconnect for the next batch; these attempts keep their leases.
                 connections.close()
-                if again and connections.refused_as_read_only(exc):
-                    return self._apply(batch, again=False)  # nothing was written: once more, elsewhere
+                if again:
+                    # Once more on a fresh connection: refused as read-only, nothing was written;
+                    # lost on the way, the token check makes a second application impossible
+                    # (one that had landed answers "ignored"), and the body need not run again.
+                    return self._apply(batch, again=False)
                 for _, answer in batch:
                     answer.set_exception(exc)
                 return []

@@ -26,12 +26,14 @@ import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.db import InterfaceError, OperationalError, connection
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connection, connections
+from django.db.backends.signals import connection_created
 
 logger = logging.getLogger("pgflow")
 
@@ -51,6 +53,8 @@ def unusable() -> bool:
         return True
     if read_only(raw) or not on_writable_node(raw):
         return True  # a query would read a node that takes no writes (any more)
+    if condemned(raw):
+        return True  # opened before a silence the watchdog found: its socket may be as silent
     if not connection.errors_occurred:
         return False
     if connection.is_usable():
@@ -203,6 +207,31 @@ def silence_limit(options: dict[str, Any], lease: float) -> float:
     return max(1.0, int(value) / 1000)
 
 
+# When each of the process's connections was opened (connection_created, from the watchdog
+# on) and the moment of the last silence found: a connection opened before it is condemned.
+_opened: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+_silent_at = 0.0
+
+
+def _note_opened(sender: Any, connection: Any, **kwargs: Any) -> None:
+    if connection.connection is not None:
+        _opened[connection.connection] = time.monotonic()
+
+
+def condemned(raw: Any) -> bool:
+    """Whether ``raw`` was opened before the last silence the watchdog found (the path to the
+    server that went silent on one connection is likely silent on all of them then)."""
+    return _silent_at > 0 and _opened.get(raw, 0.0) < _silent_at
+
+
+def leave_if_stale() -> None:
+    """Close this thread's connection before its next use when it is on a read-only node or
+    was opened before a silence: the next query reconnects (and finds the writable node)."""
+    raw = connection.connection
+    if raw is not None and not connection.in_atomic_block and (read_only(raw) or condemned(raw)):
+        close()
+
+
 class Watchdog:
     """Bounds how long a worker's thread waits on a query. A peer that stops forwarding but
     keeps the socket open (a proxy, a load balancer) answers TCP's keepalives and acks for
@@ -212,18 +241,22 @@ class Watchdog:
 
     def __init__(self, limit: float) -> None:
         self.limit = limit
-        self._open: dict[int, tuple[float, str, Any]] = {}
+        self._open: dict[int, tuple[float, float, str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        connection_created.connect(_note_opened, dispatch_uid="pgflow-watchdog")
         self._thread = threading.Thread(target=self._watch, name="pgflow-watchdog", daemon=True)
         self._thread.start()
 
     @contextmanager
-    def guard(self, what: str) -> Iterator[None]:
-        """The queries in this block, on this thread's connection, are bounded."""
+    def guard(self, what: str, limit: float | None = None) -> Iterator[None]:
+        """The queries in this block, on this thread's connection, are bounded (by ``limit``
+        seconds, the watchdog's own by default)."""
         key = threading.get_ident()
         with self._lock:
-            self._open[key] = (time.monotonic(), what, connection)
+            # The thread's own wrapper: ``connection`` is a proxy the watchdog's thread would
+            # resolve to its own.
+            self._open[key] = (time.monotonic(), limit or self.limit, what, connections[DEFAULT_DB_ALIAS])
         try:
             yield
         finally:
@@ -237,8 +270,10 @@ class Watchdog:
         while not self._stop.wait(min(0.5, self.limit / 4)):
             now = time.monotonic()
             with self._lock:
-                late = [(key, *entry) for key, entry in self._open.items() if now - entry[0] > self.limit]
-            for key, since, what, wrapper in late:
+                late = [(key, *entry) for key, entry in self._open.items() if now - entry[0] > entry[1]]
+            for key, since, _, what, wrapper in late:
+                global _silent_at  # noqa: PLW0603 - one moment for the process's connections
+                _silent_at = time.monotonic()  # the others opened before it reconnect at their next use
                 if _shut_down(wrapper.connection):
                     logger.error(
                         "the database did not answer the %s for %.1fs: closing its connection to reconnect",

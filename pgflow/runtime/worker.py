@@ -112,6 +112,7 @@ class Worker:
         self._signals = 0
         self._db_down_since: float | None = None
         self._async_moves = 0  # pgconnections.moves() when the async bodies' connection was checked
+        self._silence_limit = float("inf")  # the watchdog's, once run() set it up
         self.completed = 0
         self.exit_code = 0
 
@@ -131,6 +132,7 @@ class Worker:
             extra={"action": "worker_start"},
         )
         self._watchdog = self._socket_defaults()
+        self._silence_limit = self._watchdog.limit
         self._register()
         self.committer = Committer(
             threads=2 if self.concurrency >= TWO_COMMITTERS_FROM else 1, guard=self._watchdog.guard
@@ -241,8 +243,7 @@ class Worker:
             self._wake.clear()
             try:
                 with self._watchdog.guard("claim"):
-                    if pgconnections.read_only():
-                        pgconnections.close()  # a node that turned read-only: find the writable one
+                    pgconnections.leave_if_stale()  # read-only or opened before a silence: reconnect
                     self._listen()
                     claimed = self._claim_and_submit(pool)
                     wait = self._idle_wait(claimed)
@@ -464,9 +465,11 @@ class Worker:
         free = self._free_total()
         if claimed and free > 0 and not self._drained:
             return 0.0  # the claim was cut at its limit: more may be due at once
-        if free <= 0:
-            return pgflow_settings.seconds("POLL_INTERVAL")  # a finished step wakes us sooner
-        poll = pgflow_settings.seconds("POLL_INTERVAL")
+        if free <= 0:  # a finished step wakes us sooner
+            return min(pgflow_settings.seconds("POLL_INTERVAL"), self._silence_limit)
+        # A claim at least every silence limit: an idle claim connection's socket that went
+        # silent (its NOTIFYs with it) is found out by the watchdog within a bounded time.
+        poll = min(pgflow_settings.seconds("POLL_INTERVAL"), self._silence_limit)
         if self._next_due is store.NOT_KNOWN:
             self._next_due = store.next_due(self.queues)
         nxt = self._next_due
@@ -530,8 +533,7 @@ class Worker:
                 with self._running_lock:
                     tokens = [held.token for held in self._running.values()]
                 with self._watchdog.guard("heartbeat"):
-                    if pgconnections.read_only():
-                        pgconnections.close()  # a node that turned read-only: find the writable one
+                    pgconnections.leave_if_stale()  # read-only or opened before a silence: reconnect
                     store.heartbeat(tokens)
                     with self._running_lock:
                         in_progress = len(self._bodies) + len(self._awaiting)
@@ -557,7 +559,9 @@ class Worker:
         interval = pgflow_settings.seconds("SWEEP_INTERVAL")
         while not self._stopping.is_set():
             try:
-                counts = sweep.run(worker=self.name)
+                with self._watchdog.guard("sweep", limit=max(self._watchdog.limit, pgflow_settings.seconds("LEASE"))):
+                    pgconnections.leave_if_stale()
+                    counts = sweep.run(worker=self.name)
                 if any(counts.values()):
                     logger.info(
                         "sweep: %s",
