@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pgflow
 from pgflow import OnException
 from pgflow.tasks import options
 
@@ -121,3 +122,18 @@ def slow(seconds: float) -> None:
 @task
 def too_slow() -> None:
     time.sleep(5)
+
+
+class TaskFanOut(pgflow.Workflow):
+    """A fan-out whose members are Django tasks of pgflow's backend: each a child run."""
+
+    @pgflow.fan_out(on_batch_failure="cancel")
+    def spread(self, batch: Any) -> None:
+        for n in self.input["numbers"]:
+            batch.add(add, n, b=1)
+        if self.input.get("fail"):
+            batch.add(failing)
+
+    @pgflow.step
+    def total(self) -> list[int]:
+        return sorted(child.outputs["task"] for child in self.children("spread"))

@@ -63,14 +63,25 @@ class BatchBuilder:
         object.__setattr__(self, "_members", [])
         object.__setattr__(self, "_sealed", False)
 
-    def add(self, func: str | Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
+    def add(self, func: str | Callable[..., Any] | Any, /, *args: Any, **kwargs: Any) -> None:
         """Add a django-q2 task: ``func`` a dotted path or a module-level function, then its
         arguments, as ``django_q.tasks.async_task`` takes them (``timeout=`` and ``cluster=``
         among the keyword arguments are django-q2 options, as there). Arguments must be
         JSON-serialisable: they are stored until the task is enqueued (a tuple comes back a list).
+        ``func`` may be a Django task (``@task``) of ``pgflow.tasks.PgflowBackend``: it runs as a
+        child run, as ``add_run`` adds one.
         """
         if self._sealed:
             raise RuntimeError("this fan_out batch has already opened; add its tasks inside the fan_out body")
+        if _is_django_task(func):
+            # lazy: Django's task framework is an extra (django-pgflow[tasks] on 5.2); only a task needs it
+            from ..tasks.fanout import child_of
+
+            workflow, data, key = child_of(func, args, kwargs)
+            self._members.append(
+                Member(func=workflow.workflow_path(), args=(), kwargs={"input": data, "key": key}, workflow=workflow)
+            )
+            return
         path = task_path(func)
         for name in kwargs:
             _check_option(name, kwargs[name], path)
@@ -155,6 +166,11 @@ class BatchBuilder:
 
     def __repr__(self) -> str:
         return f"<BatchBuilder size={self.size}>"
+
+
+def _is_django_task(func: Any) -> bool:
+    # A django.tasks / django_tasks Task (not callable itself: it has .call and .enqueue).
+    return not callable(func) and callable(getattr(func, "enqueue", None)) and hasattr(func, "module_path")
 
 
 def task_path(func: str | Callable[..., Any]) -> str:

@@ -8,6 +8,6 @@ any process. See docs/reference.md "Django tasks".
 from __future__ import annotations
 
 from .backend import PgflowBackend, PgflowTask
-from .options import options
+from .taskoptions import options
 
 __all__ = ["PgflowBackend", "PgflowTask", "options"]

@@ -23,8 +23,8 @@ from ..core.policy import OnException
 from ..exceptions import WorkflowNotFound
 from ..models import WorkflowRun
 from ..registry import resolve
-from . import options as task_options
 from . import results, workflows
+from . import taskoptions as task_options
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -106,18 +106,11 @@ class PgflowBackend(BaseTaskBackend):
         self.validate_task(task)
         key = task.key(*args, **kwargs) if callable(task.key) else task.key
         before = timezone.now()
-        stored = {
-            "args": list(args),
-            "kwargs": dict(kwargs),
-            "queue_name": task.queue_name,
-            "priority": task.priority,
-            "run_after": task.run_after.isoformat() if task.run_after else None,
-        }
-        workflow = workflows.variant_of(task)
         try:
-            run = workflow.start(input=_json(stored), key=key)
+            stored = stored_input(task, args, kwargs)
         except TypeError as exc:
             raise InvalidTask(f"{task.module_path}: its args and kwargs must be JSON: {exc}") from None
+        run = workflows.variant_of(task).start(input=stored, key=key)
         result = results.task_result(
             task, run, [] if run.created_at >= before else results.attempts_of(run.pk), alias=self.alias
         )
@@ -146,7 +139,15 @@ class PgflowBackend(BaseTaskBackend):
         return results.task_result(task, run, results.attempts_of(pk), alias=self.alias)
 
 
-def _json(value: dict[str, Any]) -> dict[str, Any]:
-    # As get_result will read them back (tuples as lists); a value JSON cannot hold raises TypeError.
+def stored_input(task: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+    """The run's input: the call and the task's per-enqueue fields, as get_result reads them back
+    (JSON: tuples as lists); a value JSON cannot hold raises TypeError."""
+    value = {
+        "args": list(args),
+        "kwargs": dict(kwargs),
+        "queue_name": task.queue_name,
+        "priority": task.priority,
+        "run_after": task.run_after.isoformat() if task.run_after else None,
+    }
     loaded: dict[str, Any] = json.loads(json.dumps(value))
     return loaded

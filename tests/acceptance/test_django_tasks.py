@@ -19,6 +19,7 @@ from django.utils import timezone
 from pgflow.models import WorkflowRun
 from pgflow.tasks import PgflowBackend, options
 from pgflow.tasks.compat import (
+    SOURCE,
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultMismatch,
@@ -335,3 +336,37 @@ def test_backend_options_are_defaults_and_checked(settings):
     settings.TASKS = {"default": {**default, "OPTIONS": {"retries": 4}}}
     with pytest.raises(ImproperlyConfigured, match="unknown pgflow task option.*'retries'.*accepted: max_attempts"):
         task_backends["default"]
+
+
+def test_a_fan_out_takes_pgflow_tasks_as_child_runs(start_worker):
+    run = t.TaskFanOut.start(input={"numbers": [1, 2, 3]})
+    failing = t.TaskFanOut.start(input={"numbers": [5], "fail": True})
+    start_worker()
+    wait_until(
+        lambda: (
+            set(WorkflowRun.objects.filter(pk__in=[run.pk, failing.pk]).values_list("status", flat=True))
+            <= {"finished", "cancelled"}
+        ),
+        timeout=60,
+        what="the fan-outs to end",
+    )
+    run.refresh_from_db()
+    assert run.status == "finished" and run.outputs["total"] == [2, 3, 4]
+    children = list(WorkflowRun.objects.filter(parent=run).order_by("id"))
+    assert [c.workflow_class for c in children] == ["tests.django_tasks.add"] * 3
+    results = [t.add.get_result(str(c.pk)) for c in children]
+    assert sorted(r.return_value for r in results) == [2, 3, 4] and results[0].kwargs == {"b": 1}
+    failing.refresh_from_db()
+    assert failing.status == "cancelled"  # a member task gave up: on_batch_failure="cancel"
+    assert_exactly_once()
+
+
+@pytest.mark.django_db
+def test_a_fan_out_refuses_a_task_of_another_backend(settings):
+    from pgflow.fanout.builder import BatchBuilder
+
+    immediate = f"{SOURCE}.backends.immediate.ImmediateBackend"  # django.tasks or django_tasks
+    settings.TASKS = {**settings.TASKS, "other": {"BACKEND": immediate}}
+    other = task(backend="other")(undecorated)
+    with pytest.raises(TypeError, match="its backend 'other' is ImmediateBackend; a fan-out takes tasks of pgflow"):
+        BatchBuilder().add(other, 1)
