@@ -42,10 +42,10 @@ class TaskWorkflow(Workflow):
 
 
 def _options_key(task: Any) -> tuple[Any, ...]:
+    # What the worker runs by; not the queue, priority or run_after, which .using() changes per
+    # enqueue (variant_of): the class keeps the declared task's.
     return (
         task.backend,
-        task.queue_name,
-        task.priority,
         task.takes_context,
         task.func,
         *(repr(getattr(task, name)) for name in ("max_attempts", "timeout", "concurrency", "rate", "singleton")),

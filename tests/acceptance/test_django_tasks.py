@@ -370,3 +370,16 @@ def test_a_fan_out_refuses_a_task_of_another_backend(settings):
     other = task(backend="other")(undecorated)
     with pytest.raises(TypeError, match="its backend 'other' is ImmediateBackend; a fan-out takes tasks of pgflow"):
         BatchBuilder().add(other, 1)
+
+
+@pytest.mark.django_db
+def test_using_leaves_the_tasks_class_as_declared():
+    from pgflow import registry
+
+    declared = registry.resolve("tests.django_tasks.urgent")
+    moved = t.urgent.using(priority=-5, queue_name="default").enqueue(1)
+    assert registry.resolve("tests.django_tasks.urgent") is declared
+    assert (declared.queue, declared.priority) == ("urgent", 10)
+    first = WorkflowRun.objects.get(pk=moved.id).steps.get()
+    assert (first.queue, first.priority) == ("workflows", -5)  # Django's "default" is PGFLOW["QUEUE"]
+    assert t.urgent.get_result(moved.id).task == t.urgent.using(priority=-5, queue_name="default")
