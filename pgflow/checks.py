@@ -1,5 +1,6 @@
 """System checks: pgflow.E001 for settings, pgflow.E002 and pgflow.W001 for workflow definitions,
-pgflow.E003 and pgflow.W002 for what a @fan_out needs from django-q2."""
+pgflow.E003 and pgflow.W002 for what a @fan_out needs from django-q2, pgflow.W003 for a
+server whose standbys could lose acknowledged commits in a failover."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
+from django.db import DatabaseError, connections
 
 from . import conf, registry
 from .exceptions import DefinitionError
@@ -192,3 +194,47 @@ def _importable(module: str) -> bool:
         return find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+REPLICATION_HINT = (
+    "pgflow's exactly-once transitions and kept starts and signals survive a failover only if "
+    "the promoted standby has every acknowledged commit: set synchronous_standby_names (and "
+    "synchronous_commit on or stronger) on the primary. See docs/reliability.md, Production topology."
+)
+
+
+@checks.register(checks.Tags.database)
+def check_replication(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgflow.W003 when a database streams to standbys none of which is synchronous (or
+    ``synchronous_commit`` is ``local``/``off``): a failover to one may lose acknowledged
+    commits. A database check: run by ``migrate`` and ``check --database``."""
+    messages: list[checks.CheckMessage] = []
+    for alias in databases or ():
+        database = connections[alias]
+        if database.vendor != "postgresql":
+            continue
+        try:
+            with database.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*), count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')),"
+                    " count(sync_state), current_setting('synchronous_standby_names'),"
+                    " current_setting('synchronous_commit') FROM pg_stat_replication"
+                )
+                standbys, synchronous, visible, names, commit = cursor.fetchone()
+        except DatabaseError:
+            continue  # not reachable now: the other checks and commands say so
+        if not standbys:
+            continue
+        # sync_state is hidden from roles without pg_read_all_stats: then the setting decides.
+        unsafe = not names.strip() or (visible and not synchronous) or commit in ("local", "off")
+        if unsafe:
+            messages.append(
+                checks.Warning(
+                    f"database {alias!r} streams to {standbys} standby(s), none synchronous "
+                    f"(synchronous_standby_names={names!r}, synchronous_commit={commit!r}): a failover "
+                    "may lose commits pgflow acknowledged (starts, signals, step outcomes)",
+                    hint=REPLICATION_HINT,
+                    id="pgflow.W003",
+                )
+            )
+    return messages
