@@ -156,8 +156,9 @@ def run_task(workflow: TaskWorkflow) -> Any:
         raw = task.call(TaskContext(task_result=result), *args, **kwargs)
     else:
         raw = task.call(*args, **kwargs)
-    json.dumps(raw)  # a value JSON cannot hold fails the task here, with json's own TypeError
-    value = json.loads(json.dumps(raw))  # what get_result will read: tuples as lists…
+    # What get_result will read (tuples as lists); a value JSON cannot hold fails the task here,
+    # with json's own TypeError ("Object of type function is not JSON serializable").
+    value = json.loads(json.dumps(raw))
     task_finished.send(
         sender=_backend_class(),
         task_result=results.with_state(result, mapping.SUCCESSFUL, finished_at=timezone.now(), value=value),
