@@ -21,3 +21,9 @@ if os.environ.get("BENCH_PREPARE_THRESHOLD"):
     _options["prepare_threshold"] = int(os.environ["BENCH_PREPARE_THRESHOLD"])
 if os.environ.get("BENCH_PREPARE_START") == "0":
     PGFLOW = {**PGFLOW, "PREPARE_START": False}  # noqa: F405 - an A/B of the prepared start
+
+# benchmarks/realistic.py: its steps' log lines are written, as a project's would be.
+LOGGING = {
+    **LOGGING,  # noqa: F405
+    "loggers": {**LOGGING["loggers"], "benchmarks.realistic": {"handlers": ["console"], "level": "INFO"}},  # noqa: F405
+}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pgflow
@@ -49,3 +50,26 @@ class LimitedNoops(ThreeNoops):
 
     def tenant(self):
         return self.input["tenant"]
+
+
+_log = logging.getLogger("benchmarks.realistic")
+
+
+class Realistic(pgflow.Workflow):
+    """ThreeNoops as a real workflow is written (benchmarks/realistic.py): the middle step
+    reads the first's output, and each step writes one log line."""
+
+    @step
+    def a(self):
+        _log.info("run %s: a", self.run.pk)
+        return {"order": self.input.get("order", 1)}
+
+    @step
+    def b(self):
+        order = self.outputs["a"]["order"]
+        _log.info("run %s: b read order %s", self.run.pk, order)
+        return {"charged": order}
+
+    @step
+    def c(self):
+        _log.info("run %s: c", self.run.pk)

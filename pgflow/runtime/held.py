@@ -12,6 +12,7 @@ until then.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +21,13 @@ from ..evaluation import is_async, reads_outputs
 from ..registry import registered
 from ..store import Claim
 from ..store.claims import Kinds
+from .committer import MAX_BATCH
 
+# TEMPORARY (issue #35 A/B of f27ae2f, benchmarks/realistic.py --finding8): "1" frees a slot
+# when its body ends, not when its commit answered, with at most 2 batches awaiting their
+# commit, as before f27ae2f; "2" the same with at most --concurrency awaiting their commit.
+FREE_AT_BODY_END = os.environ.get("PGFLOW_BENCH_FREE_AT_BODY_END", "") in ("1", "2")
+_AWAITING_COMMIT_BOUND_IS_CONCURRENCY = os.environ.get("PGFLOW_BENCH_FREE_AT_BODY_END") == "2"
 SYNC, ASYNC = (False,), (True,)  # the slots an attempt holds: a thread's, or an async one's
 
 
@@ -45,6 +52,9 @@ class Held:
         """Free slots by kind: each attempt held (claimed, and not yet committed) takes one."""
         with self.lock:
             threads = self.concurrency - self.counts[False]
+            if FREE_AT_BODY_END:  # as before f27ae2f: at most 2 batches awaiting their commit
+                allowance = self.concurrency if _AWAITING_COMMIT_BOUND_IS_CONCURRENCY else 2 * MAX_BATCH
+                threads = min(threads, self.concurrency + allowance - len(self.running))
             awaiting = self.async_concurrency - self.counts[True] if self.async_steps else 0
         return Kinds(
             threads=max(0, threads), awaiting=max(0, awaiting), async_steps=self.async_steps, readers=self.readers
@@ -77,7 +87,15 @@ class Held:
     def release(self, token: Any) -> None:
         """The attempt ``token`` is no longer held (caller holds ``lock``): its slots are free."""
         if self.running.pop(token, None) is not None:
-            for kind in self._kind.pop(token):
+            for kind in self._kind.pop(token, ()):
+                self.counts[kind] -= 1
+
+    def body_over(self, token: Any) -> None:
+        """The body of ``token`` is over and its commit pending (caller holds ``lock``): with
+        FREE_AT_BODY_END (the behaviour before f27ae2f, for benchmarks/realistic.py's A/B
+        only), its slot is free now; otherwise it stays held until the commit answered."""
+        if FREE_AT_BODY_END and token in self.running:
+            for kind in self._kind.pop(token, ()):
                 self.counts[kind] -= 1
 
 

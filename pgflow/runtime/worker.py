@@ -434,6 +434,8 @@ class Worker:
             self._awaiting.discard(held.token)
             if result is None or result.pending is None:
                 self._release(held.token)
+            else:
+                self._holding.body_over(held.token)
         if exc is not None:
             logger.error("step runner failed: %s", exc, exc_info=exc, extra={"action": "runner_error"})
         elif result is not None and result.pending is not None:

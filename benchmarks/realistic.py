@@ -1,0 +1,147 @@
+#!/usr/bin/env python
+"""Real bodies next to no-op ones: the realistic 3-step workflow against ThreeNoops, one
+worker, in interleaved rounds on the durable cluster (issue #35).
+
+    .venv/bin/python benchmarks/realistic.py [--runs 2000] [--rounds 3] [--concurrency 8,64]
+    .venv/bin/python benchmarks/realistic.py --finding8   # the no-op workload, f27ae2f A/B
+
+Each measurement: RUNS runs of one workflow started in one transaction with no worker up,
+then one ``pgflow_worker --burst --concurrency N`` drains them; steps/s = finished steps /
+(last step's ``finished_at`` - first step's ``started_at``), read from the rows, as
+benchmarks/run.py measures pgflow. ``Realistic`` (benchmarks/workflows.py): the middle step
+reads ``self.outputs["a"]``, every step writes one log line (to the worker's stderr, a file
+here). Settings: benchmarks.settings (Django's default database OPTIONS, no
+prepare_threshold), on a durable cluster as benchmarks/run.py starts one (benchmarks/.work/
+pg-durable-realistic: fsync, synchronous_commit, full_page_writes on; stopped at the end). Each round runs every
+configuration once, each concurrency's workloads back to back, in reversed order every other round;
+the table gives each round's figures, their median, and each round's ratio to the no-op
+figure of the same round and concurrency (the ratio to compare: the machine may be shared).
+
+``--finding8``: the no-op workload with a slot freed once its attempt's commit answered
+(today, f27ae2f: "commit"), and freed when its body ends, as before it ("body-end": at most
+2 x 64 attempts awaiting their commit; "body-end-c": at most --concurrency), through the
+temporary PGFLOW_BENCH_FREE_AT_BODY_END of pgflow/runtime/held.py, interleaved the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+os.environ.setdefault("DEBUG", "false")
+
+from example_project import pgcluster  # noqa: E402
+
+WORK = ROOT / "benchmarks" / ".work"
+# A database of its own on the durable cluster: benchmarks/run.py truncates pgflow_bench.
+DATABASE = "pgflow_bench_realistic"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", default="8,64", help="comma-separated --concurrency values")
+    parser.add_argument("--finding8", action="store_true", help="the no-op workload, slot freed at commit vs body end")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    os.chmod(WORK, 0o755)  # noqa: S103 - the postgres user must reach its data folder below it
+    os.environ[pgcluster.DURABLE_ENV] = "1"
+    # A durable cluster of its own: benchmarks/run.py stops pg-durable when it ends.
+    os.environ["DATABASE_URL"] = pgcluster.ensure(WORK / "pg-durable-realistic")
+    try:
+        run(args)
+    finally:
+        pgcluster.stop(WORK / "pg-durable-realistic")
+
+
+def run(args: argparse.Namespace) -> None:
+
+    from benchmarks import engine
+
+    engine.setup_django(DATABASE)
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings "
+            "WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes')"
+        )
+        print("PostgreSQL:", cursor.fetchone()[0], flush=True)
+    concurrencies = [int(value) for value in args.concurrency.split(",")]
+    variants = (
+        [
+            ("commit", "ThreeNoops", {}),
+            ("body-end", "ThreeNoops", {"PGFLOW_BENCH_FREE_AT_BODY_END": "1"}),
+            ("body-end-c", "ThreeNoops", {"PGFLOW_BENCH_FREE_AT_BODY_END": "2"}),
+        ]
+        if args.finding8
+        else [("no-op", "ThreeNoops", {}), ("realistic", "Realistic", {})]
+    )
+    jobs = [(name, workflow, env, c) for c in concurrencies for name, workflow, env in variants]
+    figures: dict[tuple[str, int], list[float]] = {(name, c): [] for name, _, _, c in jobs}
+    logs = WORK / "realistic-logs"
+    logs.mkdir(exist_ok=True)
+    for round_number in range(1, args.rounds + 1):
+        # Each concurrency's workloads back to back, reversed every other round: the machine's
+        # noise moves more between minutes than between two neighbouring measurements.
+        order = [job for c in concurrencies for job in jobs if job[3] == c]
+        if round_number % 2 == 0:
+            order = [job for c in concurrencies for job in reversed([j for j in order if j[3] == c])]
+        for name, workflow, env, c in order:
+            rate = measure(workflow, args.runs, c, env, logs / f"{name}-{c}-round{round_number}.log", args.timeout)
+            figures[(name, c)].append(rate)
+            print(f"round {round_number}: {name:>10} --concurrency {c:>3}: {rate:,.0f} steps/s", flush=True)
+    print()
+    base = variants[0][0]
+    print(f"| workload | --concurrency | steps/s per round | median | × {base}, per round | median of those |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for c in concurrencies:
+        for name, _, _ in variants:
+            rates = figures[(name, c)]
+            ratios = [rate / other for rate, other in zip(rates, figures[(base, c)], strict=True)]
+            print(
+                f"| {name} | {c} | {', '.join(f'{r:,.0f}' for r in rates)} | {statistics.median(rates):,.0f} "
+                f"| {', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} |"
+            )
+
+
+def measure(workflow: str, runs: int, concurrency: int, env: dict[str, str], log: Path, timeout: float) -> float:
+    from django.db import transaction
+
+    from benchmarks import engine, workflows
+
+    engine.reset()
+    with transaction.atomic():
+        for index in range(runs):
+            getattr(workflows, workflow).start(input={"order": index})
+    engine.analyze()
+    argv, worker_env = engine.worker_command(concurrency, "--burst")
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env={**os.environ, **worker_env, "PGFLOW_TEST_DB_NAME": DATABASE, **env}, stderr=err
+        )
+        try:
+            proc.wait(timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    time.sleep(0.1)
+    steps, seconds = engine.step_window()
+    if steps < 3 * runs:
+        raise RuntimeError(f"{workflow}: only {steps} of {3 * runs} steps finished (see {log})")
+    return steps / seconds
+
+
+if __name__ == "__main__":
+    main()
