@@ -450,7 +450,9 @@ def post(url: str, data: bytes, headers: dict[str, str], *, deadline: float) -> 
         conn.request("POST", f"{target}?{parts.query}" if parts.query else target, body=data, headers=headers)
         return conn.getresponse().status
     except (OSError, http.client.HTTPException) as exc:
-        if expired.is_set():
+        # The socket's own timeout (also the deadline) may fire before the timer's thread
+        # is scheduled on a busy machine: either way the answer did not come in time.
+        if expired.is_set() or isinstance(exc, TimeoutError):
             raise TimeoutError(f"{parts.netloc} sent no whole answer within {deadline:g}s") from None
         raise exc
     finally:
