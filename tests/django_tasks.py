@@ -137,3 +137,13 @@ class TaskFanOut(pgflow.Workflow):
     @pgflow.step
     def total(self) -> list[int]:
         return sorted(child.outputs["task"] for child in self.children("spread"))
+
+
+@task
+def exits() -> None:
+    raise SystemExit("This task failed due to SystemExit")
+
+
+@task
+def interrupted() -> None:
+    raise KeyboardInterrupt("This task failed due to KeyboardInterrupt")

@@ -5,6 +5,7 @@ process. The backend-generic cases of django-tasks-db's suite are among them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -13,7 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.db import connection, transaction
+from asgiref.sync import sync_to_async
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from pgflow.models import WorkflowRun
@@ -384,3 +386,45 @@ def test_using_leaves_the_tasks_class_as_declared():
     first = WorkflowRun.objects.get(pk=moved.id).steps.get()
     assert (first.queue, first.priority) == ("workflows", -5)  # Django's "default" is PGFLOW["QUEUE"]
     assert t.urgent.get_result(moved.id).task == t.urgent.using(priority=-5, queue_name="default")
+
+
+def test_system_exit_and_keyboard_interrupt_fail_the_task_not_the_worker(start_worker):
+    exits, interrupted, after = t.exits.enqueue(), t.interrupted.enqueue(), t.add.enqueue(1, 1)
+    worker = start_worker("--concurrency", "1")
+    for result in (exits, interrupted, after):
+        finished(result)
+    assert exits.status == TaskResultStatus.FAILED and exits.errors[0].exception_class is SystemExit
+    assert interrupted.status == TaskResultStatus.FAILED and interrupted.errors[0].exception_class is KeyboardInterrupt
+    assert after.return_value == 2  # the same worker ran on
+    assert worker.proc.poll() is None
+
+
+def test_async_enqueue_get_and_refresh(start_worker):
+    async def enqueue():
+        return await t.async_double.aenqueue(4)
+
+    result = asyncio.run(enqueue())
+    assert result.status == TaskResultStatus.READY
+    start_worker()
+
+    async def finished_async():
+        for _ in range(600):
+            await result.arefresh()
+            if result.is_finished:
+                return await t.async_double.aget_result(result.id)
+            await asyncio.sleep(0.1)
+        raise AssertionError("the async task did not finish")
+
+    try:
+        assert asyncio.run(finished_async()).return_value == 8
+        assert result.status == TaskResultStatus.SUCCESSFUL
+    finally:
+        # sync_to_async ran the reads on asgiref's own thread: close its connection there, so
+        # the test database can be dropped.
+        asyncio.run(sync_to_async(connections.close_all, thread_sensitive=True)())
+
+
+@pytest.mark.django_db
+def test_a_result_read_right_after_enqueue_equals_the_enqueued_one():
+    result = t.add.using(priority=3).enqueue(1, b=2)
+    assert task_backends["default"].get_result(result.id) == result
