@@ -147,3 +147,9 @@ def exits() -> None:
 @task
 def interrupted() -> None:
     raise KeyboardInterrupt("This task failed due to KeyboardInterrupt")
+
+
+@options(schedules=[pgflow.Schedule(name="nightly", cron="0 3 * * *", input={"args": [20], "kwargs": {"b": 22}})])
+@task
+def scheduled_add(a: int, b: int) -> int:
+    return a + b

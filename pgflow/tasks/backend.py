@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from ..core.limits import Limit, Rate, Singleton
 from ..core.policy import OnException
+from ..core.ticks import Schedule
 from ..exceptions import WorkflowNotFound
 from ..models import WorkflowRun
 from ..registry import resolve
@@ -46,6 +47,7 @@ class PgflowTask(Task):
     rate: Rate | None = None
     singleton: Singleton | None = None
     on_exception: tuple[OnException, ...] | None = None
+    schedules: tuple[Schedule, ...] | None = None
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # the backend's validate_task (no zero-argument super() with slots)

@@ -18,11 +18,22 @@ from django.utils.module_loading import import_string
 
 from ..core.limits import Limit, Rate, Singleton
 from ..core.policy import OnException
+from ..core.ticks import Schedule
 from .compat import InvalidTask, Task
 
 T = TypeVar("T")
 
-OPTION_NAMES = ("max_attempts", "backoff", "timeout", "key", "concurrency", "rate", "singleton", "on_exception")
+OPTION_NAMES = (
+    "max_attempts",
+    "backoff",
+    "timeout",
+    "key",
+    "concurrency",
+    "rate",
+    "singleton",
+    "on_exception",
+    "schedules",
+)
 # Where a function marked by options() below @task keeps them until the task is made.
 MARK = "_pgflow_task_options"
 
@@ -109,6 +120,24 @@ def _on_exception(value: Any, where: str) -> tuple[OnException, ...]:
     return policies
 
 
+def _schedules(value: Any, where: str) -> tuple[Schedule, ...]:
+    items = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    for item in items:
+        if not isinstance(item, Schedule):
+            raise InvalidTask(f"{where} must be a list of pgflow.Schedule(...), got {item!r}")
+        extra = sorted(set(item.input) - {"args", "kwargs"})
+        if (
+            extra
+            or not isinstance(item.input.get("args", []), list)
+            or not isinstance(item.input.get("kwargs", {}), dict)
+        ):
+            raise InvalidTask(
+                f"{where}: Schedule {item.name!r}'s input is the task's call: {{'args': [...], 'kwargs': {{...}}}}, "
+                f"got {dict(item.input)!r}"
+            )
+    return items
+
+
 _CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "max_attempts": _max_attempts,
     "backoff": _backoff,
@@ -118,6 +147,7 @@ _CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "rate": _instance(Rate, "Rate"),
     "singleton": _instance(Singleton, "Singleton"),
     "on_exception": _on_exception,
+    "schedules": _schedules,
 }
 
 
@@ -130,7 +160,7 @@ def options(**values: Any) -> Callable[[T], T]:
         def send_receipt(order_id): ...
 
     Accepted: ``max_attempts``, ``backoff``, ``timeout``, ``key``, ``concurrency``, ``rate``,
-    ``singleton``, ``on_exception``; see docs/reference.md "Django tasks".
+    ``singleton``, ``on_exception``, ``schedules``; see docs/reference.md "Django tasks".
     """
     given = checked(values, "pgflow.tasks.options()")
 

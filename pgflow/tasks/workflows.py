@@ -49,6 +49,7 @@ def _options_key(task: Any) -> tuple[Any, ...]:
         task.takes_context,
         task.func,
         *(repr(getattr(task, name)) for name in ("max_attempts", "timeout", "concurrency", "rate", "singleton")),
+        repr(task.schedules),
         task.backoff,
         tuple(task.on_exception or ()),
     )
@@ -113,6 +114,7 @@ def _make(task: Any) -> type[Workflow]:
         "concurrency": task.concurrency,
         "rate": task.rate,
         "singleton": task.singleton,
+        "schedules": list(task.schedules or ()),
         "_pgflow_task": task,
         "_pgflow_alias": task.backend,
         STEP: step(**step_options)(body),

@@ -428,3 +428,21 @@ def test_async_enqueue_get_and_refresh(start_worker):
 def test_a_result_read_right_after_enqueue_equals_the_enqueued_one():
     result = t.add.using(priority=3).enqueue(1, b=2)
     assert task_backends["default"].get_result(result.id) == result
+
+
+def test_a_schedule_starts_a_task(start_worker):
+    from pgflow import registry
+    from pgflow.testing import fire_schedule
+
+    run = fire_schedule(registry.resolve("tests.django_tasks.scheduled_add"), "nightly")
+    assert run is not None and run.key.startswith("schedule:")
+    start_worker()
+    result = finished(t.scheduled_add.get_result(str(run.pk)))
+    assert (result.return_value, result.args, result.kwargs) == (42, [20], {"b": 22})
+
+
+def test_a_schedule_input_must_be_the_tasks_call():
+    from pgflow import Schedule
+
+    with pytest.raises(InvalidTask, match=r"Schedule 'x''s input is the task's call: \{'args'"):
+        options(schedules=[Schedule(name="x", every=timedelta(hours=1), input={"order": 1})])
