@@ -446,3 +446,36 @@ def test_a_schedule_input_must_be_the_tasks_call():
 
     with pytest.raises(InvalidTask, match=r"Schedule 'x''s input is the task's call: \{'args'"):
         options(schedules=[Schedule(name="x", every=timedelta(hours=1), input={"order": 1})])
+
+
+def _tool_value(answer) -> dict:
+    return answer.structured_content or json.loads(answer.content[0].text)
+
+
+def test_mcp_tools_read_a_task_run(start_worker, django_user_model):
+    # Through the MCP SDK's own client, against `manage.py pgflow_mcp` on stdio.
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    result = t.add.enqueue(20, 22)
+    start_worker()
+    finished(result)
+    django_user_model.objects.create_superuser("agent", "agent@example.com", "pw")
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["manage.py", "pgflow_mcp", "--user", "agent"],
+        cwd=str(ROOT),
+        env={**os.environ, "PGFLOW_TEST_DB_NAME": connection.settings_dict["NAME"]},
+    )
+
+    async def ask() -> tuple[dict, dict]:
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            run = await session.call_tool("get_run", {"run_id": int(result.id)})
+            found = await session.call_tool("search_runs", {"query": "status:finished"})
+            assert not run.is_error and not found.is_error, (run.content, found.content)
+            return _tool_value(run), _tool_value(found)
+
+    run, found = asyncio.run(ask())
+    assert "tests.django_tasks.add" in json.dumps(run) and '"task"' in json.dumps(run)
+    assert "tests.django_tasks.add" in json.dumps(found)
