@@ -4,9 +4,11 @@ of its own. Each body counts the queries of its own reads on its connection."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -14,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 import pgflow
 from pgflow import store
 from pgflow.models import Step, WorkflowRun
+from pgflow.runtime.answer import Answer
 from pgflow.runtime.held import output_readers
 from pgflow.runtime.runner import Runner
 from pgflow.store.claims import Kinds, with_subjects
@@ -57,6 +60,18 @@ class Reads(pgflow.Workflow):
         # helper such as _reads would cost one query, as before.
         assert self.outputs
         _reads(self, subject=True)
+
+
+class ReadsAsync(pgflow.Workflow):
+    queue = QUEUE
+
+    @pgflow.step
+    def a(self):
+        return {"n": 2}
+
+    @pgflow.step
+    async def b(self):
+        SEEN.append({"outputs": dict(self.outputs), "input": self.input, "run": self.run.rerun_of_id})
 
 
 class Plain(pgflow.Workflow):
@@ -164,3 +179,29 @@ def test_the_claim_notified_brings_outputs_too():
     Runner().execute(held)
     assert SEEN[0]["queries"] == 0
     _run_next()
+
+
+def test_an_async_body_reads_the_claims_outputs_with_no_query():
+    ReadsAsync.start(input={"k": 1})
+    _run_next()
+    (held,) = store.claim(
+        worker="w", queues=[QUEUE], limit=1, kinds=Kinds(threads=8, awaiting=0, readers=output_readers())
+    )
+    handed: list[store.Finished] = []
+
+    def finish_later(item: store.Finished) -> Answer[bool]:
+        handed.append(item)  # applied below: finishing it here would count its queries
+        return Answer()
+
+    async def body_and_its_queries() -> int:
+        # The queries of an async body's path run in asgiref's one thread for sync code.
+        captured = CaptureQueriesContext(connection)
+        await sync_to_async(captured.__enter__)()
+        await Runner(finish_later=finish_later).execute_async(held)
+        await sync_to_async(captured.__exit__)(None, None, None)
+        return await sync_to_async(len)(captured)  # read there: ``connection`` is that thread's
+
+    assert asyncio.run(body_and_its_queries()) == 0
+    assert SEEN == [{"outputs": {"a": {"n": 2}}, "input": {"k": 1}, "run": None}]
+    (item,) = handed
+    assert store.finish(item.claim, item.outcome, output=item.output)
