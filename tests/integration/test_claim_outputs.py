@@ -74,6 +74,12 @@ class ReadsAsync(pgflow.Workflow):
         SEEN.append({"outputs": dict(self.outputs), "input": self.input, "run": self.run.rerun_of_id})
 
 
+class ReadsLimited(Reads):
+    """Reads with every step limited: its attempts are gated, claimed by CLAIM_SQL."""
+
+    concurrency = pgflow.Limit(max=2)
+
+
 class Plain(pgflow.Workflow):
     queue = QUEUE
 
@@ -205,3 +211,13 @@ def test_an_async_body_reads_the_claims_outputs_with_no_query():
     assert SEEN == [{"outputs": {"a": {"n": 2}}, "input": {"k": 1}, "run": None}]
     (item,) = handed
     assert store.finish(item.claim, item.outcome, output=item.output)
+
+
+def test_the_gated_claim_brings_outputs_too():
+    run = ReadsLimited.start(input={"n": 4})
+    _run_next()
+    assert Step.objects.get(run=run, status="scheduled").gated  # so CLAIM_SQL claims it
+    held = _run_next()
+    assert held.step_name == "b" and held.outputs == {"a": {"n": 4, "pad": ""}}
+    assert SEEN[0]["outputs"] == {"a": {"n": 4, "pad": ""}} and SEEN[0]["queries"] == 0
+    _run_next()
