@@ -41,6 +41,8 @@ os.environ.setdefault("DEBUG", "false")
 from example_project import pgcluster  # noqa: E402
 
 WORK = ROOT / "benchmarks" / ".work"
+# --workloads: the workflows of benchmarks/workflows.py measured.
+WORKLOADS = {"no-op": "ThreeNoops", "realistic": "Realistic", "reads-only": "ReadsOnly", "logs-only": "LogsOnly"}
 # A database of its own on the durable cluster: benchmarks/run.py truncates pgflow_bench.
 DATABASE = "pgflow_bench_realistic"
 
@@ -52,6 +54,21 @@ def main() -> None:
     parser.add_argument("--concurrency", default="8,64", help="comma-separated --concurrency values")
     parser.add_argument("--finding8", action="store_true", help="the no-op workload, slot freed at commit vs body end")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--workloads",
+        default="no-op,realistic",
+        help=f"comma-separated, the first the base of the ratios: {', '.join(WORKLOADS)}",
+    )
+    parser.add_argument(
+        "--python-switch-interval",
+        action="store_true",
+        help="workers keep Python's own thread switch interval (5 ms), not pgflow_worker's SWITCH_INTERVAL",
+    )
+    parser.add_argument(
+        "--free-at-body-end",
+        action="store_true",
+        help="every worker frees a slot when its body ends, as before f27ae2f (PGFLOW_BENCH_FREE_AT_BODY_END=1)",
+    )
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     os.chmod(WORK, 0o755)  # noqa: S103 - the postgres user must reach its data folder below it
@@ -85,7 +102,10 @@ def run(args: argparse.Namespace) -> None:
             ("body-end-c", "ThreeNoops", {"PGFLOW_BENCH_FREE_AT_BODY_END": "2"}),
         ]
         if args.finding8
-        else [("no-op", "ThreeNoops", {}), ("realistic", "Realistic", {})]
+        else [
+            (name, WORKLOADS[name], {"PGFLOW_BENCH_FREE_AT_BODY_END": "1"} if args.free_at_body_end else {})
+            for name in args.workloads.split(",")
+        ]
     )
     jobs = [(name, workflow, env, c) for c in concurrencies for name, workflow, env in variants]
     figures: dict[tuple[str, int], list[float]] = {(name, c): [] for name, _, _, c in jobs}
@@ -98,7 +118,8 @@ def run(args: argparse.Namespace) -> None:
         if round_number % 2 == 0:
             order = [job for c in concurrencies for job in reversed([j for j in order if j[3] == c])]
         for name, workflow, env, c in order:
-            rate = measure(workflow, args.runs, c, env, logs / f"{name}-{c}-round{round_number}.log", args.timeout)
+            log = logs / f"{name}-{c}-round{round_number}.log"
+            rate = measure(workflow, args.runs, c, env, log, args.timeout, args.python_switch_interval)
             figures[(name, c)].append(rate)
             print(f"round {round_number}: {name:>10} --concurrency {c:>3}: {rate:,.0f} steps/s", flush=True)
     print()
@@ -115,7 +136,9 @@ def run(args: argparse.Namespace) -> None:
             )
 
 
-def measure(workflow: str, runs: int, concurrency: int, env: dict[str, str], log: Path, timeout: float) -> float:
+def measure(
+    workflow: str, runs: int, concurrency: int, env: dict[str, str], log: Path, timeout: float, keep_switch: bool
+) -> float:
     from django.db import transaction
 
     from benchmarks import engine, workflows
@@ -126,6 +149,13 @@ def measure(workflow: str, runs: int, concurrency: int, env: dict[str, str], log
             getattr(workflows, workflow).start(input={"order": index})
     engine.analyze()
     argv, worker_env = engine.worker_command(concurrency, "--burst")
+    if keep_switch:  # the command's sys.setswitchinterval made a no-op, then manage.py as usual
+        argv = [
+            argv[0],
+            "-c",
+            "import runpy, sys; sys.setswitchinterval = lambda interval: None; "
+            f"sys.argv = {argv[1:]!r}; runpy.run_path(sys.argv[0], run_name='__main__')",
+        ]
     with open(log, "wb") as err:
         proc = subprocess.Popen(
             argv, cwd=ROOT, env={**os.environ, **worker_env, "PGFLOW_TEST_DB_NAME": DATABASE, **env}, stderr=err

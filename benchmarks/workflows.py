@@ -73,3 +73,36 @@ class Realistic(pgflow.Workflow):
     @step
     def c(self):
         _log.info("run %s: c", self.run.pk)
+
+
+class ReadsOnly(pgflow.Workflow):
+    """Realistic without its log lines (benchmarks/realistic.py --workloads): what reading an
+    output and returning small dicts cost."""
+
+    @step
+    def a(self):
+        return {"order": self.input.get("order", 1)}
+
+    @step
+    def b(self):
+        return {"charged": self.outputs["a"]["order"]}
+
+    @step
+    def c(self):
+        return None
+
+
+class LogsOnly(pgflow.Workflow):
+    """ThreeNoops with Realistic's log lines, and nothing else."""
+
+    @step
+    def a(self):
+        _log.info("run %s: a", self.run.pk)
+
+    @step
+    def b(self):
+        _log.info("run %s: b", self.run.pk)
+
+    @step
+    def c(self):
+        _log.info("run %s: c", self.run.pk)
