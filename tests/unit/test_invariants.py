@@ -114,6 +114,14 @@ def test_an_event_after_the_run_ended_and_a_second_ending_are_caught():
     ]
 
 
+def test_a_rerun_recorded_on_a_finished_original_is_not_a_late_event():
+    run, steps, events = finished_run(1)
+    events.append({"id": 7, "run_id": 1, "step_id": None, "event": "rerun_as", "created_at": at(10)})
+    assert check((run, steps, events)) == []
+    events.append({"id": 8, "run_id": 1, "step_id": None, "event": "paused", "created_at": at(11)})
+    assert check((run, steps, events)) == ["run 1: events after it ended: ['paused']"]
+
+
 def test_an_open_attempt_with_a_closing_event_is_caught():
     run = {"id": 1, "status": "running", "finished_at": None}
     step = {
