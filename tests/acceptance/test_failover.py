@@ -195,6 +195,37 @@ def kill_postmaster(data: Path) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def start_load(
+    env: dict[str, str], tmp_path: Path, processes: list[subprocess.Popen[bytes]], *, seconds: int
+) -> subprocess.Popen[bytes]:
+    """Two workers (logs ``worker-0.log``, ``worker-1.log``) and a process starting runs for
+    ``seconds``, writing each acknowledged run id to ``acknowledged``; all appended to
+    ``processes`` (the starter last, and returned) so the caller stops them."""
+    manage = [sys.executable, "manage.py"]
+    (tmp_path / "acknowledged").touch()
+    for n in range(2):
+        with (tmp_path / f"worker-{n}.log").open("wb") as out:
+            processes.append(
+                subprocess.Popen(
+                    [*manage, "pgflow_worker", "--concurrency", "4"],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    with (tmp_path / "starter.log").open("wb") as out:
+        starter = subprocess.Popen(
+            [*manage, "shell", "-c", STARTER.format(seconds=seconds, path=str(tmp_path / "acknowledged"))],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    processes.append(starter)
+    return starter
+
+
 def test_workers_ride_out_a_failover_to_the_standby(pair: Pair, tmp_path: Path, capsys) -> None:
     ride_out(pair, tmp_path, capsys, synchronous=True)
 
@@ -219,30 +250,10 @@ def ride_out(pair: Pair, tmp_path: Path, capsys, *, synchronous: bool) -> None:
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
     acknowledged = tmp_path / "acknowledged"
-    acknowledged.touch()
     processes: list[subprocess.Popen[bytes]] = []
     logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
     try:
-        for log in logs:
-            with log.open("wb") as out:
-                processes.append(
-                    subprocess.Popen(
-                        [*manage, "pgflow_worker", "--concurrency", "4"],
-                        cwd=ROOT,
-                        env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
-        with (tmp_path / "starter.log").open("wb") as out:
-            starter = subprocess.Popen(
-                [*manage, "shell", "-c", STARTER.format(seconds=14, path=str(acknowledged))],
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        processes.append(starter)
+        starter = start_load(env, tmp_path, processes, seconds=14)
         primary = f"postgresql://postgres@127.0.0.1:{pair.primary_port}/pgflow"
         finished_sql = "SELECT count(*) FROM pgflow_run WHERE status = 'finished'"
         deadline = time.monotonic() + 30

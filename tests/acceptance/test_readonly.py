@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.acceptance.test_failover import BINARIES, ROOT, STARTER, build_pair, count, rows
+from tests.acceptance.test_failover import BINARIES, ROOT, build_pair, count, rows, start_load
 from tests.invariants import violations
 
 STEP_FIELDS = "id, run_id, step_name, attempt, status, outcome, created_at, finished_at"
@@ -46,30 +46,10 @@ def test_workers_leave_a_primary_that_turned_read_only(tmp_path: Path, capsys) -
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
         acknowledged = tmp_path / "acknowledged"
-        acknowledged.touch()
         logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
         processes: list[subprocess.Popen[bytes]] = []
         try:
-            for log in logs:
-                with log.open("wb") as out:
-                    processes.append(
-                        subprocess.Popen(
-                            [*manage, "pgflow_worker", "--concurrency", "4"],
-                            cwd=ROOT,
-                            env=env,
-                            stdout=out,
-                            stderr=subprocess.STDOUT,
-                        )
-                    )
-            with (tmp_path / "starter.log").open("wb") as out:
-                starter = subprocess.Popen(
-                    [*manage, "shell", "-c", STARTER.format(seconds=10, path=str(acknowledged))],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            processes.append(starter)
+            starter = start_load(env, tmp_path, processes, seconds=10)
             primary = f"postgresql://postgres@127.0.0.1:{pair.primary_port}/pgflow"
             finished_sql = "SELECT count(*) FROM pgflow_run WHERE status = 'finished'"
             deadline = time.monotonic() + 30
