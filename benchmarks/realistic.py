@@ -3,7 +3,6 @@
 worker, in interleaved rounds on the durable cluster (issue #35).
 
     .venv/bin/python benchmarks/realistic.py [--runs 2000] [--rounds 3] [--concurrency 8,64]
-    .venv/bin/python benchmarks/realistic.py --finding8   # the no-op workload, f27ae2f A/B
 
 Each measurement: RUNS runs of one workflow started in one transaction with no worker up,
 then one ``pgflow_worker --burst --concurrency N`` drains them; steps/s = finished steps /
@@ -17,10 +16,8 @@ configuration once, each concurrency's workloads back to back, in reversed order
 the table gives each round's figures, their median, and each round's ratio to the no-op
 figure of the same round and concurrency (the ratio to compare: the machine may be shared).
 
-``--finding8``: the no-op workload with a slot freed once its attempt's commit answered
-(today, f27ae2f: "commit"), and freed when its body ends, as before it ("body-end": at most
-2 x 64 attempts awaiting their commit; "body-end-c": at most --concurrency), through the
-temporary PGFLOW_BENCH_FREE_AT_BODY_END of pgflow/runtime/held.py, interleaved the same way.
+(The f27ae2f A/B of benchmarks/RESULTS.md, --finding8 and --free-at-body-end, used a
+temporary switch in pgflow/runtime/held.py, gone since a slot is free at body end.)
 """
 
 from __future__ import annotations
@@ -52,7 +49,6 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", default="8,64", help="comma-separated --concurrency values")
-    parser.add_argument("--finding8", action="store_true", help="the no-op workload, slot freed at commit vs body end")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument(
         "--workloads",
@@ -63,11 +59,6 @@ def main() -> None:
         "--python-switch-interval",
         action="store_true",
         help="workers keep Python's own thread switch interval (5 ms), not pgflow_worker's SWITCH_INTERVAL",
-    )
-    parser.add_argument(
-        "--free-at-body-end",
-        action="store_true",
-        help="every worker frees a slot when its body ends, as before f27ae2f (PGFLOW_BENCH_FREE_AT_BODY_END=1)",
     )
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
@@ -95,18 +86,9 @@ def run(args: argparse.Namespace) -> None:
         )
         print("PostgreSQL:", cursor.fetchone()[0], flush=True)
     concurrencies = [int(value) for value in args.concurrency.split(",")]
-    variants = (
-        [
-            ("commit", "ThreeNoops", {}),
-            ("body-end", "ThreeNoops", {"PGFLOW_BENCH_FREE_AT_BODY_END": "1"}),
-            ("body-end-c", "ThreeNoops", {"PGFLOW_BENCH_FREE_AT_BODY_END": "2"}),
-        ]
-        if args.finding8
-        else [
-            (name, WORKLOADS[name], {"PGFLOW_BENCH_FREE_AT_BODY_END": "1"} if args.free_at_body_end else {})
-            for name in args.workloads.split(",")
-        ]
-    )
+    variants: list[tuple[str, str, dict[str, str]]] = [
+        (name, WORKLOADS[name], {}) for name in args.workloads.split(",")
+    ]
     jobs = [(name, workflow, env, c) for c in concurrencies for name, workflow, env in variants]
     figures: dict[tuple[str, int], list[float]] = {(name, c): [] for name, _, _, c in jobs}
     logs = WORK / "realistic-logs"

@@ -1,18 +1,20 @@
 """The worker's held attempts and its slots by kind.
 
 An attempt is held from its claim until its transition committed (the heartbeat keeps its
-lease, the drain waits for it) and takes one slot of its kind, sync (a step thread's,
-``--concurrency``) or async (one on the event loop, ``--async-concurrency``), so each kind
-stays within its bound at every instant. The claim takes only for free slots of each kind
-(store.claims.Kinds): a claim of sync steps beyond the free threads left them in_progress
-here waiting for a thread (30 with --concurrency 2), unavailable to other workers. An
-attempt whose body is over keeps its slot until its outcome committed: it is in_progress
-until then.
+lease, the drain waits for it). While its body runs it takes one slot of its kind, sync (a
+step thread's, ``--concurrency``) or async (one on the event loop, ``--async-concurrency``),
+so the bodies of each kind running at once stay within its bound. The slot is free when the
+body ends: the attempt then awaits its group commit, still held (and in_progress), while the
+slot runs the next body; freeing it only once the commit answered turned a slot over once
+per durable commit (1.66x/1.20x fewer steps/s at --concurrency 8/64, benchmarks/RESULTS.md).
+The claim takes only for free slots of each kind (store.claims.Kinds): a claim of sync steps
+beyond the free threads left them in_progress here waiting for a thread (30 with
+--concurrency 2), unavailable to other workers; and it takes none of a kind while twice its
+bound are held, so those awaiting their commit are bounded too (in_progress <= 2x each bound).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,14 +23,9 @@ from ..evaluation import is_async, reads_outputs
 from ..registry import registered
 from ..store import Claim
 from ..store.claims import Kinds
-from .committer import MAX_BATCH
 
-# TEMPORARY (issue #35 A/B of f27ae2f, benchmarks/realistic.py --finding8): "1" frees a slot
-# when its body ends, not when its commit answered, with at most 2 batches awaiting their
-# commit, as before f27ae2f; "2" the same with at most --concurrency awaiting their commit.
-FREE_AT_BODY_END = os.environ.get("PGFLOW_BENCH_FREE_AT_BODY_END", "") in ("1", "2")
-_AWAITING_COMMIT_BOUND_IS_CONCURRENCY = os.environ.get("PGFLOW_BENCH_FREE_AT_BODY_END") == "2"
 SYNC, ASYNC = (False,), (True,)  # the slots an attempt holds: a thread's, or an async one's
+HELD_PER_SLOT = 2  # attempts held of a kind, at most, per slot: its body's and one awaiting its commit
 
 
 class Held:
@@ -39,23 +36,25 @@ class Held:
         self.async_concurrency = async_concurrency
         self.lock = threading.Lock()
         self.running: dict[Any, Claim] = {}
-        # Those whose body is still running: they take the concurrency slots.
+        # Those whose body is still running in a thread, or awaiting on the loop.
         self.bodies: set[Any] = set()
-        # Async bodies awaiting on the loop.
         self.awaiting: set[Any] = set()
         self.async_steps = async_steps()
         self.readers = output_readers()
-        self._kind: dict[Any, tuple[bool, ...]] = {}
-        self.counts = {False: 0, True: 0}
+        self._kind: dict[Any, tuple[bool, ...]] = {}  # every held attempt's kinds
+        self._in_body: dict[Any, tuple[bool, ...]] = {}  # the slots taken by bodies still running
+        self.counts = {False: 0, True: 0}  # slots taken (bodies running), by kind
+        self.held = {False: 0, True: 0}  # attempts held (claimed, not yet committed), by kind
+
+    def _room(self, kind: bool) -> int:
+        bound = self.async_concurrency if kind else self.concurrency
+        return min(bound - self.counts[kind], HELD_PER_SLOT * bound - self.held[kind])
 
     def free(self) -> Kinds:
-        """Free slots by kind: each attempt held (claimed, and not yet committed) takes one."""
+        """Free slots by kind: none of a kind while twice its bound are held."""
         with self.lock:
-            threads = self.concurrency - self.counts[False]
-            if FREE_AT_BODY_END:  # as before f27ae2f: at most 2 batches awaiting their commit
-                allowance = self.concurrency if _AWAITING_COMMIT_BOUND_IS_CONCURRENCY else 2 * MAX_BATCH
-                threads = min(threads, self.concurrency + allowance - len(self.running))
-            awaiting = self.async_concurrency - self.counts[True] if self.async_steps else 0
+            threads = self._room(False)
+            awaiting = self._room(True) if self.async_steps else 0
         return Kinds(
             threads=max(0, threads), awaiting=max(0, awaiting), async_steps=self.async_steps, readers=self.readers
         )
@@ -73,30 +72,33 @@ class Held:
         self.async_steps = async_steps()
         self.readers = output_readers()
         with self.lock:
-            room = self.counts[True] < self.async_concurrency
+            room = self._room(True) > 0
         return ASYNC if room else (False, True)
 
     def hold(self, held: Claim, slots: tuple[bool, ...]) -> None:
         with self.lock:
             self.running[held.token] = held
             self._kind[held.token] = slots
+            self._in_body[held.token] = slots
             for kind in slots:
                 self.counts[kind] += 1
+                self.held[kind] += 1
             (self.awaiting if slots == ASYNC else self.bodies).add(held.token)
 
+    def body_over(self, token: Any) -> None:
+        """The body of ``token`` is over (caller holds ``lock``): its slot is free; the
+        attempt stays held until its commit answered."""
+        self.bodies.discard(token)
+        self.awaiting.discard(token)
+        for kind in self._in_body.pop(token, ()):
+            self.counts[kind] -= 1
+
     def release(self, token: Any) -> None:
-        """The attempt ``token`` is no longer held (caller holds ``lock``): its slots are free."""
+        """The attempt ``token`` is no longer held (caller holds ``lock``)."""
+        self.body_over(token)
         if self.running.pop(token, None) is not None:
             for kind in self._kind.pop(token, ()):
-                self.counts[kind] -= 1
-
-    def body_over(self, token: Any) -> None:
-        """The body of ``token`` is over and its commit pending (caller holds ``lock``): with
-        FREE_AT_BODY_END (the behaviour before f27ae2f, for benchmarks/realistic.py's A/B
-        only), its slot is free now; otherwise it stays held until the commit answered."""
-        if FREE_AT_BODY_END and token in self.running:
-            for kind in self._kind.pop(token, ()):
-                self.counts[kind] -= 1
+                self.held[kind] -= 1
 
 
 def async_steps() -> frozenset[str]:

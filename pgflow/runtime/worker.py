@@ -428,10 +428,9 @@ class Worker:
         self._finished(held, None if exc is not None else task.result(), exc)
 
     def _finished(self, held: Claim, result: Result | None, exc: BaseException | None) -> None:
-        """The body is over: its slot is free; the attempt stays held until its commit answered."""
+        """The body is over: its slot is free (the next claim may fill it); the attempt stays
+        held, heartbeated, until its commit answered (runtime.held)."""
         with self._running_lock:
-            self._bodies.discard(held.token)
-            self._awaiting.discard(held.token)
             if result is None or result.pending is None:
                 self._release(held.token)
             else:

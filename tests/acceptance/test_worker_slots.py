@@ -1,22 +1,65 @@
-"""A worker's slots, seen from the database: a worker mixing sync and async steps holds at
-most ``--concurrency`` sync attempts and ``--async-concurrency`` async ones in progress, at
-every instant; an awaiting async body's lease is heartbeated past LEASE; and the queries of
-the async bodies share one connection."""
+"""A worker's slots, seen by its bodies and from the database: a worker mixing sync and
+async steps runs at most ``--concurrency`` sync bodies and ``--async-concurrency`` async ones
+at once, starts each body promptly after its claim, and holds at most twice each bound in
+progress (a body's attempt awaits its commit after its slot is free); an awaiting async
+body's lease is heartbeated past LEASE; and the queries of the async bodies share one
+connection."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
 from collections import Counter
+from pathlib import Path
 
 from django.db import connection
 
+import pgflow
+from pgflow import step
 from pgflow.models import Event, Step, WorkflowRun
 from tests import async_workflows as aw
-from tests import reliability_workflows as rw
 from tests.acceptance.conftest import wait_until
 from tests.invariants import assert_exactly_once
 
-ASYNC_CLASS = aw.AsyncSleeper.workflow_path()
+
+def _record(kind: str, body: pgflow.Workflow, name: str, entered: float) -> None:
+    """One line per body in the marks file: its kind, attempt and when it ran (time.time())."""
+    with Path(os.environ["PGFLOW_TEST_MARKS"]).open("a") as marks:
+        marks.write(f"{kind} {body.run.pk} {name} {body.attempt} {entered} {time.time()}\n")
+
+
+class TimedSync(pgflow.Workflow):
+    """Three sync 200 ms bodies, each recording when it ran."""
+
+    @step
+    def one(self):
+        entered = time.time()
+        time.sleep(0.2)
+        _record("sync", self, "one", entered)
+
+    @step
+    def two(self):
+        entered = time.time()
+        time.sleep(0.2)
+        _record("sync", self, "two", entered)
+
+    @step
+    def three(self):
+        entered = time.time()
+        time.sleep(0.2)
+        _record("sync", self, "three", entered)
+
+
+class TimedAsync(pgflow.Workflow):
+    @step
+    async def nap(self):
+        entered = time.time()
+        await asyncio.sleep(0.3)
+        _record("async", self, "nap", entered)
+
+
+ASYNC_CLASS = TimedAsync.workflow_path()
 
 # In-progress attempts by kind, as the database holds them (an attempt is in progress from
 # its claim until its outcome committed).
@@ -26,11 +69,21 @@ FROM pgflow_step AS s JOIN pgflow_run AS r ON r.id = s.run_id WHERE s.status = '
 """
 
 
-def test_a_worker_mixing_sync_and_async_steps_holds_each_bound_at_every_instant(start_worker):
-    for _ in range(40):
-        rw.Load.start()  # three sync 50 ms bodies
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most spans (enter, exit) overlapping at one instant."""
+    edges = sorted([(enter, 1) for enter, _ in spans] + [(leave, -1) for _, leave in spans])
+    at_once = most = 0
+    for _, change in edges:  # an exit sorts before an enter at the same instant
+        at_once += change
+        most = max(most, at_once)
+    return most
+
+
+def test_a_worker_mixing_sync_and_async_steps_keeps_each_bound(start_worker, marks):
+    for _ in range(15):
+        TimedSync.start()
     for _ in range(60):
-        aw.AsyncSleeper.start(input={"sleep": 0.3})
+        TimedAsync.start()
     worker = start_worker("--concurrency", "2", "--async-concurrency", "5")
     samples: list[tuple[int, int]] = []
     deadline = time.monotonic() + 90
@@ -38,18 +91,37 @@ def test_a_worker_mixing_sync_and_async_steps_holds_each_bound_at_every_instant(
         while time.monotonic() < deadline:
             cursor.execute(SAMPLE, [ASYNC_CLASS, ASYNC_CLASS])
             samples.append(cursor.fetchone())
-            if WorkflowRun.objects.filter(status="finished").count() == 100:
+            if WorkflowRun.objects.filter(status="finished").count() == 75:
                 break
             time.sleep(0.005)
     assert worker.terminate() == 0
-    assert WorkflowRun.objects.filter(status="finished").count() == 100
-    over = Counter(sample for sample in samples if sample[0] > 2 or sample[1] > 5)
-    assert not over, f"(sync, async) in progress past (2, 5), in {sum(over.values())} of {len(samples)} samples: {over}"
-    # Both bounds were reached, so a sample past either would have been seen.
+    assert WorkflowRun.objects.filter(status="finished").count() == 75
+    # In progress: at most twice each bound (a body running, one awaiting its commit, per slot).
+    over = Counter(sample for sample in samples if sample[0] > 4 or sample[1] > 10)
+    assert not over, f"(sync, async) in progress past (4, 10) in {sum(over.values())} of {len(samples)} samples: {over}"
     assert len(samples) >= 200
-    assert max(sync for sync, _ in samples) == 2
-    assert max(awaiting for _, awaiting in samples) == 5
-    assert assert_exactly_once() == 100
+    bodies = [line.split() for line in marks.read_text().splitlines()]
+    assert len(bodies) == 15 * 3 + 60
+    started = {
+        (run, name, attempt): at.timestamp()
+        for run, name, attempt, at in Step.objects.values_list("run_id", "step_name", "attempt", "started_at")
+    }
+    # Each body starts promptly after its claim: an attempt claimed for no free slot waits
+    # for one (30 sync ones over-claimed wait 3 s for two threads).
+    late = sorted(
+        (float(entered) - started[(int(run), name, int(attempt))], kind, name)
+        for kind, run, name, attempt, entered, _ in bodies
+    )[-5:]
+    assert late[-1][0] < 1.0, f"bodies started long after their claim (seconds, kind, step): {late}"
+    # Bodies running at once, by kind, from their own records: each bound held, and reached
+    # (so a body past it would have been seen).
+    spans = {
+        kind: [(float(entered), float(left)) for k, _, _, _, entered, left in bodies if k == kind]
+        for kind in ("sync", "async")
+    }
+    assert most_at_once(spans["sync"]) == 2
+    assert most_at_once(spans["async"]) == 5
+    assert assert_exactly_once() == 75
 
 
 def test_heartbeats_keep_an_awaiting_async_body_past_its_lease(start_worker, marks):
