@@ -87,8 +87,11 @@ class Proxy:
         def shut() -> None:
             self.server.close()
             for writer in self.writers:
-                writer.transport.abort()
-            self.loop.stop()
+                writer.transport.abort()  # closes its socket in a callback of the next round
+            # Stopped after those callbacks: a loop stopped in this round would leave the
+            # frozen connections' sockets open, and their server sessions (a frozen sweep
+            # holding its advisory locks in an open transaction) would outlive the test.
+            self.loop.call_soon(self.loop.stop)
 
         self.loop.call_soon_threadsafe(shut)
         self.thread.join(5)
