@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib.admin import AdminSite
 from django.contrib.admin.utils import quote
-from django.db.models import Count, Q
+from django.db.models import Case, Count, Q, When
 from django.urls import NoReverseMatch, reverse
 
 from pgflow.core.events import PAUSE_ENDS, EventKind
@@ -25,12 +25,14 @@ from pgflow.registry import resolve
 
 from . import timeline
 from .timeformat import duration
+from .why import member_error
 
 MAX_ATTEMPTS = 1000  # attempts shown in the step table and the chart (the latest ones)
 MAX_EVENTS = 1000  # audit trail rows shown (the latest ones)
 MAX_SIGNALS = 200
 MAX_BATCHES = 100
 MAX_ERRORS = 25  # failed attempts shown with their backtrace and causes (the latest ones)
+MAX_MEMBERS = 100  # members listed per fan-out batch (failed ones first)
 
 OPEN_CLAIMABLE = ("scheduled", "in_progress")  # a concurrency gate's holders that keep their place
 
@@ -296,7 +298,12 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
         "pending_signals": [signal for signal in signals if signal.consumed_at is None],
         "consumed_signals": [signal for signal in signals if signal.consumed_at is not None],
         "batches": [
-            {"batch": batch, "pending": max(batch.total - batch.succeeded - batch.failed, 0)} for batch in batches
+            {
+                "batch": batch,
+                "pending": max(batch.total - batch.succeeded - batch.failed, 0),
+                "members": members(batch, site),
+            }
+            for batch in batches
         ],
         "controls": controls(run),
         "resume_hint": resume_hint(run, steps),
@@ -309,6 +316,36 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
         "rerun_steps": rerun_steps(run),
         **family(run, now=now),
     }
+
+
+def members(batch: Batch, site: AdminSite) -> list[dict[str, Any]]:
+    """A batch's members (failed first, then by position, at most ``MAX_MEMBERS``): the
+    function and its arguments, the status, the member's own error, a link to its child
+    run or its django-q2 task when that admin is installed."""
+    rows = (
+        BatchMember.objects.filter(batch=batch)
+        .annotate(failed_first=Case(When(status=BatchMember.Status.FAILED, then=0), default=1))
+        .order_by("failed_first", "position")
+        .values("position", "func", "args", "kwargs", "status", "error", "task_id", "child_id")[:MAX_MEMBERS]
+    )
+    listed = []
+    for row in rows:
+        error_class, message = member_error(row["error"]) if row["error"] else (None, "")
+        url = None
+        if row["child_id"]:
+            url = reverse(f"{site.name}:pgflow_workflowrun_change", args=[row["child_id"]])
+        elif row["task_id"]:
+            url = _task_url(site, row["task_id"], failed=row["status"] == BatchMember.Status.FAILED)
+        listed.append({**row, "error_class": error_class, "error_message": message, "url": url})
+    return listed
+
+
+def _task_url(site: AdminSite, task_id: str, *, failed: bool) -> str | None:
+    # django-q2's admin lists a finished task as a Success or a Failure; not installed: no link.
+    try:
+        return reverse(f"{site.name}:django_q_{'failure' if failed else 'success'}_change", args=[quote(task_id)])
+    except NoReverseMatch:
+        return None
 
 
 MAX_RELATED = 200  # children and re-runs listed on a run page

@@ -25,10 +25,11 @@ from pgflow.exceptions import PgflowError
 from pgflow.models import WorkflowRun
 from pgflow.signals import signal
 
-from . import insights, runpage
+from . import insights, runfacts, runpage
 from .forms import RerunForm, SignalForm
 from .site import INSIGHTS_JSON_URL_NAME, INSIGHTS_URL_NAME
 from .timeline import SERIES
+from .why import why
 from .window import WorkflowWindow
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ def run_page(
     opts = model_admin.opts
     now = timezone.now()
     data = runpage.context(run, site, now=now)
+    data["why"] = why(runfacts.facts(run, now=now), now=timezone.localtime(now))
     request.current_app = site.name
     context = {
         **site.each_context(request),
@@ -193,6 +195,8 @@ def insights_page(model_admin: WorkflowRunAdmin, request: HttpRequest) -> Templa
         context.update(error=str(exc), window=None)
         return TemplateResponse(request, templates, context, status=400)
     figures = insights.compute(window)
+    if read := figures.get("read_database"):  # PGFLOW["READ_DATABASE"]: how old the figures may be
+        messages.add_message(request, messages.WARNING if read["fell_back"] else messages.INFO, read["note"])
     changelist = reverse(f"{site.name}:{opts.app_label}_{opts.model_name}_changelist")
     window_filter = {"created_at__gte": window.since().isoformat(), "created_at__lt": window.now.isoformat()}
     for row in figures["workflows"]:

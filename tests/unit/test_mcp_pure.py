@@ -92,7 +92,9 @@ def test_explain_a_step_queued_with_no_live_worker():
         },
         "live_queues": {},
     }
-    assert explain(facts, now=NOW) == ["step send queued 14 min: no live worker serves queue 'mail'"]
+    assert explain(facts, now=NOW) == [
+        "step send queued 14 min: no live worker serves queue 'mail'; start `pgflow_worker --queues mail`"
+    ]
     facts["live_queues"] = {"mail": 2}
     assert explain(facts, now=NOW) == [
         "step send queued 14 min on queue 'mail', which 2 live workers serve (they may be busy)"
@@ -136,7 +138,8 @@ def test_explain_a_run_paused_by_its_policy():
         },
     }
     assert explain(facts, now=NOW)[0] == (
-        "paused since 09:12: step charge (attempt 2) failed with PaymentDeclined: card declined (policy: pause)"
+        "paused since 09:12: step charge (attempt 2) failed with PaymentDeclined: card declined (policy: pause); "
+        "resume after fixing the cause"
     )
 
 

@@ -1,0 +1,63 @@
+"""The run page's first line says why the run is where it is and what to do next, and a
+fan-out's members are listed with their own errors: over HTTP, on real runs."""
+
+from __future__ import annotations
+
+import html as htmllib
+import re
+
+import pytest
+
+from pgflow.testing import run_workflow
+from tests import fanout_workflows as fw
+from tests import workflows as wf
+from tests.dashboard_support import run_url
+
+pytest_plugins = ["tests.dashboard_fixtures"]  # the users and login fixtures
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def why_of(page) -> str:
+    found = re.search(
+        r'<p class="pgflow-why[^"]*" id="pgflow-why"[^>]*><strong>Why:</strong> (.*?)</p>', page.content.decode(), re.S
+    )
+    assert found, "the run page has no why sentence"
+    return htmllib.unescape(found[1])
+
+
+def test_the_run_page_says_which_signal_it_waits_for_until_when_and_what_then(login, viewer):
+    run = run_workflow(wf.WaitsForPayment.start())
+    said = why_of(login(viewer).get(run_url(run)))
+    assert said.startswith("waiting for signal 'payment' since ")
+    assert said.endswith("(then: cancel)")
+
+
+def test_a_due_run_with_no_worker_names_the_queue_and_the_command(login, viewer):
+    run = wf.ThreeSteps.start()  # due now; no worker runs in this test
+    said = why_of(login(viewer).get(run_url(run)))
+    assert "no live worker serves queue 'workflows'" in said, said
+    assert said.endswith("start `pgflow_worker --queues workflows`")
+
+
+def test_a_run_paused_by_its_policy_names_the_error_and_what_next(login, viewer):
+    run = run_workflow(wf.Failing.start())
+    said = why_of(login(viewer).get(run_url(run)))
+    assert said.startswith("paused since ")
+    assert "step boom (attempt 1) failed with RuntimeError: boom (policy: pause); resume after fixing the cause" in said
+
+
+def test_a_failed_fan_out_says_the_members_own_error_and_lists_its_members(login, viewer):
+    tasks = [("tests.fanout_tasks.double", [1]), ("tests.fanout_tasks.fail", ["vendor 13's inbox refuses mail"])]
+    run = run_workflow(fw.Fan.start(input={"tasks": tasks}))
+    assert run.status == "paused"
+    page = login(viewer).get(run_url(run))
+    said = why_of(page)
+    assert "fan-out failed: 1 of 2 jobs failed" in said, said
+    assert "job 1 (tests.fanout_tasks.fail), failed with RuntimeError: vendor 13's inbox refuses mail" in said
+    members = htmllib.unescape(page.content.decode().split('class="pgflow-table pgflow-members-table"')[1])
+    members = members.split("</table>")[0]
+    rows = re.findall(r'<tr class="pgflow-member-(\w+)"><td>(\d+)</td>', members)
+    assert rows == [("failed", "1"), ("succeeded", "0")]  # the failed one first
+    assert "<strong>RuntimeError</strong>: vendor 13's inbox refuses mail" in members
+    assert "vendor 13's inbox refuses mail" in members.split("tests.fanout_tasks.fail")[1]  # its argument
