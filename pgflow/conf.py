@@ -52,6 +52,9 @@ DEFAULTS: dict[str, Any] = {
     # Total time one alert notice may take to send (connect and the whole answer); a target
     # past it has failed and is tried again later. Targets are sent side by side.
     "ALERT_DELIVERY_DEADLINE": timedelta(seconds=10),
+    # A Django database alias (a streaming replica) for the run list, the insights and the
+    # /metrics gauges; None reads everything from the primary (pgflow/readdb.py).
+    "READ_DATABASE": None,
 }
 
 _DURATIONS = (
@@ -183,7 +186,19 @@ def validate(raw: object) -> list[str]:
             f"e.g. ['password', 'token'], got {raw['REDACT']!r}"
         )
     problems.extend(_observability_problems(raw))
+    problems.extend(_read_database_problems(raw))
     return problems
+
+
+def _read_database_problems(raw: dict[str, Any]) -> list[str]:
+    alias = raw.get("READ_DATABASE")
+    if alias is None:
+        return []
+    databases = getattr(settings, "DATABASES", {})
+    if isinstance(alias, str) and alias in databases:
+        return []
+    aliases = ", ".join(repr(name) for name in databases)
+    return [f"PGFLOW['READ_DATABASE'] must be None or the alias of a database in DATABASES ({aliases}), got {alias!r}"]
 
 
 def _observability_problems(raw: dict[str, Any]) -> list[str]:

@@ -43,6 +43,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from . import readdb
 from .core import histogram
 from .core.histogram import Histogram
 from .core.phases import ROLLED
@@ -508,6 +509,7 @@ def _json(document: Any) -> dict[str, int]:
 
 
 def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
+    # The replica inside readdb.reading() (the insights); the sweep's roll reads the primary.
+    with readdb.connection().cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()

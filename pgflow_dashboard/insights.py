@@ -51,9 +51,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
-from pgflow import rollup
+from pgflow import readdb, rollup
 from pgflow.core import histogram
 from pgflow.core.flow import CANCEL, OUTCOME_WORDS, PAUSE, REATTEMPT, SKIP
 from pgflow.core.states import RunStatus
@@ -79,8 +79,10 @@ _THROUGH_NOW = timedelta(microseconds=1)
 
 
 def compute(window: WorkflowWindow) -> dict[str, Any]:
-    """Every figure of the window as one JSON-ready dict (see the module docstring)."""
-    with transaction.atomic(), connection.cursor() as cursor:
+    """Every figure of the window as one JSON-ready dict (see the module docstring), read
+    from ``PGFLOW["READ_DATABASE"]`` when one is set (then ``read_database`` says where, and
+    how far behind the replica is)."""
+    with readdb.reading() as route, transaction.atomic(using=route.alias), readdb.connection().cursor() as cursor:
         # Scoped to this transaction. JIT compiling each of these one-off aggregates costs
         # more than it saves; the default work_mem (4 MB) sends a month's sort to disk.
         cursor.execute("SET LOCAL jit = off")
@@ -96,6 +98,19 @@ def compute(window: WorkflowWindow) -> dict[str, Any]:
             "percentiles": dict(PERCENTILE_METHOD),
             "stuck": stuck(window.now),
             "schedules": schedules(window),
+            # Only with a READ_DATABASE: where the figures were read, and how old they may be.
+            **(
+                {}
+                if route.replica is None
+                else {
+                    "read_database": {
+                        "alias": route.alias,
+                        "replica": route.replica,
+                        "fell_back": route.fell_back,
+                        "note": route.note,
+                    }
+                }
+            ),
         }
 
 
@@ -307,7 +322,8 @@ def queues_without_worker(now: datetime, *, limit: int) -> dict[str, Any]:
     """Queues with attempts due now that no live worker serves: ``{"count", "rows": [{"queue",
     "due", "oldest_due_at"}]}``, oldest first. Live means a heartbeat younger than the lease
     (the ``Worker`` rows); one group per queue over the claim index's scheduled rows."""
-    served = {queue for queues in Worker.objects.live(now).values_list("queues", flat=True) for queue in queues or ()}
+    live = Worker.objects.using(readdb.alias()).live(now)
+    served = {queue for queues in live.values_list("queues", flat=True) for queue in queues or ()}
     due = _rows(
         "SELECT queue, count(*), min(scheduled_at) FROM pgflow_step "
         "WHERE status = 'scheduled' AND scheduled_at <= %(now)s GROUP BY queue ORDER BY 3, 1",
@@ -417,7 +433,7 @@ def workflow_classes() -> list[str]:
 
 
 def _rows(sql: str, params: dict[str, Any] | list[Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
+    with readdb.connection().cursor() as cursor:  # the replica inside readdb.reading()
         cursor.execute(sql, params)
         return cursor.fetchall()
 

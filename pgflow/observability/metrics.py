@@ -27,9 +27,10 @@ from datetime import datetime
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
+from .. import readdb
 from ..core import histogram, phases
 from ..core.flow import CANCEL, COMPLETE, FINISH, OUTCOME_WORDS, SKIP
 from ..core.states import OPEN_STEP, RunStatus
@@ -201,21 +202,22 @@ _PAST_DEADLINE = "SELECT count(*) FROM pgflow_step WHERE status = 'waiting' AND 
 
 def cluster_gauges(now: datetime) -> dict[str, Any]:
     """The cluster-wide figures: due steps and the oldest's age per queue, paused runs per
-    class, waits past their deadline, live workers per queue."""
+    class, waits past their deadline, live workers per queue; read from
+    ``PGFLOW["READ_DATABASE"]`` when one is set (``replica``: its lag, or that it fell back)."""
     from ..models import Worker  # lazy: app registry; pgflow.observability imports before the models load
 
-    with connection.cursor() as cursor:
+    with readdb.reading() as route, connections[route.alias].cursor() as cursor:
         cursor.execute(_DUE_BY_QUEUE, {"now": now})
         due = {queue: (count, float(age)) for queue, count, age in cursor.fetchall()}
         cursor.execute(_PAUSED_BY_CLASS)
         paused = dict(cursor.fetchall())
         cursor.execute(_PAST_DEADLINE, {"now": now})
         past_deadline = cursor.fetchone()[0]
-    workers: dict[str, int] = {}
-    for queues in Worker.objects.live(now).values_list("queues", flat=True):
-        for queue in queues or ():
-            workers[queue] = workers.get(queue, 0) + 1
-    return {"due": due, "paused": paused, "past_deadline": past_deadline, "workers": workers}
+        workers: dict[str, int] = {}
+        for queues in Worker.objects.using(route.alias).live(now).values_list("queues", flat=True):
+            for queue in queues or ():
+                workers[queue] = workers.get(queue, 0) + 1
+    return {"due": due, "paused": paused, "past_deadline": past_deadline, "workers": workers, "replica": route}
 
 
 class ClusterCollector:
@@ -257,3 +259,17 @@ class ClusterCollector:
             "pgflow_waits_past_deadline", "Signal waits past their wait_timeout now", value=figures["past_deadline"]
         )
         yield from (due, age, workers, paused, deadline)
+        route = figures.get("replica")
+        if route is not None and route.replica is not None:
+            # Only with a READ_DATABASE: how old the other gauges may be, and whether the primary served them.
+            yield GaugeMetricFamily(
+                "pgflow_read_replica_fallback",
+                "1 while the read replica cannot be reached and the primary serves the gauges",
+                value=1 if route.fell_back else 0,
+            )
+            if route.lag_seconds is not None:
+                yield GaugeMetricFamily(
+                    "pgflow_read_replica_lag_seconds",
+                    "How far the read replica's replay is behind the primary (0 when it applied everything)",
+                    value=route.lag_seconds,
+                )

@@ -25,6 +25,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
+from pgflow import readdb
 from pgflow.core import jsonvalue
 from pgflow.core.states import CONTROLS, Control
 from pgflow.exceptions import PgflowError
@@ -180,7 +181,16 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 run_duration=ExpressionWrapper(end - F("created_at"), output_field=DurationField()),
             )
             .annotate(current_for=ExpressionWrapper(end - F("current_since"), output_field=DurationField()))
+            .using(readdb.alias())  # the replica only inside changelist_view's readdb.reading()
         )
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if request.method != "GET":  # a bulk action posts here: it reads and acts on the primary
+            return super().changelist_view(request, extra_context)
+        with readdb.reading() as route:
+            if route.note:
+                messages.add_message(request, messages.WARNING if route.fell_back else messages.INFO, route.note)
+            return super().changelist_view(request, extra_context)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str

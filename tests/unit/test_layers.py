@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pgflow.observability",
             "pgflow.observability.metrics",
             "pgflow.observability.tracing",
+            "pgflow.readdb",
         ),
     ),
     # The workflow class is the definition the store reads; only its start() calls the store,
