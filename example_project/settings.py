@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 from datetime import timedelta
-from importlib.util import find_spec
 from pathlib import Path
 
 import environ
@@ -138,12 +137,6 @@ TASKS = {
     }
 }
 
-if find_spec("django_tasks_db") is not None:
-    # The dev extras' django-tasks-db: a second backend, whose tasks a fan-out can hand out
-    # (tests/acceptance/test_django_tasks_fanout.py) and benchmarks/tasks.py compares with pgflow.
-    INSTALLED_APPS.append("django_tasks_db")
-    TASKS["db"] = {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default"]}
-
 PGFLOW = {
     "QUEUE": env("PGFLOW_QUEUE", default="workflows"),
     "RETENTION": timedelta(days=env.int("PGFLOW_RETENTION_DAYS", default=30)),
@@ -152,7 +145,6 @@ PGFLOW = {
     "ERROR_BACKTRACE_LINES": env.int("PGFLOW_ERROR_BACKTRACE_LINES", default=50),
     "ERROR_REPORTER": env("PGFLOW_ERROR_REPORTER", default=None),
     "POLL_INTERVAL": timedelta(seconds=env.float("PGFLOW_POLL_SECONDS", default=5)),
-    "NOTIFY": env.bool("PGFLOW_NOTIFY", default=True),  # False: a worker behind a transaction pooler
     "SWEEP_INTERVAL": timedelta(seconds=env.float("PGFLOW_SWEEP_SECONDS", default=10)),
     "SHUTDOWN_GRACE": timedelta(seconds=env.float("PGFLOW_SHUTDOWN_GRACE_SECONDS", default=30)),
 }
