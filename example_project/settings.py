@@ -145,6 +145,7 @@ PGFLOW = {
     "ERROR_BACKTRACE_LINES": env.int("PGFLOW_ERROR_BACKTRACE_LINES", default=50),
     "ERROR_REPORTER": env("PGFLOW_ERROR_REPORTER", default=None),
     "POLL_INTERVAL": timedelta(seconds=env.float("PGFLOW_POLL_SECONDS", default=5)),
+    "NOTIFY": env.bool("PGFLOW_NOTIFY", default=True),  # False: a worker behind a transaction pooler
     "SWEEP_INTERVAL": timedelta(seconds=env.float("PGFLOW_SWEEP_SECONDS", default=10)),
     "SHUTDOWN_GRACE": timedelta(seconds=env.float("PGFLOW_SHUTDOWN_GRACE_SECONDS", default=30)),
 }

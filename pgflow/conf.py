@@ -34,6 +34,10 @@ DEFAULTS: dict[str, Any] = {
     "PREPARE_START": True,
     "HEARTBEAT_INTERVAL": None,  # seconds between heartbeats; None = a third of LEASE
     "POLL_INTERVAL": timedelta(seconds=5),  # fallback poll when no NOTIFY arrives
+    # The worker LISTENs for NOTIFYs on its claim connection. False: it polls every
+    # POLL_INTERVAL instead and keeps no session state (no LISTEN, no prepared statement, its
+    # settings and the sweep's lock per transaction): a worker behind a transaction-mode pooler.
+    "NOTIFY": True,
     "SWEEP_INTERVAL": timedelta(seconds=10),
     "SHUTDOWN_GRACE": timedelta(seconds=30),  # how long SIGTERM lets running bodies finish
     "FAN_OUT_GRACE": timedelta(minutes=5),  # a finished batch whose callback is lost is resolved after this
@@ -161,8 +165,9 @@ def validate(raw: object) -> list[str]:
                 "PGFLOW['HEARTBEAT_INTERVAL'] must be a positive timedelta, number of seconds or None, "
                 f"got {raw['HEARTBEAT_INTERVAL']!r}"
             )
-    if "PREPARE_START" in raw and not isinstance(raw["PREPARE_START"], bool):
-        problems.append(f"PGFLOW['PREPARE_START'] must be True or False, got {raw['PREPARE_START']!r}")
+    for key in ("PREPARE_START", "NOTIFY"):
+        if key in raw and not isinstance(raw[key], bool):
+            problems.append(f"PGFLOW[{key!r}] must be True or False, got {raw[key]!r}")
     for key in ("ERROR_BACKTRACE_LINES", "MAX_LOST_ATTEMPTS", "MAX_INPUT_BYTES"):
         if key in raw and not (type(raw[key]) is int and raw[key] > 0):
             problems.append(f"PGFLOW[{key!r}] must be a positive whole number, got {raw[key]!r}")

@@ -200,6 +200,21 @@ def apply_socket_defaults(options: dict[str, Any], lease: float) -> dict[str, in
     return added
 
 
+def without_session_state(options: dict[str, Any]) -> bool:
+    """With ``PGFLOW["NOTIFY"]`` False (a worker behind a transaction-mode pooler), psycopg
+    prepares none of the worker's statements, whatever ``prepare_threshold`` OPTIONS set: a
+    statement prepared on one server connection is missing on the next (PgBouncer before 1.21
+    keeps none). True when it turned a threshold off."""
+    if options.get("prepare_threshold") is None:
+        return False
+    options["prepare_threshold"] = None
+    logger.warning(
+        "PGFLOW['NOTIFY'] is False: the worker prepares no statement (OPTIONS' prepare_threshold ignored)",
+        extra={"action": "worker_unprepared"},
+    )
+    return True
+
+
 def silence_limit(options: dict[str, Any], lease: float) -> float:
     """Seconds a worker's own query (a claim, a commit, a heartbeat) may go unanswered
     before its socket is taken for dead: ``tcp_user_timeout`` as set (or defaulted)."""

@@ -1,6 +1,6 @@
 """The sweep: repairs what no single worker can see. Each repair is its own short
 transition under the run's lock; the housekeeping runs in one worker at a time, under an
-advisory lock.
+advisory lock held for a transaction (:func:`leading`).
 
 - attempts whose lease ran out (their worker died): a fresh attempt, or a pause after
   MAX_LOST_ATTEMPTS in a row;
@@ -16,8 +16,11 @@ advisory lock.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
+import psycopg
 from django.apps import apps
 from django.db import connection
 
@@ -43,7 +46,7 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
     The repairs of attempts (lost leases, wait deadlines, stale waits) run in every
     worker's sweep, without the sweep lock: each is a transition that locks its run and
     checks again, so two sweeps cannot apply one twice, and a worker frozen in the middle of
-    a sweep (its connection open, its session lock held) cannot stop the others from
+    a sweep (its connection open, its lock held) cannot stop the others from
     recovering its attempts. Only the housekeeping (fan-out repairs, rollup, retention,
     gone workers) takes the lock, to spare the database the same work twice."""
     at = at or store.now()
@@ -52,11 +55,10 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
         "wait_timeouts": _each(_past_deadline(at), lambda step_id: _time_out(step_id, at)),
         "stale_waits": _repair_waits(at),
     }
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
-        if not cursor.fetchone()[0]:
+    with leading() as leader:
+        if not leader:
             return counts
-    try:
+        logger.debug("sweep: housekeeping began", extra={"action": "sweep_housekeeping"})
         counts.update(
             {
                 "fan_out_repairs": _repair_fan_outs(at),
@@ -66,10 +68,30 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
                 "alerts": _alerts(at),
             }
         )
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
+        logger.debug("sweep: housekeeping ended", extra={"action": "sweep_housekeeping"})
     return counts
+
+
+@contextmanager
+def leading() -> Iterator[bool]:
+    """Whether this worker holds the sweep's lock, for the block: a transaction-level advisory
+    lock, in a transaction of its own on a connection of its own, kept open (idle, holding no
+    snapshot, writing nothing) while the housekeeping runs its own short transactions beside
+    it. A session lock would not do behind a transaction-mode pooler: its unlock may run on
+    another server connection than its lock, which then stays locked for ever, taken again by
+    whichever worker's statement lands there, two of them at once. The lock ends with the
+    transaction: on a commit, a lost connection, or a worker that died."""
+    # The thread's own settings (keepalives and timeouts included), on a fresh psycopg
+    # connection: Django's wrapper is the thread's one connection, busy with the housekeeping.
+    holder = psycopg.connect(**connection.get_connection_params())
+    try:
+        taken = holder.execute("SELECT pg_try_advisory_xact_lock(%s)", [LOCK_KEY]).fetchone()
+        yield bool(taken and taken[0])
+    finally:
+        try:
+            holder.rollback()  # releases the lock (nothing was written)
+        finally:
+            holder.close()
 
 
 def _each(ids: list[int], repair: object) -> int:

@@ -178,6 +178,8 @@ class Worker:
         options = connection.settings_dict.setdefault("OPTIONS", {})
         if "postgresql" in connection.settings_dict.get("ENGINE", ""):
             pgconnections.apply_socket_defaults(options, lease)
+            if not pgflow_settings.NOTIFY:
+                pgconnections.without_session_state(options)
             connection.close()  # a connection opened before (the command's checks) lacks them
         return pgconnections.Watchdog(pgconnections.silence_limit(options, lease))
 
@@ -272,6 +274,8 @@ class Worker:
         """LISTEN on the claim connection (again after a reconnect); the notifications that
         came since the last claim are dropped: the claim about to run covers them."""
         connection.ensure_connection()
+        if not pgflow_settings.NOTIFY:
+            return  # it polls: a transaction pooler's LISTEN would be on a server connection shared by others
         raw = connection.connection
         listening = self._listening_on
         if listening is not None and raw is listening:

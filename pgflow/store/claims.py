@@ -585,9 +585,30 @@ def _claim_rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """Run a prepared claim statement on the claiming session; one statement is its own
     transaction (no BEGIN and COMMIT round trips around it)."""
     with hot_cursor() as prepared:
+        if not pgflow_settings.NOTIFY:
+            return _claim_rows_in_transaction(prepared, sql, params)
         _claim_session(prepared)
         prepared.execute(sql, params, prepare=True)
         return prepared.fetchall()
+
+
+def _claim_rows_in_transaction(cursor: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The claim with its settings (below) for its own transaction: with ``PGFLOW["NOTIFY"]``
+    False the worker keeps no session state, and behind a transaction-mode pooler a session
+    SET would stay on a server connection other clients use next (a start's commit not
+    waiting for the WAL flush). Two round trips more; unprepared (the cursor prepares nothing)."""
+    cursor.execute("BEGIN; SET LOCAL synchronous_commit = off; SET LOCAL jit = off")
+    try:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+        cursor.execute("COMMIT")
+    except BaseException:
+        try:
+            cursor.connection.rollback()  # sends ROLLBACK only if a transaction is open
+        except Exception:  # noqa: BLE001,S110 - a broken connection has no transaction left to end
+            pass
+        raise
+    return rows
 
 
 # The claiming connection's session, set once per connection (the worker's claim loop has its

@@ -50,10 +50,22 @@ def hot_cursor() -> Iterator[psycopg.Cursor[Any]]:
         yield cursor
 
 
+class _NeverPrepared(psycopg.Cursor[Any]):
+    """A hot cursor that prepares nothing, whatever its statements ask: with
+    ``PGFLOW["NOTIFY"]`` False the worker keeps no session state, and a transaction-mode
+    pooler (PgBouncer before 1.21) runs a statement prepared on one server connection on
+    another, which does not have it (26000)."""
+
+    def execute(
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
+    ) -> Any:
+        return super().execute(query, params, prepare=False, binary=binary)
+
+
 def _hot(raw: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
     if raw.prepare_threshold is None:
         raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED
-    cursor = psycopg.Cursor(raw)
+    cursor = psycopg.Cursor(raw) if pgflow_settings.NOTIFY else _NeverPrepared(raw)
     if settings.USE_TZ and _C_LOADER is not None:
         cursor.adapters.register_loader(_TIMESTAMPTZ, _C_LOADER)
     return cursor
@@ -107,8 +119,8 @@ class _Lost:
 
 
 def _prepares(raw: psycopg.Connection[Any]) -> bool:
-    if _Lost.lost:
-        return False
+    if _Lost.lost or not pgflow_settings.NOTIFY:
+        return False  # a pooler lost one; or no session state is kept (see _NeverPrepared)
     threshold = raw.prepare_threshold
     if threshold is not None and threshold != PREPARE_ONLY_WHEN_ASKED:
         return True  # the project's OPTIONS prepare statements: so is the start

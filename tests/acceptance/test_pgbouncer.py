@@ -1,6 +1,8 @@
 """pgflow behind a real PgBouncer (the Debian package): a web process through transaction
 pooling starts runs, signals them, uses the operator controls and the dashboard over HTTP;
-a worker through session pooling runs them to completion. Skips, saying so, where pgbouncer
+a worker through session pooling runs them to completion; two workers with
+``PGFLOW["NOTIFY"]`` False run them through transaction pooling and leave no session state on
+its server connections. Skips, saying so, where pgbouncer
 is not installed, unless PGFLOW_REQUIRE_PGBOUNCER is set (CI sets it)."""
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def pgbouncer(mode: str) -> Iterator[int]:
-    """A pgbouncer process in front of the test cluster, pooling in ``mode``; yields its port."""
+def pgbouncer(mode: str, *, pool_size: int = 10) -> Iterator[int]:
+    """A pgbouncer process in front of the test cluster, pooling in ``mode`` on up to
+    ``pool_size`` server connections; yields its port."""
     assert BINARY is not None
     settings = connection.settings_dict
     root = Path(tempfile.mkdtemp(prefix="pgflow-pgbouncer-", dir="/var/tmp"))  # noqa: S108 - its user must reach it
@@ -61,7 +64,7 @@ def pgbouncer(mode: str) -> Iterator[int]:
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {root / 'users.txt'}\n"
-        f"pool_mode = {mode}\nmax_client_conn = 200\ndefault_pool_size = 10\n"
+        f"pool_mode = {mode}\nmax_client_conn = 200\ndefault_pool_size = {pool_size}\n"
         "ignore_startup_parameters = extra_float_digits,options\n"
         f"logfile = {root / 'pgbouncer.log'}\n"
     )
@@ -164,4 +167,96 @@ def test_a_worker_through_session_pooling(start_worker) -> None:
         )
         worker.proc.terminate()
         assert worker.proc.wait(30) == 0
+    assert_exactly_once()
+
+
+POOL = 4  # server connections: fewer than the two workers' threads, so they share them
+
+
+def server_sessions(port: int) -> list[dict[str, object]]:
+    """The session state of every server connection of the pool: as many clients through the
+    pooler as it has server connections, each holding one in a transaction, each asking its own."""
+    import psycopg
+
+    settings = connection.settings_dict
+    params = {"host": "127.0.0.1", "port": port, "dbname": settings["NAME"], "user": settings["USER"] or "postgres"}
+    clients = [psycopg.connect(**params, prepare_threshold=None) for _ in range(POOL)]
+    try:
+        seen = []
+        for client in clients:  # autocommit off: each keeps its server connection until the rollback
+            seen.append(
+                {
+                    "pid": client.execute("SELECT pg_backend_pid()").fetchone()[0],
+                    "synchronous_commit": client.execute("SHOW synchronous_commit").fetchone()[0],
+                    "jit": client.execute("SHOW jit").fetchone()[0],
+                    "prepared": client.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0],
+                    "listening": [row[0] for row in client.execute("SELECT pg_listening_channels()").fetchall()],
+                    "locks": client.execute(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+                    ).fetchone()[0],
+                }
+            )
+        return seen
+    finally:
+        for client in clients:
+            client.close()
+
+
+def housekeeping(log: str) -> list[tuple[str, str]]:
+    """(began, ended) of each sweep housekeeping a worker's DEBUG log shows, by its timestamps."""
+    spans: list[tuple[str, str]] = []
+    began = None
+    for line in log.splitlines():
+        if line.endswith("sweep: housekeeping began"):
+            began = line[:23]
+        elif line.endswith("sweep: housekeeping ended") and began is not None:
+            spans.append((began, line[:23]))
+            began = None
+    return spans
+
+
+def test_two_workers_through_transaction_pooling(start_worker) -> None:
+    with pgbouncer("transaction", pool_size=POOL) as port:
+        env = {
+            "DATABASE_URL": url_to(port),
+            "PGFLOW_NOTIFY": "false",  # polls; keeps no session state
+            "PGFLOW_POLL_SECONDS": "0.2",
+        }
+        # --verbosity 2: DEBUG, with the sweep's housekeeping spans.
+        workers = [start_worker("--concurrency", "4", "--verbosity", "2", env=env) for _ in range(2)]
+        runs = [ThreeSteps.start() for _ in range(60)]
+        waiting = WaitsForPayment.start()
+        wait_until(
+            lambda: waiting.steps.filter(step_name="charge", status="waiting").exists(), timeout=60, what="the wait"
+        )
+        pgflow.signal(waiting, "payment", "ok")
+        ids = [run.pk for run in [*runs, waiting]]
+        wait_until(
+            lambda: WorkflowRun.objects.filter(pk__in=ids, status="finished").count() == len(ids),
+            timeout=90,
+            what="the runs two workers ran through a transaction pooler",
+        )
+        time.sleep(2)  # a few more sweeps, each worker's turn at the housekeeping
+        for worker in workers:
+            assert worker.terminate() == 0, worker.output()[-3000:]
+        logs = [worker.output() for worker in workers]
+        for log in logs:
+            assert "LISTEN" not in log and "prepared statement" not in log, log[-3000:]
+            assert "database unavailable" not in log, log[-3000:]
+        # What the workers did through the pooler left nothing on its server connections that
+        # the next client there (a web process's start) would inherit: no session settings,
+        # prepared statements, LISTEN or advisory lock.
+        with connection.cursor() as cursor:  # the server's own defaults (the tests' cluster sets some)
+            cursor.execute("SELECT current_setting('synchronous_commit'), current_setting('jit')")
+            defaults = cursor.fetchone()
+        sessions = server_sessions(port)
+        assert len({session["pid"] for session in sessions}) == POOL, sessions
+        for session in sessions:
+            assert (session["synchronous_commit"], session["jit"]) == defaults, sessions
+            assert session["prepared"] == 0 and session["listening"] == [] and session["locks"] == 0, sessions
+        # Never two housekeepings at once: the spans of both workers, in order, do not overlap.
+        spans = sorted(span for log in logs for span in housekeeping(log))
+        assert len(spans) >= 4, spans
+        for (_, ended), (began, _) in zip(spans, spans[1:], strict=False):
+            assert began >= ended, f"two sweeps' housekeeping overlapped: {spans}"
     assert_exactly_once()
