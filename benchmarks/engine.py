@@ -89,15 +89,17 @@ def worker(concurrency: int, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **env})
 
 
-def enqueue(runs: int) -> None:
-    """RUNS runs of ThreeNoops, started in one transaction (no worker sees any before all are there)."""
+def enqueue(runs: int, workflow: str = "no-op") -> None:
+    """RUNS runs of ThreeNoops (or, for ``"realistic"``, of Realistic), started in one
+    transaction (no worker sees any before all are there)."""
     from django.db import transaction
 
-    from benchmarks.workflows import ThreeNoops
+    from benchmarks.workflows import Realistic, ThreeNoops
 
+    cls = Realistic if workflow == "realistic" else ThreeNoops
     with transaction.atomic():
         for _ in range(runs):
-            ThreeNoops.start()
+            cls.start()
 
 
 def finished_runs() -> int:

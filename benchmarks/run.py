@@ -20,17 +20,20 @@ round, in a rotated order, so drift and noise from elsewhere spread over all of 
 - the ceiling: pgbench running the least SQL one step needs (benchmarks/peers/ceiling.py)
   at 1, 2 and 4 clients, in transactions (= steps) per second;
 - for pgflow (one worker process, two, one worker command with --processes 2, and one worker
-  with --concurrency 64) and for
+  with --concurrency 8 and 64) and for
   Celery + Redis, Procrastinate, DBOS and django-q2 (one worker each): RUNS chains of three
   no-op steps enqueued with the worker stopped, then drained; steps/s = 3 x RUNS / (last
   step - first step);
+- pgflow with realistic bodies (benchmarks/workflows.py's Realistic: the middle step reads an
+  output, each step logs a line) at --concurrency 8 and 64, next to the no-op rows;
 - idle latency: with the one worker idle, from before the call that enqueues a 1-step job
   (its commit included) to its body starting, SAMPLES times (median and p99);
 - the worker's peak memory: the process tree's summed RSS, sampled every 100 ms (PSS too,
   which counts pages shared by forked children once).
 
 The drivers are benchmarks/peers/<system>_peer.py (see common.py for the method). It prints
-one table of the medians over the rounds and, unless --quick (or with --write), writes it
+one table of the medians over the rounds, then issue #35's ratios (realistic ÷ no-op,
+pgflow ÷ the best ceiling, pgflow's latency ÷ Celery's), each divided within a round first, and, unless --quick (or with --write), writes it
 with the machine, the versions and the command into the section "Peers, side by side" of
 benchmarks/RESULTS.md, leaving the file's other sections as they are. A peer that cannot be
 installed or run is reported as "failed: <reason>"; the run goes on.
@@ -75,12 +78,17 @@ LABELS = {
     "pgflow-2w": "pgflow, 2 workers",
     "pgflow-2p": "pgflow, 1 worker, --processes 2",
     "pgflow-64": "pgflow, 1 worker, --concurrency 64",
+    "pgflow-8": "pgflow, 1 worker, --concurrency 8",
+    "pgflow-real-8": "pgflow, realistic bodies, --concurrency 8",
+    "pgflow-real-64": "pgflow, realistic bodies, --concurrency 64",
     "celery": "Celery + Redis",
     "procrastinate": "Procrastinate",
     "dbos": "DBOS",
     "django-q2": "django-q2 (ORM broker)",
 }
 CLIENTS = [1, 2, 4]
+PGFLOW_VARIANTS = ("pgflow-2w", "pgflow-2p", "pgflow-64", "pgflow-8", "pgflow-real-8", "pgflow-real-64")
+CONCURRENCY = {"pgflow-64": 64, "pgflow-8": 8, "pgflow-real-8": 8, "pgflow-real-64": 64}
 
 
 class Stopped(Exception):
@@ -338,7 +346,7 @@ class Bench:
         for name in systems:
             self.rows[name] = report.Row(name, LABELS[name])
             if name == "pgflow" and not args.latency_only:
-                for key in ("pgflow-2w", "pgflow-2p", "pgflow-64"):
+                for key in PGFLOW_VARIANTS:
                     self.rows[key] = report.Row(key, LABELS[key])
         self.start_postgres()
         for name in systems:
@@ -358,13 +366,11 @@ class Bench:
         whole_run = self.others_cpu()
         # (system, worker processes started, row): pgflow also as two workers, as one worker
         # command running two processes (its --processes, as Celery's one worker runs a pool),
-        # and as one worker of 64 slots (its group commit's batches grow with the slots).
-        pgflow_jobs = [
-            ("pgflow", 1, "pgflow"),
-            ("pgflow", 2, "pgflow-2w"),
-            ("pgflow", 1, "pgflow-2p"),
-            ("pgflow", 1, "pgflow-64"),
-        ][: 1 if args.latency_only else None]
+        # as one worker of 64 slots (its group commit's batches grow with the slots), and with
+        # Realistic's bodies next to no-op ones at 8 and 64 slots (issue #35's ratios).
+        pgflow_jobs = [("pgflow", 1, "pgflow")] + (
+            [] if args.latency_only else [("pgflow", 2 if key == "pgflow-2w" else 1, key) for key in PGFLOW_VARIANTS]
+        )
         jobs = [job for name in systems for job in (pgflow_jobs if name == "pgflow" else [(name, 1, name)])]
         for round_number in range(1, args.rounds + 1):
             say(f"round {round_number} of {args.rounds}")
@@ -441,8 +447,10 @@ class Bench:
             argv += ["--redis", self.redis_url]
         if key == "pgflow-2p":
             argv += ["--processes", "2"]
-        if key == "pgflow-64":
-            argv += ["--concurrency", "64"]
+        if key in CONCURRENCY:
+            argv += ["--concurrency", str(CONCURRENCY[key])]
+        if key.startswith("pgflow-real"):
+            argv += ["--workflow", "realistic"]
         log = self.logs / f"{key}-round{round_number}.log"
         others = self.others_cpu()
         say(f"  {row.label} ...")
@@ -518,7 +526,7 @@ class Bench:
     # ---- the report -----------------------------------------------------------------
 
     def table(self) -> str:
-        return report.table(list(self.rows.values()))
+        return report.table(list(self.rows.values())) + "\n\n" + report.same_round_ratios(self.raw, RATIOS)
 
     def sources_note(self) -> str:
         if len(self.pgflow_sources) > 1:
@@ -603,6 +611,16 @@ class Bench:
         return "\n".join(lines) + "\n"
 
 
+# Issue #35's ratios: (what, numerator row, denominator row or "ceiling", figure).
+RATIOS = [
+    ("realistic ÷ no-op, --concurrency 8", "pgflow-real-8", "pgflow-8", "steps_per_s"),
+    ("realistic ÷ no-op, --concurrency 64", "pgflow-real-64", "pgflow-64", "steps_per_s"),
+    ("no-op, --concurrency 64 ÷ best ceiling", "pgflow-64", "ceiling", "steps_per_s"),
+    ("no-op, --processes 2 ÷ best ceiling", "pgflow-2p", "ceiling", "steps_per_s"),
+    ("idle latency median, pgflow ÷ Celery + Redis", "pgflow", "celery", "latency_median_ms"),
+    ("idle latency p99 ÷ its median, pgflow", "pgflow", "pgflow", "p99_over_median"),
+]
+
 METHOD = [
     "- Steps/s: the chains are enqueued and committed with no worker running, then one worker (pgflow: also "
     "two) drains them; 3 × chains ÷ seconds from the first step to the last. pgflow's seconds come from its "
@@ -622,6 +640,10 @@ METHOD = [
     "(10 ms of it). pgflow's driver and workers run on Django's default database OPTIONS, as a new project's "
     "(benchmarks/settings.py; BENCH_PREPARE_THRESHOLD=N sets psycopg's prepare_threshold). --latency-only "
     "measures only this, after 50 chains that warm each worker.",
+    "- Realistic bodies (the rows 'realistic bodies'): benchmarks/workflows.py's Realistic, ThreeNoops as a "
+    'project writes it: the middle step reads `self.outputs["a"]`, each step writes one INFO log line (to the '
+    "worker's log file), two return a small dict; measured like the no-op rows, next to a no-op row of the same "
+    "--concurrency. The ratios under the table divide figures of the same round, then take the median.",
     "- Memory: the worker's process tree (found through /proc/<pid>/task/*/children) is sampled every 100 ms "
     "from its start to its stop; the figure is the largest summed VmRSS. RSS counts pages that forked "
     "children share with their parent once per process, so the PSS beside it is the fairer figure for "

@@ -351,6 +351,12 @@ def parser(description: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--redis", default=None)
     parser.add_argument("--processes", type=int, default=1, help="pgflow only: pgflow_worker --processes")
     parser.add_argument("--concurrency", type=int, default=None, help="pgflow only: pgflow_worker --concurrency")
+    parser.add_argument(
+        "--workflow",
+        choices=("no-op", "realistic"),
+        default="no-op",
+        help="pgflow only: ThreeNoops, or Realistic (the middle step reads an output, each step logs a line)",
+    )
     parser.add_argument("--label", default="run", help="names the log file")
     return parser
 

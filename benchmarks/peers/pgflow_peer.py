@@ -23,7 +23,8 @@ class Pgflow(System):
 
     def config(self) -> str:
         processes = f" --processes {self.args.processes}" if self.args.processes > 1 else ""
-        return f"{self.args.workers} x pgflow_worker --concurrency {self.concurrency}{processes} (threads)"
+        body = ", Realistic's bodies" if self.args.workflow == "realistic" else ""
+        return f"{self.args.workers} x pgflow_worker --concurrency {self.concurrency}{processes} (threads){body}"
 
     @property
     def concurrency(self) -> int:
@@ -50,7 +51,7 @@ class Pgflow(System):
     def enqueue_chains(self, runs: int) -> None:
         from benchmarks import engine
 
-        engine.enqueue(runs)
+        engine.enqueue(runs, self.args.workflow)
 
     def worker_argv(self) -> list[str]:
         from benchmarks import engine

@@ -79,6 +79,44 @@ def table(rows: list[Row], pgflow_key: str = "pgflow") -> str:
     return "\n".join(lines)
 
 
+def same_round_ratios(raw: list[dict[str, object]], ratios: list[tuple[str, str, str, str]]) -> str:
+    """Each ratio divided within each round (the machine drifts between rounds), and the
+    median over the rounds. A denominator of ``"ceiling"`` is the round's best ceiling row;
+    the figure ``"p99_over_median"`` is a row's latency p99 over its own median."""
+    by_round: dict[object, dict[str, dict[str, object]]] = {}
+    for item in raw:
+        by_round.setdefault(item["round"], {})[str(item["system"])] = item
+
+    def figure(item: dict[str, object] | None, name: str) -> float | None:
+        if item is None:
+            return None
+        if name == "p99_over_median":
+            p99, median = item.get("latency_p99_ms"), item.get("latency_median_ms")
+            return float(p99) / float(median) if isinstance(p99, float) and isinstance(median, float) else None
+        value = item.get(name)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    lines = ["| ratio, within each round | per round | median |", "| --- | --- | ---: |"]
+    for title, top, bottom, name in ratios:
+        values = []
+        for items in by_round.values():
+            numerator = figure(items.get(top), name)
+            if name == "p99_over_median":
+                value = numerator
+            elif bottom == "ceiling":
+                best = max((figure(v, name) or 0.0 for k, v in items.items() if k.startswith("ceiling")), default=0.0)
+                value = numerator / best if numerator is not None and best else None
+            else:
+                denominator = figure(items.get(bottom), name)
+                value = numerator / denominator if numerator is not None and denominator else None
+            if value is not None:
+                values.append(value)
+        if values:
+            per_round = ", ".join(f"{v:.2f}" for v in values)
+            lines.append(f"| {title} | {per_round} | **{statistics.median(values):.2f}×** |")
+    return "\n".join(lines)
+
+
 def _latency(value: float | None) -> str:
     if value is None:
         return "—"
