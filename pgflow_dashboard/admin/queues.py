@@ -13,9 +13,10 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 
 from pgflow import queues as pgflow_queues
+from pgflow.core.definitions import valid_queue
 from pgflow.models import QueueState
 
-from .. import queuepage
+from .. import confirm, queuepage
 from .workers import SeenByRunViewers
 
 
@@ -67,8 +68,29 @@ class QueueAdmin(SeenByRunViewers):
                 status=400,
                 content_type="text/plain",
             )
+        reason_error = None
         try:
-            act(queue, actor=request.user)
+            reason = confirm.reason_of(request.POST.get("reason"))
+        except confirm.BadReason as exc:
+            reason, reason_error = request.POST.get("reason", ""), str(exc)
+        if action == "pause" and valid_queue(queue) and (request.POST.get("confirm") != "yes" or reason_error):
+            # Pausing stops every worker claiming the queue: say what it holds first.
+            row = next((row for row in queuepage.queues(timezone.now()) if row["queue"] == queue), None)
+            context = {
+                **self.admin_site.each_context(request),
+                "opts": self.model._meta,
+                "title": f"Pause queue {queue!r}?",
+                "queue": queue,
+                "row": row,
+                "reason": reason,
+                "reason_error": reason_error,
+                "reason_limit": confirm.REASON_LIMIT,
+            }
+            return TemplateResponse(
+                request, "admin/pgflow_dashboard/queue_confirm.html", context, status=400 if reason_error else 200
+            )
+        try:
+            act(queue, actor=confirm.actor(request.user, "" if reason_error else reason))
         except ValueError as exc:
             self.message_user(request, f"Nothing changed: {exc}.", messages.ERROR)
         else:

@@ -27,11 +27,11 @@ from django.utils.html import format_html
 
 from pgflow import readdb
 from pgflow.core import jsonvalue
-from pgflow.core.states import CONTROLS, Control
+from pgflow.core.states import CONTROLS, Control, control_error
 from pgflow.exceptions import PgflowError
 from pgflow.models import Step, WorkflowRun
 
-from .. import insights, site, views
+from .. import confirm, insights, site, views
 from ..timeformat import duration
 
 MAX_LISTED_REFUSALS = 20  # a bulk action's warning names at most this many runs one by one
@@ -244,17 +244,17 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     # --- bulk actions ----------------------------------------------------------------------
 
-    @admin.action(description="Pause selected runs", permissions=["change"])
-    def pause_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
-        self._control_each(request, queryset, CONTROLS["pause"])
+    @admin.action(description="Pause selected runs…", permissions=["change"])
+    def pause_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> HttpResponse | None:
+        return self._control_each(request, queryset, CONTROLS["pause"], "pause_runs")
 
-    @admin.action(description="Resume selected runs", permissions=["change"])
-    def resume_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
-        self._control_each(request, queryset, CONTROLS["resume"])
+    @admin.action(description="Resume selected runs…", permissions=["change"])
+    def resume_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> HttpResponse | None:
+        return self._control_each(request, queryset, CONTROLS["resume"], "resume_runs")
 
-    @admin.action(description="Cancel selected runs", permissions=["change"])
-    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
-        self._control_each(request, queryset, CONTROLS["cancel"])
+    @admin.action(description="Cancel selected runs…", permissions=["change"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> HttpResponse | None:
+        return self._control_each(request, queryset, CONTROLS["cancel"], "cancel_runs")
 
     @admin.action(description="Re-run from the failed step…", permissions=["change"])
     def rerun_failed_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> HttpResponse | None:
@@ -298,9 +298,13 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             self.message_user(request, f"Not re-run: {'; '.join(refused[:MAX_LISTED_REFUSALS])}.", messages.WARNING)
         return None
 
-    def _control_each(self, request: HttpRequest, queryset: QuerySet[WorkflowRun], control: Control) -> None:
-        """Apply one control to each selected run, each in its own transaction, and say per
-        run what applied and what did not (and why)."""
+    def _control_each(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRun], control: Control, action: str
+    ) -> HttpResponse | None:
+        """First a confirmation page (how many runs it applies to, which not and why, an
+        optional reason); once confirmed (``confirm=yes``), apply one control to each
+        selected run, each in its own transaction, and say per run what applied and what
+        did not (and why). The reason goes into the audit trail with the user as actor."""
         verb = control.done
         selected = queryset.count()
         if selected > MAX_BULK_RUNS:
@@ -310,12 +314,43 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 f"{MAX_BULK_RUNS:,}; narrow the list with the filters or the search first.",
                 messages.ERROR,
             )
-            return
+            return None
+        reason_error = None
+        try:
+            reason = confirm.reason_of(request.POST.get("reason"))
+        except confirm.BadReason as exc:
+            reason, reason_error = request.POST.get("reason", ""), str(exc)
+        if request.POST.get("confirm") != "yes" or reason_error:
+            runs = list(queryset.order_by("pk"))
+            would = [run for run in runs if control_error(control.name, run.status) is None]
+            would_not = [(run, control_error(control.name, run.status)) for run in runs if run not in would]
+            request.current_app = self.admin_site.name
+            context = {
+                **self.admin_site.each_context(request),
+                "title": f"{control.name.capitalize()} {_runs(len(runs))}?",
+                "verb": control.name.capitalize(),
+                "opts": self.opts,
+                "control": control,
+                "action": action,
+                "would": would[:MAX_LISTED_APPLIED],
+                "would_count": len(would),
+                "would_not": would_not[:MAX_LISTED_REFUSALS],
+                "would_not_count": len(would_not),
+                "selected": [run.pk for run in runs],
+                "reason": reason,
+                "reason_error": reason_error,
+                "reason_limit": confirm.REASON_LIMIT,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            }
+            return TemplateResponse(
+                request, "admin/pgflow_dashboard/confirm_bulk.html", context, status=400 if reason_error else 200
+            )
+        actor = confirm.actor(request.user, reason)
         applied: list[int] = []
         refused: list[str] = []
         for run in queryset.order_by("pk"):
             try:
-                getattr(run, control.name)(actor=request.user)
+                getattr(run, control.name)(actor=actor)
             except (PgflowError, WorkflowRun.DoesNotExist) as exc:
                 reason = str(exc) or type(exc).__name__
                 refused.append(reason if reason.startswith(f"run {run.pk}") else f"run {run.pk}: {reason}")
@@ -331,6 +366,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             more = len(refused) - MAX_LISTED_REFUSALS
             tail = f"; and {more} more" if more > 0 else ""
             self.message_user(request, f"Not {verb}: {_runs(len(refused))}: {listed}{tail}.", messages.WARNING)
+        return None
 
     # --- the run page and its endpoints --------------------------------------------------------
 

@@ -58,10 +58,16 @@ def test_an_operator_pauses_and_resumes_a_queue_and_the_page_says_who(login, ope
     client = login(operator)
     page = html.unescape(client.get(url()).content.decode())
     assert 'value="pause">Pause</button>' in row_of(page, "limits")
-    response = client.post(url(), {"action": "pause", "queue": "limits"}, follow=True)
+    asked = html.unescape(" ".join(client.post(url(), {"action": "pause", "queue": "limits"}).content.decode().split()))
+    assert "Pausing queue <code>limits</code> stops every worker claiming its attempts" in asked
+    assert "It has <strong>1</strong> attempt due now and <strong>0</strong> in progress" in asked
+    assert not QueueState.objects.exists()  # nothing changed until it is confirmed
+    confirmed = {"action": "pause", "queue": "limits", "confirm": "yes", "reason": "vendor outage"}
+    response = client.post(url(), confirmed, follow=True)
     assert response.status_code == 200
     page = html.unescape(response.content.decode())
     assert "Queue 'limits' paused." in page
+    assert "paused by user:operator (reason: vendor outage)" in row_of(page, "limits")
     assert "paused by user:operator" in row_of(page, "limits") and "<strong>paused</strong>" in row_of(page, "limits")
     assert store.claim(worker="w", queues=["limits"], limit=4) == []  # the engine honours it
     response = client.post(url(), {"action": "resume", "queue": "limits"}, follow=True)
@@ -72,7 +78,7 @@ def test_an_operator_pauses_and_resumes_a_queue_and_the_page_says_who(login, ope
 
 def test_a_queue_not_listed_can_be_paused_by_name_and_a_bad_name_changes_nothing(login, operator):
     client = login(operator)
-    client.post(url(), {"action": "pause", "queue": "mail"})
+    client.post(url(), {"action": "pause", "queue": "mail", "confirm": "yes"})
     assert QueueState.objects.get(queue="mail").paused
     response = client.post(url(), {"action": "pause", "queue": "no spaces"}, follow=True)
     page = html.unescape(response.content.decode())

@@ -118,7 +118,9 @@ def test_bulk_actions_report_per_run_what_applied_and_what_did_not(login, operat
     finished = run_workflow(wf.ThreeSteps.start())
     client = login(operator)
     response = client.post(
-        changelist_url(), {"action": "pause_runs", "_selected_action": [running.pk, finished.pk]}, follow=True
+        changelist_url(),
+        {"action": "pause_runs", "_selected_action": [running.pk, finished.pk], "confirm": "yes"},
+        follow=True,
     )
     said = messages_of(response)
     assert f"Paused 1 run: #{running.pk}." in said
@@ -126,12 +128,16 @@ def test_bulk_actions_report_per_run_what_applied_and_what_did_not(login, operat
     assert WorkflowRun.objects.get(pk=running.pk).status == "paused"
     assert Event.objects.get(run=running, event="paused").actor == "user:operator"
 
-    response = client.post(changelist_url(), {"action": "resume_runs", "_selected_action": [running.pk]}, follow=True)
+    response = client.post(
+        changelist_url(), {"action": "resume_runs", "_selected_action": [running.pk], "confirm": "yes"}, follow=True
+    )
     assert f"Resumed 1 run: #{running.pk}." in messages_of(response)
     assert WorkflowRun.objects.get(pk=running.pk).status == "running"
 
     response = client.post(
-        changelist_url(), {"action": "cancel_runs", "_selected_action": [running.pk, finished.pk]}, follow=True
+        changelist_url(),
+        {"action": "cancel_runs", "_selected_action": [running.pk, finished.pk], "confirm": "yes"},
+        follow=True,
     )
     said = messages_of(response)
     assert f"Cancelled 1 run: #{running.pk}." in said
@@ -140,13 +146,42 @@ def test_bulk_actions_report_per_run_what_applied_and_what_did_not(login, operat
     assert Event.objects.get(run=running, event="cancelled").actor == "user:operator"
 
 
+def test_a_bulk_action_first_asks_with_the_count_and_records_the_reason_given(login, operator):
+    running = [dw.Later.start() for _ in range(2)]
+    finished = run_workflow(wf.ThreeSteps.start())
+    client = login(operator)
+    selected = [*(run.pk for run in running), finished.pk]
+    page = client.post(changelist_url(), {"action": "cancel_runs", "_selected_action": selected})
+    text = " ".join(page.content.decode().split())
+    assert page.status_code == 200
+    assert "Cancel: <strong>2</strong> of the 3 selected runs would be cancelled" in text
+    assert "cannot cancel a finished run" in text
+    assert 'name="reason"' in text
+    assert set(WorkflowRun.objects.filter(pk__in=selected).values_list("status", flat=True)) == {"running", "finished"}
+
+    too_long = {"action": "cancel_runs", "_selected_action": selected, "confirm": "yes", "reason": "x" * 121}
+    refused = client.post(changelist_url(), too_long)
+    assert refused.status_code == 400
+    assert "the reason has 121 characters; at most 120 are recorded" in refused.content.decode()
+    assert WorkflowRun.objects.get(pk=running[0].pk).status == "running"
+
+    confirmed = {"action": "cancel_runs", "_selected_action": selected, "confirm": "yes", "reason": "duplicate orders"}
+    response = client.post(changelist_url(), confirmed, follow=True)
+    assert f"Cancelled 2 runs: #{running[0].pk}, #{running[1].pk}." in messages_of(response)
+    for run in running:
+        event = Event.objects.get(run=run, event="cancelled")
+        assert event.actor == "user:operator (reason: duplicate orders)"
+
+
 def test_a_bulk_action_over_too_many_runs_is_refused_whole_and_long_lists_are_cut(login, operator, monkeypatch):
 
     runs = [dw.Later.start() for _ in range(4)]
     client = login(operator)
     monkeypatch.setattr(dashboard_admin, "MAX_BULK_RUNS", 3)
     response = client.post(
-        changelist_url(), {"action": "pause_runs", "_selected_action": [run.pk for run in runs]}, follow=True
+        changelist_url(),
+        {"action": "pause_runs", "_selected_action": [run.pk for run in runs], "confirm": "yes"},
+        follow=True,
     )
     assert messages_of(response) == [
         "Nothing paused: 4 runs are selected and one action takes at most 3; "
@@ -158,7 +193,9 @@ def test_a_bulk_action_over_too_many_runs_is_refused_whole_and_long_lists_are_cu
 
     monkeypatch.setattr(dashboard_admin, "MAX_LISTED_APPLIED", 2)
     response = client.post(
-        changelist_url(), {"action": "pause_runs", "_selected_action": [run.pk for run in runs[:3]]}, follow=True
+        changelist_url(),
+        {"action": "pause_runs", "_selected_action": [run.pk for run in runs[:3]], "confirm": "yes"},
+        follow=True,
     )
     assert messages_of(response) == [f"Paused 3 runs: #{runs[0].pk}, #{runs[1].pk} and 1 more."]
 

@@ -127,7 +127,7 @@ def mute_rule():
 
 def pause_queue():
     queue = f"q{next(_schedules)}"
-    data = {"action": "pause", "queue": queue}
+    data = {"action": "pause", "queue": queue, "confirm": "yes"}
     paused = lambda: QueueState.objects.filter(queue=queue, paused=True).exists()  # noqa: E731
     return reverse("admin:pgflow_queuestate_changelist"), data, paused
 
