@@ -27,6 +27,8 @@ from .rows import ATTEMPT_VALUES, Insert, Template, attempt_values
 from .scheduling import delay_of, finish_run, schedule_attempt
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from ..core.definitions import StepDefinition
     from ..workflow import Workflow
 
@@ -43,9 +45,12 @@ def start_run(
     input: Any = None,
     key: str | None = None,
     parent: WorkflowRun | None = None,
+    due_at: datetime | None = None,
 ) -> WorkflowRun:
     """Create a run and its first attempt in the caller's transaction (see Workflow.start);
-    ``parent``: the run whose fan_out started it as a child (``batch.add_run``)."""
+    ``parent``: the run whose fan_out started it as a child (``batch.add_run``); ``due_at``:
+    the first attempt is due then instead of after its step's wait (a ``django.tasks``
+    task's ``run_after``: a task due now takes the plain start's one statement)."""
     payload = _checked_input(input)
     subject_type, subject_id = _checked_subject(subject)
     if key is not None and (not isinstance(key, str) or not key or len(key) > 255 or jsonvalue.text_problem(key)):
@@ -67,7 +72,13 @@ def start_run(
         updated_at=at,
         parent=parent,
     )  # its traceparent is set just before its insert, which also counts it (metrics)
-    if key is None and first is not None and scheduled_plainly(first, singleton=workflow.singleton):
+    due_later = due_at is not None and due_at > at
+    if (
+        key is None
+        and first is not None
+        and not due_later
+        and scheduled_plainly(first, singleton=workflow.singleton, delay_worked_out=due_at is not None)
+    ):
         return _start_plain(workflow, run, first)
     with transaction.atomic():
         if key is not None:
@@ -96,7 +107,11 @@ def start_run(
             finish_run(run, at, reason="the workflow has no steps")
             return run
         # The run's row already names its first step (set above): no UPDATE after this insert.
-        schedule_attempt(run, workflow, first, at=at, delay=delay_of(workflow, run, first, at, dict), attempt=1)
+        if due_at is None:
+            delay = delay_of(workflow, run, first, at, dict)
+        else:
+            delay = (due_at - at).total_seconds() if due_later else None
+        schedule_attempt(run, workflow, first, at=at, delay=delay, attempt=1)
     return run
 
 

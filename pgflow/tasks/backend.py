@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils import timezone
 
+from .. import store
 from ..core.limits import Limit, Rate, Singleton
 from ..core.policy import OnException
 from ..core.ticks import Schedule
@@ -112,7 +113,7 @@ class PgflowBackend(BaseTaskBackend):
             stored = stored_input(task, args, kwargs)
         except TypeError as exc:
             raise InvalidTask(f"{task.module_path}: its args and kwargs must be JSON: {exc}") from None
-        run = workflows.variant_of(task).start(input=stored, key=key)
+        run = store.start_run(workflows.variant_of(task), input=stored, key=key, due_at=task.run_after)
         result = results.task_result(
             task, run, [] if run.created_at >= before else results.attempts_of(run.pk), alias=self.alias
         )

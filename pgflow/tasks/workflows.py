@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from django.utils import timezone
@@ -27,7 +26,6 @@ from .compat import TaskContext, task_finished, task_started
 DJANGO_DEFAULT_QUEUE = "default"  # Django's DEFAULT_TASK_QUEUE_NAME
 
 STEP = "task"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _lock = threading.Lock()
 # module_path -> (the options the class was made from, the class); variants per (queue, priority)
 _made: dict[str, tuple[tuple[Any, ...], type[Workflow]]] = {}
@@ -99,8 +97,9 @@ def _make(task: Any) -> type[Workflow]:
         return run_task(self)
 
     body.__name__ = body.__qualname__ = STEP
+    # No wait declared: the backend starts a task due at its run_after (store.start_run's
+    # due_at), so a task due now takes the plain start's one statement.
     step_options: dict[str, Any] = {
-        "wait_until": _run_after,
         "on_exception": [*(task.on_exception or ()), OnException(handler=_after_failure, report="always")],
     }
     if task.timeout is not None:
@@ -120,12 +119,6 @@ def _make(task: Any) -> type[Workflow]:
         STEP: step(**step_options)(body),
     }
     return WorkflowType(task.func.__name__, (TaskWorkflow,), namespace)
-
-
-def _run_after(workflow: TaskWorkflow) -> datetime:
-    # Due now unless the task was enqueued with run_after (a time past is due at once).
-    value = workflow.input.get("run_after")
-    return (parse_datetime(value) if value else None) or _EPOCH
 
 
 def task_of(workflow: TaskWorkflow) -> Any:

@@ -1,0 +1,39 @@
+"""A ``django.tasks`` task due now is enqueued through the plain start (one statement, as
+``Workflow.start``); one with ``run_after`` later is scheduled for then."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from pgflow.models import Step
+from tests import django_tasks as t
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_task_due_now_is_enqueued_in_one_statement():
+    with CaptureQueriesContext(connection) as queries:
+        result = t.plain.enqueue(1)
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    (attempt,) = Step.objects.filter(run_id=int(result.id))
+    assert (attempt.status, attempt.attempt) == ("scheduled", 1)
+    assert attempt.scheduled_at == attempt.created_at
+
+
+def test_a_task_whose_run_after_is_past_is_due_at_once():
+    result = t.plain.using(run_after=timezone.now() - timedelta(hours=1)).enqueue(2)
+    (attempt,) = Step.objects.filter(run_id=int(result.id))
+    assert attempt.scheduled_at == attempt.created_at
+
+
+def test_a_task_with_run_after_later_is_due_then():
+    later = timezone.now() + timedelta(hours=1)
+    result = t.plain.using(run_after=later).enqueue(3)
+    (attempt,) = Step.objects.filter(run_id=int(result.id))
+    assert (attempt.status, attempt.scheduled_at) == ("scheduled", later)
+    assert t.plain.get_result(result.id).status == "READY"
