@@ -23,12 +23,45 @@ class SignalForm(forms.Form):
         help_text='JSON, e.g. {"amount": 10}; empty sends null',
     )
 
+    send_anyway = forms.BooleanField(
+        required=False, label="Send anyway", help_text="send a name no step of this workflow waits for"
+    )
+
+    def __init__(self, *args: Any, waited_for: tuple[str, ...] | None = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The names the class's steps wait for: offered as suggestions, and any other name
+        # is refused unless "send anyway" is ticked (it would wait, never consumed). None:
+        # not checked (an ended run: the engine's own refusal says why).
+        self.check_name = waited_for is not None
+        self.waited_for = waited_for or ()
+        if waited_for:
+            self.fields["name"].widget.attrs["list"] = "pgflow-signal-names"
+            self.fields["name"].help_text = f"this workflow's steps wait for: {', '.join(waited_for)}"
+            if len(waited_for) == 1 and not self.is_bound:
+                self.initial.setdefault("name", waited_for[0])
+
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"]
         why = jsonvalue.text_problem(name)
         if why:
             raise forms.ValidationError(f"the signal name cannot be stored: {why}")
         return name
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        name = cleaned.get("name")
+        if self.check_name and name and name not in self.waited_for and not cleaned.get("send_anyway"):
+            waits = (
+                f"its steps wait for {', '.join(map(repr, self.waited_for))}"
+                if self.waited_for
+                else ("none of its steps waits for a signal")
+            )
+            self.add_error(
+                "name",
+                f"no step of this workflow waits for {name!r} ({waits}): it would never be consumed; "
+                "tick “Send anyway” to send it all the same",
+            )
+        return cleaned
 
     def clean_payload(self) -> Any:
         text = self.cleaned_data["payload"]

@@ -7,6 +7,7 @@ Reads only; every change goes through the run's own controls (``run.pause()`` â€
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,7 +26,7 @@ from pgflow.registry import resolve
 
 from . import timeline
 from .timeformat import duration
-from .why import member_error
+from .why import member_error, reads_output
 
 MAX_ATTEMPTS = 1000  # attempts shown in the step table and the chart (the latest ones)
 MAX_EVENTS = 1000  # audit trail rows shown (the latest ones)
@@ -258,6 +259,62 @@ def resume_hint(run: WorkflowRun, steps: list[dict[str, Any]]) -> str | None:
     )
 
 
+def waited_for(run: WorkflowRun) -> tuple[str, ...]:
+    """The signal names the run's class waits for (its steps' ``wait_for``), in step order."""
+    try:
+        steps = resolve(run.workflow_class).steps()
+    except WorkflowNotFound:
+        return ()
+    return tuple(dict.fromkeys(step.wait_for for step in steps if step.wait_for))
+
+
+def skip_warning(run: WorkflowRun) -> str | None:
+    """What Skip breaks: the later steps whose bodies read the current step's output, and a
+    child run's parent, which reads its children's outputs."""
+    if not run.current_step or control_error("skip_step", run.status) is not None:
+        return None
+    warnings = []
+    try:
+        workflow = resolve(run.workflow_class)
+        steps = workflow.steps()
+    except WorkflowNotFound:
+        steps = None
+    if steps is not None and run.current_step in steps:
+        position = steps.index(run.current_step) or 0
+        sources = {}
+        for step in list(steps)[position + 1 :]:
+            body = getattr(workflow, step.method or step.name, None)
+            try:
+                sources[step.name] = inspect.getsource(body) if body is not None else ""
+            except (OSError, TypeError):  # no source at hand (a compiled or generated body)
+                sources[step.name] = ""
+        readers = reads_output(run.current_step, sources)
+        if readers:
+            warnings.append(
+                f"later step{'s' if len(readers) > 1 else ''} {', '.join(readers)} read"
+                f"{'' if len(readers) > 1 else 's'} outputs[{run.current_step!r}], which a skipped step leaves empty"
+            )
+    if run.parent_id:
+        warnings.append(f"this is a child run: its parent #{run.parent_id} reads its outputs when it finishes")
+    return f"Skipping step {run.current_step}: {'; '.join(warnings)}." if warnings else None
+
+
+def resume_fan_out_hint(run: WorkflowRun, steps: list[dict[str, Any]]) -> str | None:
+    """What Resume re-sends when the paused step is a failed fan-out: its body runs again and
+    opens a fresh batch, every member sent again, the ones that succeeded too."""
+    attempts = [step for step in steps if step["step_name"] == run.current_step]
+    if run.status != RunStatus.PAUSED or not attempts or not attempts[-1]["batch_id"]:
+        return None
+    batch = Batch.objects.filter(pk=attempts[-1]["batch_id"]).values("total", "succeeded", "failed").first()
+    if batch is None or not batch["failed"]:
+        return None
+    return (
+        f"Resume runs fan-out step {run.current_step} again: a fresh batch re-sends all {batch['total']} members, "
+        f"the {batch['succeeded']} that succeeded as well as the {batch['failed']} that failed, so they must be "
+        "safe to run twice."
+    )
+
+
 def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, Any]:
     """Everything the run page shows but the forms."""
     steps, total_steps = latest_steps(run, STEP_FIELDS)
@@ -307,6 +364,9 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
         ],
         "controls": controls(run),
         "resume_hint": resume_hint(run, steps),
+        "resume_fan_out_hint": resume_fan_out_hint(run, steps),
+        "skip_warning": skip_warning(run),
+        "waited_for": waited_for(run),
         "takes_signals": run.status in OPEN_RUN,
         "is_open": run.status in OPEN_RUN,
         "chart": chart(run, now=now, steps=(steps, total_steps)),

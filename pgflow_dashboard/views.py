@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from pgflow.conf import pgflow_settings
-from pgflow.core.states import RunStatus
+from pgflow.core.states import OPEN_RUN, RunStatus
 from pgflow.exceptions import PgflowError
 from pgflow.models import WorkflowRun
 from pgflow.signals import signal
@@ -73,7 +73,7 @@ def run_page(
         "has_view_permission": True,
         "has_change_permission": model_admin.has_change_permission(request, run),
         "media": model_admin.media,
-        "signal_form": signal_form or SignalForm(),
+        "signal_form": signal_form or SignalForm(waited_for=data["waited_for"]),
         "control_url": _url(model_admin, "control", run),
         "chart_config": {
             "url": _url(model_admin, "timeline", run),
@@ -103,7 +103,7 @@ def control(model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRu
             f"unknown action {action!r} (one of {', '.join(ACTIONS)})", content_type="text/plain; charset=utf-8"
         )
     if action == "signal":
-        form = SignalForm(request.POST)
+        form = SignalForm(request.POST, waited_for=runpage.waited_for(run) if run.status in OPEN_RUN else None)
         if form.is_valid():
             name, payload = form.cleaned_data["name"], form.cleaned_data["payload"]
             try:

@@ -85,6 +85,14 @@ def member_error(text: str | None) -> tuple[str | None, str]:
     return None, lines[0] if lines else ""
 
 
+def reads_output(step_name: str, sources: dict[str, str]) -> list[str]:
+    """The steps (of ``sources``: name -> body source) whose body reads ``outputs[step_name]``
+    (or ``outputs.get(step_name)``): those a skipped ``step_name`` leaves without its output."""
+    quoted = re.escape(step_name)
+    pattern = re.compile(rf"""outputs\s*(?:\[\s*|\.get\(\s*)(?:"{quoted}"|'{quoted}')""")
+    return [name for name, source in sources.items() if pattern.search(source)]
+
+
 def short_class(path: str | None) -> str:
     return (path or "").rsplit(".", 1)[-1]
 

@@ -239,7 +239,8 @@ def test_every_string_from_a_run_is_escaped(login, operator):
     client = login(operator)
     waiting = run_workflow(dw.AwaitsApproval.start(input={"text": dw.SCRIPT}))
     response = client.post(
-        control_url(waiting), {"action": "signal", "name": dw.SCRIPT, "payload": json.dumps({"note": dw.SCRIPT})}
+        control_url(waiting),
+        {"action": "signal", "name": dw.SCRIPT, "payload": json.dumps({"note": dw.SCRIPT}), "send_anyway": "on"},
     )
     assert response.status_code == 302
     for target in (run, waiting):
@@ -281,7 +282,7 @@ def test_a_changed_definition_and_a_missing_class_are_flagged(login, viewer):
 def test_signals_pending_and_consumed_are_listed(login, operator):
     run = run_workflow(dw.AwaitsApproval.start())
     client = login(operator)
-    client.post(control_url(run), {"action": "signal", "name": "unrelated", "payload": '{"a": 1}'})
+    client.post(control_url(run), {"action": "signal", "name": "unrelated", "payload": '{"a": 1}', "send_anyway": "on"})
     client.post(control_url(run), {"action": "signal", "name": "approval", "payload": "true"})
     run = run_workflow(run)
     page = client.get(run_url(run))

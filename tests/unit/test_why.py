@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pgflow_dashboard.why import member_error, why
+from pgflow_dashboard.why import member_error, reads_output, why
 
 NOW = datetime(2025, 3, 4, 10, 16, tzinfo=UTC)  # a Tuesday
 
@@ -115,3 +115,13 @@ def test_a_members_error_text_without_a_traceback():
     assert member_error("child run #4 was cancelled") == (None, "child run #4 was cancelled")
     assert member_error("could not be handed to django-q2: OSError: refused : Traceback") == ("OSError", "refused")
     assert member_error(None) == (None, "")
+
+
+def test_the_steps_that_read_a_steps_output():
+    sources = {
+        "two": 'def two(self):\n    return self.outputs["one"]["n"] + 1\n',
+        "three": "def three(self):\n    return self.outputs.get( 'one')\n",
+        "four": 'def four(self):\n    return self.outputs["onerous"]\n',
+    }
+    assert reads_output("one", sources) == ["two", "three"]
+    assert reads_output("two", sources) == []
