@@ -40,6 +40,10 @@ class EventKind(StrEnum):
     HANDED_BACK = "handed_back"
     # store.leases.recover_lost: the attempt's lease ran out (details: worker, lost_in_a_row)
     LEASE_LOST = "lease_lost"
+    # store.leases.reconnected: the worker holding the attempt lost its database connection
+    # (the database away, read-only, or a silent socket) and reconnected; the attempt is still
+    # its own (details: worker, away_seconds)
+    RECONNECTED = "reconnected"
     # store.scheduling.next_by_history and store.mailbox: the class's steps changed since the run began
     DEFINITION_CHANGED = "definition_changed"
     # store.mailbox.deliver: a signal arrived (details: name, payload_bytes)

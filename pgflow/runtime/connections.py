@@ -35,6 +35,8 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connection, connections
 from django.db.backends.signals import connection_created
 
+from ..conf import pgflow_settings
+
 logger = logging.getLogger("pgflow")
 
 # What a query raises when its connection went away (Django's wrappers of psycopg's, and
@@ -252,16 +254,47 @@ class Watchdog:
     keeps the socket open (a proxy, a load balancer) answers TCP's keepalives and acks for
     the server, so neither the kernel nor libpq ever notices: a query past ``limit`` has its
     socket shut down from here, which ends the wait with a connection error, and the thread
-    reconnects (the claim loop LISTENs again)."""
+    reconnects (the claim loop LISTENs again).
 
-    def __init__(self, limit: float) -> None:
+    The claim loop, the committer, the heartbeat and the sweep guard their own passes
+    (:meth:`guard`); every other query of the process through Django (the schedules', marked
+    by :meth:`each_query`, a body's ORM queries, the runner's) is guarded one by one, by
+    ``query_limit`` unless marked otherwise: a body's query may legitimately run long, so its
+    bound is the lease (a query that answers nothing for longer is taken for a dead socket,
+    and its attempt re-run as one that lost its connection, never failed)."""
+
+    def __init__(self, limit: float, query_limit: float | None = None) -> None:
+        global _current  # noqa: PLW0603 - the one watchdog of the worker's process
         self.limit = limit
+        self.query_limit = query_limit or max(limit, pgflow_settings.seconds("LEASE"))
         self._open: dict[int, tuple[float, float, str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._marks = threading.local()
         connection_created.connect(_note_opened, dispatch_uid="pgflow-watchdog")
+        connection_created.connect(_wrap_queries, dispatch_uid="pgflow-watchdog-queries")
+        _current = self
         self._thread = threading.Thread(target=self._watch, name="pgflow-watchdog", daemon=True)
         self._thread.start()
+
+    @contextmanager
+    def each_query(self, what: str, limit: float | None = None) -> Iterator[None]:
+        """Each query this thread runs in the block is bounded by ``limit`` (the watchdog's
+        own by default) and named ``what`` in the log: for a thread of pgflow's own short
+        queries that does not guard its passes (the schedules)."""
+        saved = getattr(self._marks, "each", None)
+        self._marks.each = (what, limit or self.limit)
+        try:
+            yield
+        finally:
+            self._marks.each = saved
+
+    def _query(self, execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+        if threading.get_ident() in self._open or self._stop.is_set():
+            return execute(sql, params, many, context)  # its thread guards the whole pass
+        what, limit = getattr(self._marks, "each", None) or ("body's query", self.query_limit)
+        with self.guard(what, limit):
+            return execute(sql, params, many, context)
 
     @contextmanager
     def guard(self, what: str, limit: float | None = None) -> Iterator[None]:
@@ -279,7 +312,10 @@ class Watchdog:
                 self._open.pop(key, None)
 
     def stop(self) -> None:
+        global _current  # noqa: PLW0603 - as in __init__
         self._stop.set()
+        if _current is self:
+            _current = None
 
     def _watch(self) -> None:
         while not self._stop.wait(min(0.5, self.limit / 4)):
@@ -299,6 +335,23 @@ class Watchdog:
                 with self._lock:
                     if self._open.get(key, (None,))[0] == since:
                         self._open.pop(key)  # once per wait
+
+
+_current: Watchdog | None = None
+
+
+def _guarded_query(execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+    """Django's execute wrapper on each of the worker's connections: the watchdog's bound."""
+    watchdog = _current
+    if watchdog is None:
+        return execute(sql, params, many, context)
+    return watchdog._query(execute, sql, params, many, context)
+
+
+def _wrap_queries(sender: Any, connection: Any, **kwargs: Any) -> None:
+    # Each thread's wrapper keeps its execute wrappers across reconnects: added once.
+    if _guarded_query not in connection.execute_wrappers:
+        connection.execute_wrappers.append(_guarded_query)
 
 
 def _shut_down(raw: Any) -> bool:

@@ -35,6 +35,7 @@ from .. import observability, schedules, store
 from ..conf import pgflow_settings
 from ..store import Claim
 from ..store.claims import Kinds, with_subjects
+from ..store.leases import reconnected
 from . import connections as pgconnections
 from . import presence, sweep
 from .answer import Answer
@@ -510,10 +511,15 @@ class Worker:
 
     def _database_back(self) -> None:
         if self._db_down_since is not None:
-            logger.info(
-                "database back after %.1fs", time.monotonic() - self._db_down_since, extra={"action": "database_up"}
-            )
+            away = time.monotonic() - self._db_down_since
+            logger.info("database back after %.1fs", away, extra={"action": "database_up"})
             self._db_down_since = None
+            with self._running_lock:
+                tokens = [held.token for held in self._running.values()]
+            try:  # the timelines of the attempts it kept show the gap (store.leases.reconnected)
+                reconnected(tokens, worker=self.name, away_seconds=away)
+            except (DatabaseError, DjangoInterfaceError, psycopg.Error):
+                logger.warning("could not record the reconnection on the runs", exc_info=True)
 
     # --- background threads ---------------------------------------------------------------
 
@@ -584,7 +590,8 @@ class Worker:
     def _schedules(self) -> None:
         """Syncs the declared schedules, then starts due ticks, sleeping until the next one."""
         if not self.burst:  # a burst worker drains steps; it starts no new runs
-            schedules.tick_loop(self._stopping)
+            with self._watchdog.each_query("schedules"):  # a silent socket ends its wait, it reconnects
+                schedules.tick_loop(self._stopping)
         connection.close()
 
     def _time_out(self, token: Any) -> None:

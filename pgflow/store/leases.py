@@ -1,12 +1,14 @@
 """Holding and losing a claimed attempt: its lease heartbeated (``heartbeat``), handed back
-at shutdown (``hand_back``), and a lost lease or connection (``recover_lost``,
-``connection_lost``): the attempt re-scheduled, or its run paused past MAX_LOST_ATTEMPTS.
+at shutdown (``hand_back``), its worker back after losing its connection (``reconnected``),
+and a lost lease or connection (``recover_lost``, ``connection_lost``): the attempt
+re-scheduled, or its run paused past MAX_LOST_ATTEMPTS.
 ``held_attempt`` is the fencing check every later write of a claimed attempt makes (its
 claim token). Taking the attempts is in ``claims``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from datetime import datetime, timedelta
@@ -15,7 +17,7 @@ from typing import Any
 from django.db import connection
 
 from ..conf import pgflow_settings
-from ..core.events import EventKind
+from ..core.events import SYSTEM, EventKind
 from ..core.flow import HANDED_BACK, LOST
 from ..core.states import RunStatus, StepStatus
 from ..models import Step, WorkflowRun
@@ -114,6 +116,23 @@ def recover_lost(step_id: int, *, at: datetime) -> bool:
         extra={"action": "lease_lost", "run_id": run_id},
     )
     return True
+
+
+def reconnected(tokens: list[uuid.UUID], *, worker: str, away_seconds: float, at: datetime | None = None) -> int:
+    """The worker holding ``tokens`` lost its database connection and is back: a RECONNECTED
+    event on the run of each attempt still held under them (its timeline then shows the
+    gap). Only the audit trail is written: no state changes, so no run lock; returns how many."""
+    if not tokens:
+        return 0
+    details = {"worker": worker, "away_seconds": round(away_seconds, 1)}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgflow_event (run_id, step_id, event, actor, details, created_at) "
+            "SELECT run_id, id, %s, %s, %s::jsonb, %s FROM pgflow_step "
+            "WHERE claim_token = ANY(%s) AND status = 'in_progress' ORDER BY id",
+            [EventKind.RECONNECTED.value, SYSTEM, json.dumps(details), at or now(), tokens],
+        )
+        return cursor.rowcount
 
 
 def connection_lost(held: Claim, error: dict[str, Any], *, at: datetime | None = None) -> bool:

@@ -138,3 +138,63 @@ def test_a_worker_notices_a_silent_socket_reconnects_and_listens_again(start_wor
         )
     finally:
         proxy.close()
+
+
+def test_a_body_query_and_the_schedules_on_a_silent_socket_are_cut_and_the_timeline_shows_it(
+    start_worker, marks
+) -> None:
+    from datetime import UTC, datetime, timedelta
+    from pathlib import Path
+
+    from pgflow.models import Event, Schedule
+    from tests.pooler_workflows import QueriesWhenTold
+    from tests.schedule_workflows import Quick
+
+    settings = connection.settings_dict
+    proxy = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
+    try:
+        parts = urlsplit(os.environ["DATABASE_URL"])
+        netloc = f"{parts.username or ''}{':' + parts.password if parts.password else ''}@127.0.0.1:{proxy.port}"
+        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        # Lease 12 s: pgflow's own queries (the claim, the schedules) are bounded by 3 s, a
+        # body's by the lease.
+        worker = start_worker("--concurrency", "2", lease=12.0, env={"DATABASE_URL": url})
+        run = QueriesWhenTold.start()
+        wait_until(lambda: f"{run.pk}:ask:1" in marks.read_text(), timeout=30, what="the body to start")
+        time.sleep(1)  # the schedules thread synced on its connection and sleeps
+        assert proxy.freeze() > 0
+        frozen_at = time.monotonic()
+        now = datetime.now(UTC)
+        Schedule.objects.create(
+            workflow_class=Quick.workflow_path(),
+            name="after-the-silence",
+            every=timedelta(hours=1),
+            overlap="allow",
+            catch_up=timedelta(hours=1),
+            next_tick_at=now - timedelta(seconds=5),
+            created_at=now,
+            updated_at=now,
+        )
+        Path(f"{marks}.go").touch()  # the body's query now goes out on its silent socket
+
+        wait_until(lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished", timeout=45, what="the body's run")
+        body_done = time.monotonic() - frozen_at
+        wait_until(
+            lambda: WorkflowRun.objects.filter(workflow_class=Quick.workflow_path(), status="finished").exists(),
+            timeout=45,
+            what="the schedule's tick after the silence",
+        )
+        attempts = list(Step.objects.filter(run=run).order_by("attempt").values_list("attempt", "status", "outcome"))
+        assert [a[:2] for a in attempts] == [(1, "failed"), (2, "completed")], attempts  # lost, re-run, not failed
+        assert worker.terminate() == 0
+        log = worker.output()
+        assert "did not answer the body's query" in log, log[-3000:]
+        assert "did not answer the schedules" in log, log[-3000:]
+        # The timeline shows the worker went away and came back while it held the attempt.
+        back = Event.objects.filter(run=run, event="reconnected").values_list("step__attempt", "details")
+        assert [(attempt, sorted(details)) for attempt, details in back] == [(1, ["away_seconds", "worker"])], back
+        assert Event.objects.filter(run=run, event="lease_lost").count() == 1
+        assert_exactly_once()
+        print(f"\n[reliability] a body's query on a silent socket: cut and its run finished {body_done:.1f}s after")
+    finally:
+        proxy.close()
