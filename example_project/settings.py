@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from datetime import timedelta
+from importlib.util import find_spec
 from pathlib import Path
 
 import environ
@@ -136,6 +137,12 @@ TASKS = {
         "OPTIONS": {},
     }
 }
+
+if find_spec("django_tasks_db") is not None:
+    # The dev extras' django-tasks-db: a second backend, whose tasks a fan-out can hand out
+    # (tests/acceptance/test_django_tasks_fanout.py) and benchmarks/tasks.py compares with pgflow.
+    INSTALLED_APPS.append("django_tasks_db")
+    TASKS["db"] = {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default"]}
 
 PGFLOW = {
     "QUEUE": env("PGFLOW_QUEUE", default="workflows"),

@@ -14,6 +14,11 @@ class PgflowConfig(AppConfig):
         from . import checks  # noqa: F401  # lazy: app registry; checks register in ready(), as Django advises
 
         post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="pgflow.schedules.sync")
+        # Fan-out members that are tasks of another django.tasks backend count when its worker
+        # (a process where pgflow is installed) sends task_finished.
+        from .fanout import djangotasks  # lazy: app registry; it imports the models
+
+        djangotasks.connect()
 
 
 def _sync_schedules(*, using: str = "default", **_: object) -> None:

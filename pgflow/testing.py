@@ -15,8 +15,8 @@ from typing import Any
 
 from . import schedules, store
 from .core.states import RunStatus, StepStatus
-from .fanout import member_finished, member_function, resolve_step
-from .fanout.builder import MEMBER_OPTIONS
+from .fanout import djangotasks, member_finished, member_function, resolve_step
+from .fanout.builder import MEMBER_OPTIONS, TASK_KEY
 from .models import BatchMember, Schedule, Step, WorkflowRun
 from .runtime.runner import Runner
 from .signals import signal
@@ -90,7 +90,10 @@ def run_inline(step: Step) -> bool:
 def _call(member: BatchMember) -> tuple[bool, str | None]:
     kwargs = {k: v for k, v in member.kwargs.items() if k not in MEMBER_OPTIONS}
     try:
-        member_function(member.func)(*member.args, **kwargs)
+        if TASK_KEY in member.kwargs:  # a task of another django.tasks backend
+            djangotasks.call_inline(member)
+        else:
+            member_function(member.func)(*member.args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a member's failure is its result
         # The shape django-q2 saves a failure in: "message : traceback".
         return False, f"{exc} : {traceback.format_exc()}"

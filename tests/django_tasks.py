@@ -153,3 +153,34 @@ def interrupted() -> None:
 @task
 def scheduled_add(a: int, b: int) -> int:
     return a + b
+
+
+# Tasks of another backend: TASKS["db"] is django-tasks-db's DatabaseBackend (the dev extras),
+# run by its own `manage.py db_worker` (tests/acceptance/test_django_tasks_fanout.py).
+
+
+@task(backend="db")
+def db_add(a: int, b: int) -> int:
+    _mark(f"db_add {a} {b}")
+    return a + b
+
+
+@task(backend="db")
+def db_failing() -> None:
+    raise ValueError("This db task failed due to ValueError")
+
+
+class DbTaskFanOut(pgflow.Workflow):
+    """A fan-out whose members are django-tasks-db tasks: enqueued there, counted when they finish."""
+
+    @pgflow.fan_out(on_batch_failure="cancel")
+    def spread(self, batch: Any) -> None:
+        for n in self.input["numbers"]:
+            batch.add(db_add, n, b=1)
+        if self.input.get("fail"):
+            batch.add(db_failing)
+
+    @pgflow.step
+    def total(self) -> str:
+        _mark(f"total after {len(self.input['numbers'])}")
+        return "done"

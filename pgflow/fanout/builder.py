@@ -36,19 +36,23 @@ MANAGED_OPTIONS = (
     "iter_cached",
     "q_options",
 )
+# The key of a member's kwargs that marks a task of another django.tasks backend (not a name a
+# django-q2 task's keyword argument can take: batch.add refuses it there).
+TASK_KEY = "django.tasks"
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 FUNC_LIMIT = 256  # django-q2's Task.func column
 
 
 @dataclass(frozen=True, kw_only=True)
 class Member:
-    """One recorded ``batch.add``: what django-q2 will be asked to run."""
+    """One recorded ``batch.add``: what django-q2 (or another backend) will be asked to run."""
 
     func: str  # a dotted path: django-q2's worker imports it with pydoc.locate (a child: its class's)
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any]  # a child: its input and key
     workflow: type[Workflow] | None = None  # batch.add_run: the child run's class
     subject: Any = None  # batch.add_run: the child run's subject
+    handoff: str = "django_q"  # its Handoff's kind (pgflow.fanout.handoff); a child run has none
 
 
 class BatchBuilder:
@@ -68,19 +72,17 @@ class BatchBuilder:
         arguments, as ``django_q.tasks.async_task`` takes them (``timeout=`` and ``cluster=``
         among the keyword arguments are django-q2 options, as there). Arguments must be
         JSON-serialisable: they are stored until the task is enqueued (a tuple comes back a list).
-        ``func`` may be a Django task (``@task``) of ``pgflow.tasks.PgflowBackend``: it runs as a
-        child run, as ``add_run`` adds one.
+        ``func`` may be a Django task (``@task``): of ``pgflow.tasks.PgflowBackend`` it runs as a
+        child run, as ``add_run`` adds one; of another backend (django-tasks-db, say) it is
+        enqueued there as the batch opens and counts when that backend's worker finishes it.
         """
         if self._sealed:
             raise RuntimeError("this fan_out batch has already opened; add its tasks inside the fan_out body")
         if _is_django_task(func):
             # lazy: Django's task framework is an extra (django-pgflow[tasks] on 5.2); only a task needs it
-            from ..tasks.fanout import child_of
+            from ..tasks.fanout import member_of
 
-            workflow, data, key = child_of(func, args, kwargs)
-            self._members.append(
-                Member(func=workflow.workflow_path(), args=(), kwargs={"input": data, "key": key}, workflow=workflow)
-            )
+            self._members.append(member_of(func, args, kwargs))
             return
         path = task_path(func)
         for name in kwargs:
@@ -230,6 +232,8 @@ def _locate(path: str) -> Any:
 
 
 def _check_option(name: str, value: Any, path: str) -> None:
+    if name == TASK_KEY:
+        raise TypeError(f"batch.add({path}): the keyword argument {TASK_KEY!r} is pgflow's own; rename it")
     if name in CALLBACKS:
         raise TypeError(f"batch.add({path}): {name}=: {CALLBACK_MESSAGE}")
     if name in MANAGED_OPTIONS:

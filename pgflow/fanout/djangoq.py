@@ -14,7 +14,7 @@ import re
 import traceback
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .. import observability, store
@@ -24,7 +24,8 @@ from ..core.states import StepStatus
 from ..evaluation import invoke, settle
 from ..failures import fail
 from ..models import BatchMember, Step
-from .builder import BatchBuilder, Member
+from .builder import TASK_KEY, BatchBuilder, Member
+from .handoff import used
 
 if TYPE_CHECKING:
     from ..store import Prepared
@@ -72,8 +73,38 @@ def _finish_one(item: store.Finished) -> bool:
 def open_batch(
     prepared: Prepared, members: tuple[Member, ...], *, at: datetime | None = None, output: Any = None
 ) -> tuple[str, bool]:
-    """Open the batch (``store.open_batch``); its tasks go to django-q2 after the commit."""
-    return store.open_batch(prepared.claim, members, at=at, output=output, enqueue=enqueue)
+    """Open the batch (``store.open_batch``); each kind of member is handed out by its
+    :class:`~pgflow.fanout.handoff.Handoff`: inside that transaction, or after its commit."""
+    kinds = used({m.handoff for m in members if m.workflow is None})
+
+    def now(batch_id: uuid.UUID) -> bool:
+        return any([h.enqueue_now(batch_id) for h in kinds])  # a list: every kind hands its members out
+
+    def later(batch_id: uuid.UUID) -> int:
+        return sum(h.enqueue_after_commit(batch_id) for h in kinds)
+
+    return store.open_batch(prepared.claim, members, at=at, output=output, enqueue=later, enqueue_now=now)
+
+
+class DjangoQHandoff:
+    """django-q2 members (:class:`~pgflow.fanout.handoff.Handoff`): enqueued once the batch
+    committed, counted by their result hook, repaired from django-q2's saved results."""
+
+    kind = "django_q"
+
+    def enqueue_now(self, batch_id: uuid.UUID) -> bool:
+        return False  # a broker outside our transaction: after the commit only
+
+    def enqueue_after_commit(self, batch_id: uuid.UUID) -> int:
+        return enqueue(batch_id)
+
+    def repair(self, *, at: datetime, grace: timedelta) -> int:
+        from .repairs import repair_django_q  # cycle: repairs -> here
+
+        return repair_django_q(at, grace)
+
+
+DJANGO_Q = DjangoQHandoff()
 
 
 def enqueue(batch_id: uuid.UUID) -> int:
@@ -86,7 +117,9 @@ def enqueue(batch_id: uuid.UUID) -> int:
     members = list(
         BatchMember.objects.filter(
             batch_id=batch_id, status=BatchMember.Status.PENDING, enqueued_at__isnull=True, child__isnull=True
-        ).order_by("position")
+        )
+        .exclude(kwargs__has_key=TASK_KEY)  # another django.tasks backend's: handed out already
+        .order_by("position")
     )
     for member in members:
         options = {

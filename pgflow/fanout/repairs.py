@@ -16,7 +16,9 @@ from ..conf import pgflow_settings
 from ..core.events import EventKind
 from ..core.states import StepStatus
 from ..models import Batch, BatchMember, Event, Step
+from .builder import TASK_KEY
 from .djangoq import broker_redelivers, member_finished, resolve_step
+from .handoff import handoffs
 
 logger = logging.getLogger("pgflow")
 
@@ -29,6 +31,8 @@ REPAIR_LIMIT = 100  # repairs of each kind per sweep
 def repair_lost(*, at: datetime | None = None) -> int:
     """One sweep's repairs; returns how many it made.
 
+    - each kind of member's own (``Handoff.repair``): for a task of another django.tasks
+      backend, its result read back with ``get_result``; for django-q2, the two below;
     - a member whose django-q2 task ended for good but whose hook never counted it (the
       monitor died, the database blinked) is counted from django-q2's saved result;
     - a member still pending long after django-q2 would have given up on it (its worker was
@@ -40,8 +44,9 @@ def repair_lost(*, at: datetime | None = None) -> int:
     """
     at = at or store.now()
     grace = timedelta(seconds=pgflow_settings.seconds("FAN_OUT_GRACE"))
-    done = _count_saved_results(at, grace)
-    done += _count_stuck(at, grace)
+    done = 0
+    for handoff in handoffs().values():
+        done += handoff.repair(at=at, grace=grace)
     finished = (
         Step.objects.filter(
             status=StepStatus.WAITING, batch__status=Batch.Status.FINISHED, batch__finished_at__lt=at - grace
@@ -58,6 +63,11 @@ def repair_lost(*, at: datetime | None = None) -> int:
     for step_id in [*finished, *vanished]:
         done += _safely(f"step {step_id}", functools.partial(resolve_step, step_id, at=at))
     return done
+
+
+def repair_django_q(at: datetime, grace: timedelta) -> int:
+    """django-q2 members' repairs: results its hook missed, and members it never ended."""
+    return _count_saved_results(at, grace) + _count_stuck(at, grace)
 
 
 def _safely(what: str, repair: Callable[[], bool]) -> int:
@@ -124,6 +134,7 @@ def _count_stuck(at: datetime, grace: timedelta) -> int:
         BatchMember.objects.filter(
             status=BatchMember.Status.PENDING, batch__status=Batch.Status.OPEN, child__isnull=True
         )
+        .exclude(kwargs__has_key=TASK_KEY)  # another django.tasks backend's task: its own repair
         .filter(Q(enqueued_at__lt=cutoff) | Q(enqueued_at__isnull=True, batch__created_at__lt=cutoff))
         .exclude(Exists(progressed))
         # A batch opened by pgflow.testing runs its members inline; nothing enqueues them.

@@ -43,11 +43,13 @@ def open_batch(
     at: datetime | None = None,
     output: Any = None,
     enqueue: Callable[[uuid.UUID], Any],
+    enqueue_now: Callable[[uuid.UUID], bool] | None = None,
 ) -> tuple[str, bool]:
     """One transaction: the batch, its members (each with ``func``, ``args``, ``kwargs``, and
     ``workflow`` set for a child run), the step parked on it with the body's ``output``,
-    ``fan_out_opened``, the child runs started; ``enqueue(batch_id)`` runs after the commit
-    when there are django-q2 tasks. Returns ``(outcome word, applied)``."""
+    ``fan_out_opened``, the child runs started; when there are tasks, ``enqueue_now(batch_id)``
+    hands out those enqueued in this transaction (True when that finished the batch: every one
+    refused) and ``enqueue(batch_id)`` runs after the commit. Returns ``(outcome word, applied)``."""
     at = at or now()
     with locked(held.run_id) as run:
         step = held_attempt(run, held)
@@ -100,6 +102,10 @@ def open_batch(
             return "completed", True
         tasks = len(members) > len(children)
         if tasks and step.worker != TESTING_WORKER:  # pgflow.testing runs the members inline
+            if enqueue_now is not None and enqueue_now(batch.pk):
+                batch.refresh_from_db()
+                _resolve(run, step, batch, at=at)
+                return "completed", True
             transaction.on_commit(functools.partial(enqueue, batch.pk), robust=True)
     return "parked", True
 
