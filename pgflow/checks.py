@@ -95,13 +95,14 @@ _BROKERS = (("broker_class", None), ("iron_mq", "iron_mq"), ("sqs", "boto3"), ("
 
 @checks.register()
 def check_fan_out(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """pgflow.E003 when a registered workflow has a @fan_out and django-q2 cannot run its
-    tasks; pgflow.W002 for a Q_CLUSTER under which a batch may never finish."""
+    """pgflow.E003 when a registered workflow has a @fan_out that may hand django-q2 a task (not
+    only child runs and django.tasks tasks) and django-q2 cannot run it; pgflow.W002 for a
+    Q_CLUSTER under which a batch may never finish."""
     users = [
         f"{workflow.workflow_path()}.{definition.name}"
         for workflow in registry.registered()
         for definition in workflow.steps()
-        if definition.fans_out and not adds_only_child_runs(_source(getattr(workflow, definition.method, None)))
+        if definition.fans_out and not _hands_no_django_q_task(getattr(workflow, definition.method, None))
     ]
     if not users:
         return []
@@ -163,6 +164,15 @@ def adds_only_child_runs(source: str | None) -> bool:
     """Whether a @fan_out body's source adds child runs (``batch.add_run``), calls nothing
     named ``add`` (a task) and hands its batch to no other call: such a batch needs no
     qcluster. Unknown source may add tasks."""
+    return hands_no_django_q_task(source, lambda name: False)
+
+
+def hands_no_django_q_task(source: str | None, is_task: Callable[[str], bool]) -> bool:
+    """Whether a @fan_out body's source hands django-q2 nothing: it adds child runs
+    (``batch.add_run``) or django.tasks tasks (``batch.add(name, ...)`` or
+    ``batch.add(name.using(...), ...)`` where ``is_task(name)``, ``name`` as written, dotted),
+    and nothing else: no other call named ``add``, its batch handed to no other call. A body
+    that adds nothing we can see, or unknown source, may add django-q2 tasks."""
     if source is None:
         return False
     try:
@@ -173,13 +183,61 @@ def adds_only_child_runs(source: str | None) -> bool:
         return False
     batch = body.args.args[1].arg  # (self, batch)
     calls = [node for node in ast.walk(body) if isinstance(node, ast.Call)]
-    called = {call.func.attr for call in calls if isinstance(call.func, ast.Attribute)}
     handed_on = any(
         isinstance(value, ast.Name) and value.id == batch
         for call in calls
         for value in [*call.args, *(keyword.value for keyword in call.keywords)]
     )
-    return "add_run" in called and "add" not in called and not handed_on
+    adds = [call for call in calls if isinstance(call.func, ast.Attribute) and call.func.attr in ("add", "add_run")]
+    for call in adds:
+        assert isinstance(call.func, ast.Attribute)
+        if call.func.attr == "add_run":
+            continue
+        on_batch = isinstance(call.func.value, ast.Name) and call.func.value.id == batch
+        first = call.args[0] if call.args else None
+        if isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "using":
+            first = first.func.value  # some_task.using(priority=...)
+        name = _dotted(first)
+        if not (on_batch and name is not None and is_task(name)):
+            return False
+    return bool(adds) and not handed_on
+
+
+def _dotted(node: ast.expr | None) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+def _names_a_task(body: object) -> Callable[[str], bool]:
+    """``is_task`` for :func:`hands_no_django_q_task`: a dotted name, read in the body's module,
+    that is a django.tasks Task (of any backend: pgflow's runs as a child run, another's is
+    enqueued there; neither needs django-q2)."""
+    try:
+        namespace = getattr(inspect.unwrap(body), "__globals__", {})  # type: ignore[arg-type]
+    except ValueError:  # a __wrapped__ cycle
+        namespace = {}
+
+    def is_task(name: str) -> bool:
+        head, *rest = name.split(".")
+        if head not in namespace:
+            return False
+        value = namespace[head]
+        try:
+            for part in rest:
+                value = getattr(value, part)
+        except Exception:  # noqa: BLE001 - a name we cannot read is not a known task
+            return False
+        return not callable(value) and callable(getattr(value, "enqueue", None)) and hasattr(value, "module_path")
+
+    return is_task
+
+
+def _hands_no_django_q_task(body: object) -> bool:
+    return hands_no_django_q_task(_source(body), _names_a_task(body))
 
 
 def _source(body: object) -> str | None:
