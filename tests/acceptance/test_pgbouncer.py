@@ -260,3 +260,112 @@ def test_two_workers_through_transaction_pooling(start_worker) -> None:
         for (_, ended), (began, _) in zip(spans, spans[1:], strict=False):
             assert began >= ended, f"two sweeps' housekeeping overlapped: {spans}"
     assert_exactly_once()
+
+
+@contextmanager
+def neighbours(port: int, count: int = 2) -> Iterator[None]:
+    """Other clients of the pooler, each running short transactions in a loop: a client's
+    next transaction then lands on whichever server connection is free, as under load."""
+    import threading
+
+    import psycopg
+
+    settings = connection.settings_dict
+    params = {"host": "127.0.0.1", "port": port, "dbname": settings["NAME"], "user": settings["USER"] or "postgres"}
+    stop = threading.Event()
+
+    def churn() -> None:
+        with psycopg.connect(**params, prepare_threshold=None) as client:
+            while not stop.is_set():
+                with client.transaction():
+                    client.execute("SELECT pg_sleep(0.003)")
+                time.sleep(0.001)
+
+    threads = [threading.Thread(target=churn, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+
+
+def test_the_mcp_server_through_transaction_pooling(transactional_db) -> None:
+    """The MCP server (``manage.py pgflow_mcp``, driven by the SDK's own client over stdio)
+    reads and acts through PgBouncer in transaction mode, each tool called again and again
+    (a statement prepared on one server connection would be missing on the next)."""
+    import json
+    import sys
+
+    import anyio
+    from django.contrib.auth.models import Permission
+    from mcp import Client, StdioServerParameters
+    from mcp_types import Implementation
+
+    from pgflow.models import Event
+    from pgflow.testing import run_workflow
+
+    operator = User.objects.create_user("operator", password="x")  # noqa: S106
+    operator.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="pgflow", codename__in=["view_workflowrun", "change_workflowrun"]
+        )
+    )
+    waiting = run_workflow(WaitsForPayment.start())
+    doomed = run_workflow(WaitsForPayment.start())
+    with pgbouncer("transaction", pool_size=2) as port:
+        env = {
+            **os.environ,
+            "DATABASE_URL": url_to(port),
+            "PGFLOW_TEST_DB_NAME": connection.settings_dict["NAME"],
+            "DJANGO_SETTINGS_MODULE": "tests.acceptance.settings_pooled",
+            "PYTHONUNBUFFERED": "1",
+        }
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["manage.py", "pgflow_mcp", "--user", "operator"],
+            cwd=str(Path(__file__).resolve().parents[2]),
+            env=env,
+        )
+
+        async def session() -> dict[str, object]:
+            async with Client(params, client_info=Implementation(name="pooled-agent", version="1")) as client:
+                call = client.call_tool
+                reads = []
+                for _ in range(6):  # psycopg would prepare from the 5th run of a statement
+                    reads += [
+                        await call("get_run", {"run_id": waiting.pk}),
+                        await call("search_runs", {"status": "running"}),
+                        await call("explain_run", {"run_id": waiting.pk}),
+                        await call("stuck", {}),
+                        await call("workers", {}),
+                        await call("insights", {"window": "24h"}),
+                    ]
+                return {
+                    "reads": reads,
+                    "pause": await call("pause_run", {"run_id": waiting.pk, "dry_run": False}),
+                    "resume": await call("resume_run", {"run_id": waiting.pk, "dry_run": False}),
+                    "signal": await call(
+                        "send_signal",
+                        {"run_id": waiting.pk, "name": "payment", "payload": {"amount": 5}, "dry_run": False},
+                    ),
+                    "cancel": await call("cancel_run", {"run_id": doomed.pk, "dry_run": False}),
+                    "after": await call("get_run", {"run_id": doomed.pk}),
+                }
+
+        with neighbours(port):
+            got = anyio.run(session)
+    for result in [*got["reads"], got["pause"], got["resume"], got["signal"], got["cancel"], got["after"]]:
+        assert not result.is_error, result.content[0].text
+    assert json.loads(got["reads"][0].content[0].text)["run"]["run_id"] == waiting.pk
+    assert json.loads(got["after"].content[0].text)["run"]["status"] == "cancelled"
+    actor = "agent:pooled-agent for user:operator"
+    assert list(Event.objects.filter(run=waiting, actor=actor).order_by("id").values_list("event", flat=True)) == [
+        "paused",
+        "resumed",
+        "signal_received",
+    ]
+    assert waiting.step_set.get(step_name="charge", status="scheduled")  # woken by the signal
+    assert WorkflowRun.objects.get(pk=doomed.pk).status == "cancelled"
