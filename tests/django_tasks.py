@@ -184,3 +184,8 @@ class DbTaskFanOut(pgflow.Workflow):
     def total(self) -> str:
         _mark(f"total after {len(self.input['numbers'])}")
         return "done"
+
+
+@task
+def complex_exception() -> None:
+    raise ValueError(ValueError("This task failed"))

@@ -479,3 +479,31 @@ def test_mcp_tools_read_a_task_run(start_worker, django_user_model):
     run, found = asyncio.run(ask())
     assert "tests.django_tasks.add" in json.dumps(run) and '"task"' in json.dumps(run)
     assert "tests.django_tasks.add" in json.dumps(found)
+
+
+@pytest.mark.django_db
+def test_validate_on_enqueue(settings):
+    # django-tasks-db's case: a task made valid, enqueued once its queue is no longer the backend's.
+    moved = t.plain.using(queue_name="urgent")
+    settings.TASKS = {**settings.TASKS, "default": {**settings.TASKS["default"], "QUEUES": ["default"]}}
+    with pytest.raises(InvalidTask, match="Queue 'urgent' is not valid for backend"):
+        moved.enqueue(1)
+
+    async def aenqueue():
+        return await moved.aenqueue(1)
+
+    with pytest.raises(InvalidTask, match="Queue 'urgent' is not valid for backend"):
+        asyncio.run(aenqueue())
+    assert not WorkflowRun.objects.exists()
+
+
+def test_a_complex_exception(start_worker):
+    result = t.complex_exception.enqueue()
+    start_worker()
+    finished(result)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class is ValueError
+    assert 'ValueError(ValueError("This task failed"))' in result.errors[0].traceback
+    assert result.errors[0].traceback.endswith("ValueError: This task failed\n")
+    with pytest.raises(ValueError, match="Task failed"):
+        result.return_value  # noqa: B018
