@@ -21,6 +21,8 @@ if os.environ.get("BENCH_PREPARE_THRESHOLD"):
     _options["prepare_threshold"] = int(os.environ["BENCH_PREPARE_THRESHOLD"])
 if os.environ.get("BENCH_PREPARE_START") == "0":
     PGFLOW = {**PGFLOW, "PREPARE_START": False}  # noqa: F405 - an A/B of the prepared start
+if os.environ.get("BENCH_WAKE_BEFORE_FLUSH") == "0":
+    PGFLOW = {**PGFLOW, "WAKE_BEFORE_FLUSH": False}  # noqa: F405 - an A/B of the early wake
 
 # benchmarks/realistic.py: its steps' log lines are written, as a project's would be.
 LOGGING = {

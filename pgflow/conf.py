@@ -32,6 +32,11 @@ DEFAULTS: dict[str, Any] = {
     # transaction-mode pooler that keeps no prepared statements (PgBouncer before 1.21, or
     # max_prepared_statements = 0). A start that meets such a pooler turns it off by itself.
     "PREPARE_START": True,
+    # An autocommit start() commits without waiting for the disk, so a worker is woken at once,
+    # then waits for that commit's flush (and a synchronous standby) before it returns: start()
+    # is as durable when it returns, and its body may begin before it does. False: the start's
+    # commit waits for the flush before any worker sees it.
+    "WAKE_BEFORE_FLUSH": True,
     "HEARTBEAT_INTERVAL": None,  # seconds between heartbeats; None = a third of LEASE
     "POLL_INTERVAL": timedelta(seconds=5),  # fallback poll when no NOTIFY arrives
     # The worker LISTENs for NOTIFYs on its claim connection. False: it polls every
@@ -165,7 +170,7 @@ def validate(raw: object) -> list[str]:
                 "PGFLOW['HEARTBEAT_INTERVAL'] must be a positive timedelta, number of seconds or None, "
                 f"got {raw['HEARTBEAT_INTERVAL']!r}"
             )
-    for key in ("PREPARE_START", "NOTIFY"):
+    for key in ("PREPARE_START", "NOTIFY", "WAKE_BEFORE_FLUSH"):
         if key in raw and not isinstance(raw[key], bool):
             problems.append(f"PGFLOW[{key!r}] must be True or False, got {raw[key]!r}")
     for key in ("ERROR_BACKTRACE_LINES", "MAX_LOST_ATTEMPTS", "MAX_INPUT_BYTES"):

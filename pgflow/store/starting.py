@@ -8,6 +8,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Model
@@ -136,7 +137,10 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
     cursor = preparing_cursor()
     values = [*params, CHANNEL, attempt["queue"]]
     try:
-        cursor.execute(statement.sql, values)
+        if pgflow_settings.WAKE_BEFORE_FLUSH and connection.get_autocommit() and not connection.in_atomic_block:
+            _execute_waking_first(cursor, statement.sql, values)
+        else:
+            cursor.execute(statement.sql, values)
     except DatabaseError as exc:
         # A pooler lost the prepared statement: it failed before running, so an autocommit
         # start runs again unprepared; in the caller's transaction, which the error aborted,
@@ -148,6 +152,38 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
     run._state.adding = False
     run._state.db = connection.alias
     return run
+
+
+# A transactional logical-decoding message: the least that writes WAL and takes a
+# transaction id, so its commit waits for the disk (and a synchronous standby) on
+# synchronous_commit's own terms, flushing the WAL before it, the start's commit included.
+# A commit with neither (SELECT 1, an xid alone) waits for nothing.
+_FLUSH = "SELECT pg_logical_emit_message(true, 'pgflow', 'start')"
+
+
+def _execute_waking_first(cursor: Any, sql: str, values: list[Any]) -> None:
+    """Run an autocommit plain start so that a worker is woken before its commit reaches the
+    disk, and return once it has. One round trip, pipelined: the start in a transaction of
+    its own whose commit does not wait for the flush (NOTIFY is delivered at once, so the
+    worker's claim overlaps the flush), then a second transaction whose commit does wait,
+    for WAL that includes the start's. The flush was most of an idle start's latency."""
+    raw = connection.connection
+    control = raw.cursor()
+    # The pipeline's errors come out at its end, past the cursor wrapper: Django's, as any query's.
+    with connection.wrap_database_errors:
+        try:
+            with raw.pipeline():
+                control.execute("BEGIN")
+                control.execute("SET LOCAL synchronous_commit TO off")
+                cursor.execute(sql, values)
+                control.execute("COMMIT")
+                control.execute(_FLUSH)
+        except psycopg.Error:
+            # A failed statement left the explicit transaction aborted: end it, as Django's
+            # autocommit expects (nothing of the start is committed if its COMMIT did not run).
+            if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raw.rollback()
+            raise
 
 
 @dataclass(frozen=True)

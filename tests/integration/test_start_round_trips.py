@@ -1,10 +1,13 @@
 """start() on the latency path: a plain start (no key, no singleton, a first step due now)
-is one statement, so an autocommit start() is one round trip and one commit; the rows and
-the NOTIFY are those of the general path."""
+is one statement, so an autocommit start() is one round trip; the rows and the NOTIFY are
+those of the general path. Its commit wakes a worker before it reaches the disk
+(``PGFLOW["WAKE_BEFORE_FLUSH"]``); start() returns once a second commit has flushed it."""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import psycopg
 import pytest
@@ -14,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from pgflow import store
 from pgflow.models import Step, WorkflowRun
-from pgflow.store import cursors
+from pgflow.store import cursors, starting
 from tests import workflows as wf
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -164,3 +167,60 @@ def test_a_plain_start_in_a_transaction_marked_for_rollback_is_refused_as_any_qu
         transaction.set_rollback(True)
         wf.ThreeSteps.start()
     assert not WorkflowRun.objects.exists()
+
+
+def session_commits_durably() -> None:
+    # The test cluster runs with synchronous_commit off: on for this session, so a setting
+    # the start left behind would show.
+    with connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit TO on")
+
+
+def synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+def test_an_autocommit_start_wakes_a_worker_before_the_commit_that_makes_it_durable(monkeypatch):
+    # The flush's statement made slow: the NOTIFY must come out before it, start() after it.
+    monkeypatch.setattr(starting, "_FLUSH", f"SELECT pg_sleep(1), ({starting._FLUSH})")
+    returned: list[float] = []
+    after: list[str] = []
+
+    def start() -> None:
+        session_commits_durably()
+        wf.ThreeSteps.start()
+        returned.append(time.monotonic())
+        after.append(synchronous_commit())
+        connection.close()
+
+    with listener() as conn:
+        began = time.monotonic()
+        thread = threading.Thread(target=start)
+        thread.start()
+        notes = [time.monotonic() for _ in conn.notifies(timeout=5.0, stop_after=1)]
+        thread.join(10)
+    assert notes and returned, (notes, returned)
+    assert notes[0] - began < 0.9 < returned[0] - began  # woken at once; durable after the flush
+    assert after == ["on"]  # the start's SET LOCAL ended with its transaction
+    (run,) = WorkflowRun.objects.all()
+    assert Step.objects.filter(run=run, status="scheduled").count() == 1
+
+
+def test_wake_before_flush_false_commits_the_start_durably_first(monkeypatch, settings):
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "WAKE_BEFORE_FLUSH": False}
+    monkeypatch.setattr(starting, "_FLUSH", "SELECT pg_sleep(5)")  # never run on this path
+    began = time.monotonic()
+    run = wf.ThreeSteps.start()
+    assert time.monotonic() - began < 4
+    assert Step.objects.filter(run=run, status="scheduled").count() == 1
+
+
+def test_a_start_in_a_transaction_keeps_the_callers_commit():
+    # Inside atomic() the start's rows commit with the caller's, on the caller's terms.
+    session_commits_durably()
+    with transaction.atomic():
+        run = wf.ThreeSteps.start()
+        assert synchronous_commit() == "on"
+    assert Step.objects.filter(run=run, status="scheduled").count() == 1
