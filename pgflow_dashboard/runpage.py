@@ -21,6 +21,7 @@ from pgflow.core.events import PAUSE_ENDS, EventKind
 from pgflow.core.limits import RATE_GATE, SINGLETON_GATE, describe_gate, gate_kind
 from pgflow.core.states import CONTROLS, OPEN_RUN, RERUNNABLE_RUN, Control, RunStatus, StepStatus, control_error
 from pgflow.exceptions import WorkflowNotFound
+from pgflow.fanout.builder import TASK_KEY
 from pgflow.models import Batch, BatchMember, Event, Gate, ScheduleTick, Signal, Step, WorkflowRun
 from pgflow.registry import resolve
 
@@ -394,7 +395,7 @@ def members(batch: Batch, site: AdminSite) -> list[dict[str, Any]]:
         url = None
         if row["child_id"]:
             url = reverse(f"{site.name}:pgflow_workflowrun_change", args=[row["child_id"]])
-        elif row["task_id"]:
+        elif row["task_id"] and TASK_KEY not in (row["kwargs"] or {}):  # another backend's task: no django-q2 page
             url = _task_url(site, row["task_id"], failed=row["status"] == BatchMember.Status.FAILED)
         listed.append({**row, "error_class": error_class, "error_message": message, "url": url})
     return listed

@@ -86,7 +86,7 @@ def db_results(run: WorkflowRun) -> list:
     return [task_backends["db"].get_result(m.task_id) for m in members]
 
 
-def test_a_fan_out_over_django_tasks_db_tasks_finishes(start_worker, start_db_worker, marks):
+def test_a_fan_out_over_django_tasks_db_tasks_finishes(start_worker, start_db_worker, marks, client, django_user_model):
     run = t.DbTaskFanOut.start(input={"numbers": [1, 2, 3]})
     start_worker()
     start_db_worker()
@@ -109,6 +109,11 @@ def test_a_fan_out_over_django_tasks_db_tasks_finishes(start_worker, start_db_wo
     from django_tasks_db.models import DBTaskResult  # lazy: its app is installed only with the dev extras
 
     assert DBTaskResult.objects.count() == 3
+    # The run page shows each member's task id, with no link to django-q2's admin (not its task).
+    client.force_login(django_user_model.objects.create_superuser("boss", "boss@example.com", "pw"))
+    page = client.get(f"/admin/pgflow/workflowrun/{run.pk}/change/").content.decode()
+    assert all(f"<code>{m.task_id}</code>" in page for m in members)
+    assert not any(f"django_q/success/{m.task_id}" in page for m in members)
     assert_exactly_once()
 
 
