@@ -146,9 +146,10 @@ class Bench:
         [(position,)] = self.query("SELECT pg_current_wal_lsn()::text")
         [wal] = self.query("SELECT wal_records, wal_fpi, wal_bytes, wal_write, wal_sync FROM pg_stat_wal")
         rows = {
-            name: {"ins": ins, "upd": upd, "hot": hot, "del": dele}
-            for name, ins, upd, hot, dele in self.query(
-                "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables "
+            name: {"ins": ins, "upd": upd, "hot": hot, "del": dele, "vacuums": vacuums, "analyzes": analyzes}
+            for name, ins, upd, hot, dele, vacuums, analyzes in self.query(
+                "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, autovacuum_count, autoanalyze_count "
+                "FROM pg_stat_user_tables "
                 f"WHERE relname IN ({', '.join(repr(t) for t in TABLES)})"
             )
         }
@@ -262,6 +263,8 @@ def rows_text(measured: Measured) -> str:
         ]
         if counts["hot"] / measured.steps >= 0.005:
             words.append(f"(HOT {counts['hot'] / measured.steps:.2f})")
+        if counts["vacuums"] or counts["analyzes"]:  # autovacuum's WAL and CPU fell in the window
+            words.append(f"[autovacuum {counts['vacuums']}, autoanalyze {counts['analyzes']}]")
         if words:
             parts.append(f"{table.removeprefix('pgflow_')}: {' '.join(words)}")
     return "; ".join(parts)
