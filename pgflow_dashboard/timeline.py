@@ -42,16 +42,19 @@ RAN_SERIES: dict[str, str] = {
 }
 
 # Every series the chart draws, in legend order: name -> (colour, label).
+# Any two series differ by at least 80 in RGB distance, and each but the paused band (drawn
+# translucent, behind the bars) stands 120 off the admin's light (#fff) and dark (#121212)
+# backgrounds: tests/unit/test_timeline_colours.py.
 SERIES: dict[str, tuple[str, str]] = {
     "waited": ("#94a3b8", "waited"),
-    "throttled": ("#ea580c", "throttled by a limit"),
+    "throttled": ("#92400e", "throttled by a limit"),
     "queued": ("#f59e0b", "queued"),
     "ran_ok": ("#16a34a", "ran: completed or skipped"),
     "ran_failed": ("#dc2626", "ran: failed"),
     "ran_open": ("#2563eb", "running"),
     "ran_cancelled": ("#7c3aed", "ran: cancelled"),
-    "waiting": ("#0891b2", "waiting for a signal or batch"),
-    "waiting_children": ("#0d9488", "waiting for child runs"),
+    "waiting": ("#22d3ee", "waiting for a signal or batch"),
+    "waiting_children": ("#0e7490", "waiting for child runs"),
     "paused": ("#f9a8d4", "run paused"),
 }
 

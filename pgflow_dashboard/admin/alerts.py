@@ -98,6 +98,9 @@ class AlertRuleForm(forms.ModelForm):
 
 @admin.register(AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
+    class Media:  # the dashboard's styles: tables that fit a phone, long values that wrap
+        css = {"all": ("pgflow_dashboard/style.css",)}
+
     form = AlertRuleForm
     list_display = ("name", "kind", "origin", "enabled", "muted_until", "cooldown")
     list_filter = ("kind", "origin", "enabled")
@@ -143,6 +146,7 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
 class DeliveryInline(admin.TabularInline):
     model = AlertDelivery
+    verbose_name_plural = "deliveries"  # the model's default reads "alert deliverys"
     fields = ("event", "target_shown", "attempts", "delivered_at", "next_at", "last_error")
     readonly_fields = fields
     extra = 0
@@ -160,6 +164,9 @@ class DeliveryInline(admin.TabularInline):
 @admin.register(Alert)
 class AlertAdmin(admin.ModelAdmin):
     """Each firing and its resolution; written by the sweep only."""
+
+    class Media:  # the dashboard's styles: tables that fit a phone, long values that wrap
+        css = {"all": ("pgflow_dashboard/style.css",)}
 
     list_display = ("rule", "fired_at", "resolved_at", "value", "message", "acknowledged_by")
     list_filter = ("rule", ("resolved_at", admin.EmptyFieldListFilter))

@@ -54,6 +54,7 @@ class QueueAdmin(SeenByRunViewers):
             "title": "Queues",
             "queues": queuepage.queues(timezone.now()),
             "can_change": self.has_change_permission(request),
+            "media": self.media,
         }
         return TemplateResponse(request, "admin/pgflow_dashboard/queues.html", context)
 
@@ -85,6 +86,7 @@ class QueueAdmin(SeenByRunViewers):
                 "reason": reason,
                 "reason_error": reason_error,
                 "reason_limit": confirm.REASON_LIMIT,
+                "media": self.media,
             }
             return TemplateResponse(
                 request, "admin/pgflow_dashboard/queue_confirm.html", context, status=400 if reason_error else 200

@@ -76,6 +76,9 @@ class ScheduleAdmin(admin.ModelAdmin):
     """Schedules: code-declared ones are shown read-only (the code is their source) but
     can be paused, resumed and started now; admin-made ones are edited here."""
 
+    class Media:  # the dashboard's styles: tables that fit a phone, long values that wrap
+        css = {"all": ("pgflow_dashboard/style.css",)}
+
     form = ScheduleForm
     change_form_template = "admin/pgflow_dashboard/schedule_change_form.html"
     list_display = ["name", "workflow", "rule", "next_tick_at", "last_tick_at", "last_run_status", "state", "origin"]

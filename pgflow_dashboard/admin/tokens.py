@@ -22,6 +22,9 @@ class AccessTokenAdmin(admin.ModelAdmin):
     """Bearer tokens for the MCP endpoint. Creating one shows its secret once (only a digest
     is kept); "revoke" stops it at once and keeps the row, with its last use, for the record."""
 
+    class Media:  # the dashboard's styles: tables that fit a phone, long values that wrap
+        css = {"all": ("pgflow_dashboard/style.css",)}
+
     list_display = ("name", "user", "prefix", "created_at", "last_used_at", "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("name", "user__username")

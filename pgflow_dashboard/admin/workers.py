@@ -18,6 +18,9 @@ class SeenByRunViewers(admin.ModelAdmin):
     """An operator page those who may view (or change) runs may view, with its own
     permissions too."""
 
+    class Media:  # the dashboard's styles: tables that fit a phone, long values that wrap
+        css = {"all": ("pgflow_dashboard/style.css",)}
+
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return (
             super().has_view_permission(request, obj)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django import template
 from django.core.serializers.json import DjangoJSONEncoder
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from ..timeformat import duration as words
 
@@ -24,6 +27,31 @@ def duration(value: float | int | timedelta | None) -> str:
 def pretty_json(value: Any) -> str:
     """A JSON value indented for a ``<pre>``; the template escapes it like any text."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, cls=DjangoJSONEncoder)
+
+
+@register.filter
+def when(value: datetime | None, form: str = "") -> SafeString | str:
+    """A moment in one format everywhere: ``2025-03-04 10:02:07`` in the site's zone (the
+    page's script re-renders it in the viewer's own zone), the UTC moment on hover;
+    ``when:"time"`` shows the clock only. ``None`` -> ``"—"``."""
+    if value is None:
+        return "—"
+    local = timezone.localtime(value)
+    utc = value.astimezone(UTC)
+    shown = f"{local:%H:%M:%S}" if form == "time" else f"{local:%Y-%m-%d %H:%M:%S}"
+    return format_html(
+        '<time datetime="{}" title="{} UTC" data-pgflow-time="{}">{}</time>',
+        utc.isoformat(),
+        f"{utc:%Y-%m-%d %H:%M:%S}",
+        form or "full",
+        shown,
+    )
+
+
+@register.filter
+def compact_json(value: Any) -> str:
+    """A JSON value on one line, for a table cell's preview."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, cls=DjangoJSONEncoder)
 
 
 @register.filter

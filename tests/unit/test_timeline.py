@@ -506,7 +506,7 @@ def test_series_legend():
         "label": "ran: completed or skipped",
     }
     assert len(timeline.legend()) == len(timeline.SERIES)
-    assert {"series": "waiting_children", "colour": "#0d9488", "label": "waiting for child runs"} in timeline.legend()
+    assert {"series": "waiting_children", "colour": "#0e7490", "label": "waiting for child runs"} in timeline.legend()
 
 
 def test_every_series_the_chart_can_emit_has_a_colour():

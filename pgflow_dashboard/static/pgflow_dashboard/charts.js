@@ -378,6 +378,20 @@
     });
   }
 
+  // The step table: "More" shows the row's full error and output in the row below it.
+  function expanders() {
+    document.querySelectorAll("button.pgflow-expand").forEach(function (button) {
+      button.addEventListener("click", function () {
+        var detail = document.getElementById(button.getAttribute("aria-controls"));
+        if (!detail) return;
+        var open = detail.hidden;
+        detail.hidden = !open;
+        button.setAttribute("aria-expanded", open ? "true" : "false");
+        button.textContent = open ? "Less" : "More";
+      });
+    });
+  }
+
   // Axis and legend text in the admin's own quiet colour, so both its themes read well.
   function themeColours() {
     if (typeof Chart === "undefined") return;
@@ -387,6 +401,7 @@
 
   function start() {
     confirmations();
+    expanders();
     themeColours();
     timelineChart();
     insightsCharts();
