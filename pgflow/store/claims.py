@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import uuid
 import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -499,7 +500,10 @@ def claim(
     after = [_AFTER.get(queue, ("", "")) for queue in queues]
     params.update(after_gates=[a[0] for a in after], after_rates=[a[1] for a in after], visits=gate_visits(limit))
     # Django's cursor binds the values into the SQL text: planned for them each time.
-    with connection.cursor() as cursor:
+    pooled = not pgflow_settings.NOTIFY  # no session state: the claim's settings for its transaction
+    with transaction.atomic() if pooled else nullcontext(), connection.cursor() as cursor:
+        if pooled:
+            cursor.execute("SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true)")
         cursor.execute(CLAIM_SQL, params)
         rows = cursor.fetchall()
     stopped_queues, gates, rates = rows[0][:3]

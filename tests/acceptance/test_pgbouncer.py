@@ -27,6 +27,7 @@ import pgflow
 from pgflow.models import WorkflowRun
 from tests.acceptance.conftest import wait_until
 from tests.dashboard_support import changelist_url, control_url, run_url, timeline_url
+from tests.flowcontrol_workflows import PerTenant
 from tests.invariants import assert_exactly_once
 from tests.workflows import ThreeSteps, WaitsForPayment
 
@@ -223,8 +224,11 @@ def test_two_workers_through_transaction_pooling(start_worker) -> None:
             "PGFLOW_POLL_SECONDS": "0.2",
         }
         # --verbosity 2: DEBUG, with the sweep's housekeeping spans.
-        workers = [start_worker("--concurrency", "4", "--verbosity", "2", env=env) for _ in range(2)]
+        queues = ("--queues", "workflows,limits")
+        workers = [start_worker("--concurrency", "4", *queues, "--verbosity", "2", env=env) for _ in range(2)]
         runs = [ThreeSteps.start() for _ in range(60)]
+        # Behind a limit: the gated claim, its settings for its own transaction too.
+        runs += [PerTenant.start(input={"tenant": "t1", "sleep": 0.05}) for _ in range(10)]
         waiting = WaitsForPayment.start()
         wait_until(
             lambda: waiting.steps.filter(step_name="charge", status="waiting").exists(), timeout=60, what="the wait"
