@@ -178,7 +178,7 @@ def _execute_waking_first(cursor: Any, sql: str, values: list[Any]) -> None:
                 cursor.execute(sql, values)
                 control.execute("COMMIT")
                 control.execute(_FLUSH)
-        except psycopg.Error:
+        except Exception:  # psycopg's at the pipeline's end, Django's from the cursor wrapper
             # A failed statement left the explicit transaction aborted: end it, as Django's
             # autocommit expects (nothing of the start is committed if its COMMIT did not run).
             if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
