@@ -17,6 +17,7 @@ from pgflow.core.flow import ACTIONS, CANCEL, LOST, OUTCOME_WORDS, PAUSE
 from pgflow.core.phases import PHASES
 from pgflow.core.states import RunStatus, StepStatus
 
+from .timeformat import duration
 from .timeline import children_note
 
 # Step.outcome word -> the policy action that led to it
@@ -48,6 +49,46 @@ def why(facts: dict[str, Any], *, now: datetime) -> str:
         reason = facts.get("paused_reason")
         return f"paused since {since}" + (f": {reason}" if reason else "") + "; resume to go on"
     return _running(facts, now)
+
+
+def doing(facts: dict[str, Any], *, now: datetime) -> tuple[str, str]:
+    """What the run is doing, in two or three words for the run list's badge: ``(kind,
+    words)``, the kind naming its colour (``waiting``, ``scheduled``, ``throttled``,
+    ``queued``, ``running``, ``paused``, ``finished``, ``cancelled``)."""
+    status = facts["status"]
+    if status == RunStatus.PAUSED:
+        error = facts.get("last_error")
+        cause = short_class(error.get("error_class")) if error else _reason_words(facts.get("paused_reason"))
+        return "paused", f"paused: {cause}" if cause else "paused"
+    if status != RunStatus.RUNNING:
+        return str(status), str(status)
+    step = facts.get("open_step")
+    if step is None:
+        return "running", "running"
+    if step["status"] == StepStatus.SCHEDULED:
+        if step["scheduled_at"] > now:
+            return "scheduled", f"due in {duration(step['scheduled_at'] - now)}"
+        if step.get("held"):
+            return "throttled", f"throttled: {step['held_by'][0]}"
+        if step["queue"] in (facts.get("paused_queues") or ()):
+            return "paused", f"queue {step['queue']} paused"
+        if step["queue"] not in (facts.get("live_queues") or {}):
+            return "queued", f"no worker on {step['queue']}"
+        return "queued", f"queued {duration(now - step['scheduled_at'])}"
+    if step["status"] == StepStatus.IN_PROGRESS:
+        return "running", f"running {step['step_name']}"
+    if step.get("children"):
+        return "waiting", "waiting for child runs"
+    if step.get("batch"):
+        return "waiting", "waiting for fan-out"
+    if step.get("wait_for"):
+        return "waiting", f"waiting for signal {step['wait_for']!r}"
+    return "waiting", "waiting"
+
+
+def _reason_words(reason: str | None) -> str:
+    text = first_line(reason)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def failure(error: dict[str, Any], member: dict[str, Any] | None = None) -> str:

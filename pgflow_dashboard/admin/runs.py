@@ -16,6 +16,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Now
@@ -23,15 +24,17 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from pgflow import readdb
 from pgflow.core import jsonvalue
-from pgflow.core.states import CONTROLS, Control, control_error
+from pgflow.core.states import CONTROLS, Control, RunStatus, control_error
 from pgflow.exceptions import PgflowError
 from pgflow.models import Step, WorkflowRun
 
-from .. import confirm, insights, site, views
+from .. import confirm, insights, runlist, site, views
+from ..templatetags.pgflow_dashboard import when
 from ..timeformat import duration
 
 MAX_LISTED_REFUSALS = 20  # a bulk action's warning names at most this many runs one by one
@@ -110,6 +113,35 @@ class ParentFilter(admin.SimpleListFilter):
         return queryset.filter(parent_id=int(value)) if value.isdigit() and len(value) < 19 else queryset.none()
 
 
+class StatusFilter(admin.SimpleListFilter):
+    """The run status, each choice with how many runs have it now (one GROUP BY query)."""
+
+    title = "status"
+    parameter_name = "status__exact"  # the stock field filter's parameter: old links keep working
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        counts = dict(
+            WorkflowRun.objects.using(readdb.alias())
+            .values_list("status")
+            .annotate(count=Count("id"))
+            .values_list("status", "count")
+        )
+        return [(status.value, f"{status.value} ({counts.get(status.value, 0):,})") for status in RunStatus]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        return queryset.filter(status=value) if value else queryset
+
+
+class RunChangeList(ChangeList):
+    """The stock change list, with each listed run's badge and reason (runlist.attach): a
+    few queries for the page, whatever its length."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        runlist.attach(list(self.result_list), now=timezone.now())
+
+
 def _failed_step(run: WorkflowRun) -> tuple[str | None, str]:
     """The step a bulk re-run starts from: the step of the run's latest failed attempt, or
     (None, why not)."""
@@ -133,12 +165,13 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         "workflow",
         "subject_label",
         "status_label",
-        "current_step_label",
+        "reason_label",  # names the current step, and for how long (current_step_label stays for subclasses)
+        "parent_label",
         "started",
         "duration_label",
     )
     list_display_links = ("id",)
-    list_filter = ("status", WorkflowClassFilter, "created_at", ErrorClassFilter, ParentFilter)
+    list_filter = (StatusFilter, WorkflowClassFilter, "created_at", ErrorClassFilter, ParentFilter)
     search_fields = ("id", "key", "subject_id")  # searched by get_search_results below
     search_help_text = (
         'A run id, an idempotency key (or part of one), a subject id, or "parent:<run id>" for its children.'
@@ -184,7 +217,11 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             .using(readdb.alias())  # the replica only inside changelist_view's readdb.reading()
         )
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return RunChangeList
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra_context = {"title": "Workflow runs", **(extra_context or {})}  # not "Select workflow run to change"
         if request.method != "GET":  # a bulk action posts here: it reads and acts on the primary
             return super().changelist_view(request, extra_context)
         with readdb.reading() as route:
@@ -223,7 +260,21 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_label(self, run: WorkflowRun) -> str:
-        return format_html('<span class="pgflow-status pgflow-status-{}">{}</span>', run.status, run.status)
+        # What the run is doing (runlist.attach): "due in 2d 23h", "waiting for signal 'x'" …
+        kind, words = getattr(run, "doing", (run.status, run.status))
+        return format_html('<span class="pgflow-status pgflow-status-{}" title="{}">{}</span>', kind, run.status, words)
+
+    @admin.display(description="reason")
+    def reason_label(self, run: WorkflowRun) -> str:
+        reason = getattr(run, "why", "")
+        return format_html('<span class="pgflow-reason-cell">{}</span>', reason) if reason else "—"
+
+    @admin.display(description="parent", ordering="parent_id")
+    def parent_label(self, run: WorkflowRun) -> str:
+        if run.parent_id is None:
+            return "—"
+        url = reverse(f"{self.admin_site.name}:pgflow_workflowrun_change", args=[run.parent_id])
+        return format_html('<a href="{}">#{}</a>', url, run.parent_id)
 
     @admin.display(description="current step (for)")
     def current_step_label(self, run: WorkflowRun) -> str:
@@ -236,7 +287,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     @admin.display(description="started", ordering="created_at")
     def started(self, run: WorkflowRun) -> Any:
-        return run.created_at
+        return when(run.created_at)  # the dashboard's one format, UTC on hover
 
     @admin.display(description="duration", ordering="run_duration")
     def duration_label(self, run: WorkflowRun) -> str:

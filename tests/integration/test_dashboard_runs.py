@@ -46,9 +46,9 @@ def test_the_list_shows_each_runs_facts(login, viewer):
     assert f"auth.user #{subject.pk}" in text
     assert 'class="pgflow-status pgflow-status-paused"' in text
     assert 'class="pgflow-status pgflow-status-finished"' in text
-    # The current step and how long the run has been on it.
-    assert 'explode <span class="pgflow-muted">for' in text
-    assert 'later <span class="pgflow-muted">for' in text
+    # The reason names the current step, and what holds it there.
+    assert "paused since " in text and "step explode (attempt 1) failed with ValueError" in text
+    assert "step later is due at " in text
 
 
 def test_the_list_filters_by_status_class_created_and_error(login, viewer):

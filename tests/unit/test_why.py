@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pgflow_dashboard.why import member_error, reads_output, why
+from pgflow_dashboard.why import doing, member_error, reads_output, why
 
 NOW = datetime(2025, 3, 4, 10, 16, tzinfo=UTC)  # a Tuesday
 
@@ -125,3 +125,16 @@ def test_the_steps_that_read_a_steps_output():
     }
     assert reads_output("one", sources) == ["two", "three"]
     assert reads_output("two", sources) == []
+
+
+def test_the_run_lists_badge_says_what_the_run_is_doing():
+    sleeping = _running(status="scheduled", scheduled_at=NOW + timedelta(days=2, hours=23))
+    assert doing(sleeping, now=NOW) == ("scheduled", "due in 2d 23h")
+    held = _running(status="scheduled", scheduled_at=NOW, held=True, held_by=["concurrency limit 2 for key 'acme'"])
+    assert doing(held, now=NOW) == ("throttled", "throttled: concurrency limit 2 for key 'acme'")
+    assert doing(_running(status="scheduled", scheduled_at=NOW), now=NOW) == ("queued", "no worker on mail")
+    signal = _running(status="waiting", wait_for="payment", created_at=NOW)
+    assert doing(signal, now=NOW) == ("waiting", "waiting for signal 'payment'")
+    error = {"error_class": "shop.errors.PaymentDeclined", "step_name": "charge", "attempt": 1}
+    assert doing({"status": "paused", "last_error": error}, now=NOW) == ("paused", "paused: PaymentDeclined")
+    assert doing({"status": "finished"}, now=NOW) == ("finished", "finished")
