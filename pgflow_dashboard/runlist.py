@@ -67,7 +67,7 @@ def attach(runs: list[WorkflowRun], *, now: datetime) -> None:
             .values("run_id", "step_name", "attempt", "error_class", "error_message", "outcome")
         )
         for row in failed:
-            failures.setdefault(row["run_id"], row)
+            failures.setdefault(row["run_id"], dict(row))
     live: dict[str, int] = {}
     paused_queues: list[str] = []
     if open_steps:
