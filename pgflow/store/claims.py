@@ -91,12 +91,15 @@ _CANDIDATES = (
     + _KIND_FREE.format(a="x")
     + """
         ORDER BY x.priority DESC, x.scheduled_at, x.id
-        LIMIT least(%(limit)s, (SELECT count(*) FROM (
-            SELECT 1 FROM pgflow_step AS y WHERE y.status = 'scheduled' AND y.queue = q.name
+        LIMIT (SELECT least(count(*) FILTER (WHERE NOT due_now.is_async), %(threads)s)
+                    + least(count(*) FILTER (WHERE due_now.is_async), %(awaiting)s) FROM (
+            SELECT """
+    + _IS_ASYNC.format(a="y")
+    + """ AS is_async FROM pgflow_step AS y WHERE y.status = 'scheduled' AND y.queue = q.name
                 AND timezone('UTC', y.scheduled_at) <= timezone('UTC', %(now)s::timestamptz) AND """
     + _KIND_FREE.format(a="y")
     + """
-            ORDER BY timezone('UTC', y.scheduled_at) LIMIT %(limit)s) AS due_now))
+            ORDER BY timezone('UTC', y.scheduled_at) LIMIT %(limit)s) AS due_now)
         FOR UPDATE OF x SKIP LOCKED
     ) AS c
 )"""
@@ -115,8 +118,11 @@ _WITHIN_KINDS = """(SELECT w.*, row_number() OVER (
 # queues, and a claim behind a backlog would cost what the backlog's size does. Each scan
 # stops at the number due (counted, up to the limit, on pgflow_step_due): past the due rows of
 # a priority lie its delayed ones, and a scan asked for more than are due walks them all.
+# That count is each kind's, up to its free slots: a scan stopped at the total locked the
+# sync attempts an async slot's share would have taken (a worker with one thread free and
+# 100 async slots locked 101 attempts to claim one, a WAL record each, pg_waldump showed).
 # SKIP LOCKED sits in the per-queue scans; a candidate cut by the merge is unlocked when the
-# statement ends. The runs are joined to the claimed rows only: joined inside the UPDATE, a
+# claim's transaction (this statement) ends. The runs are joined to the claimed rows only: joined inside the UPDATE, a
 # planner working from stale statistics (a table just truncated or filled) drove the claim
 # from every run instead.
 #
