@@ -271,6 +271,7 @@ def stuck(now: datetime, *, limit: int = STUCK_LIMIT) -> dict[str, dict[str, Any
     """What needs an operator now: ``{category: {"count", "rows"}}``, at most ``limit`` rows each."""
     return {
         "paused": paused_runs(now, limit=limit),
+        "paused_groups": paused_groups(limit=limit),
         "overdue": overdue_steps(now, limit=limit),
         "lease_expired": lease_expired(now, limit=limit),
         "deadline_passed": deadline_passed(now, limit=limit),
@@ -288,6 +289,30 @@ def paused_runs(now: datetime, *, limit: int) -> dict[str, Any]:
     """
     keys = ("run_id", "workflow_class", "current_step", "paused_reason", "paused_at", "created_at")
     return {"count": count, "rows": _dicts(keys, _rows(sql, {"limit": limit}))}
+
+
+GROUP_RUN_IDS = 1000  # run ids a group carries for its bulk action (one action takes at most as many)
+
+
+def paused_groups(*, limit: int) -> dict[str, Any]:
+    """Paused runs grouped by (class, step, error class of their latest failure), most first:
+    ``{"count", "rows": [{"workflow_class", "step_name", "error_class", "count", "since",
+    "run_ids"}]}``, so 200 runs paused by one error read as one row with one bulk action."""
+    sql = """
+        SELECT r.workflow_class, r.current_step, f.error_class, count(*), min(r.updated_at),
+               (array_agg(r.id ORDER BY r.id))[1:%(ids)s]
+        FROM pgflow_run r
+        LEFT JOIN LATERAL (
+            SELECT s.error_class FROM pgflow_step s
+            WHERE s.run_id = r.id AND s.error_class IS NOT NULL
+            ORDER BY s.created_at DESC, s.id DESC LIMIT 1
+        ) f ON true
+        WHERE r.status = 'paused'
+        GROUP BY 1, 2, 3 ORDER BY 4 DESC, 1, 2, 3 LIMIT %(limit)s
+    """
+    keys = ("workflow_class", "step_name", "error_class", "count", "since", "run_ids")
+    rows = _dicts(keys, _rows(sql, {"limit": limit, "ids": GROUP_RUN_IDS}))
+    return {"count": len(rows), "rows": rows}
 
 
 _STEP_COLUMNS = "s.id, s.run_id, r.workflow_class, s.step_name, s.attempt, s.queue"

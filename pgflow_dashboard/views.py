@@ -187,6 +187,7 @@ def insights_page(model_admin: WorkflowRunAdmin, request: HttpRequest) -> Templa
         ],
         "overdue_after": insights.OVERDUE_AFTER.total_seconds(),
         "stuck_limit": insights.STUCK_LIMIT,
+        "can_act": model_admin.has_change_permission(request),
     }
     templates = [f"admin/{opts.app_label}/insights.html", "admin/pgflow_dashboard/insights.html"]
     try:

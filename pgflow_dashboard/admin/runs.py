@@ -262,7 +262,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def status_label(self, run: WorkflowRun) -> str:
         # What the run is doing (runlist.attach): "due in 2d 23h", "waiting for signal 'x'" …
         kind, words = getattr(run, "doing", (run.status, run.status))
-        return format_html('<span class="pgflow-status pgflow-status-{}" title="{}">{}</span>', kind, run.status, words)
+        return format_html(
+            '<span class="pgflow-status pgflow-status-{} pgflow-doing-{}">{}</span>', run.status, kind, words
+        )
 
     @admin.display(description="reason")
     def reason_label(self, run: WorkflowRun) -> str:

@@ -319,7 +319,7 @@ def test_the_insights_page_draws_its_charts(viewer_account, insights_history, li
     failures = page.evaluate(PIXELS_JS, ["pgflow-failures-chart", [paused_pink]])
     assert min(runs["colours"]) > 50, runs
     assert failures["colours"][0] > 20, failures
-    assert page.locator("#pgflow-stuck-paused + table tbody tr").count() == 1
+    assert page.locator("#pgflow-paused-groups tbody tr").count() == 1
     page.screenshot(path=str(ARTIFACTS / "insights_page.png"), full_page=True)
     # The index links to the page.
     page.goto(f"{live_server.url}/admin/")

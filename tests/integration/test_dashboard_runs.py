@@ -44,8 +44,8 @@ def test_the_list_shows_each_runs_facts(login, viewer):
         assert f'href="{run_url(run)}' in text
     assert "Hostile" in text and 'title="tests.dashboard_workflows.Hostile"' in text
     assert f"auth.user #{subject.pk}" in text
-    assert 'class="pgflow-status pgflow-status-paused"' in text
-    assert 'class="pgflow-status pgflow-status-finished"' in text
+    assert 'class="pgflow-status pgflow-status-paused pgflow-doing-paused"' in text
+    assert 'class="pgflow-status pgflow-status-finished pgflow-doing-finished"' in text
     # The reason names the current step, and what holds it there.
     assert "paused since " in text and "step explode (attempt 1) failed with ValueError" in text
     assert "step later is due at " in text
