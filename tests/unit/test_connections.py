@@ -50,3 +50,11 @@ def test_socket_defaults_stay_below_the_lease_and_leave_what_the_user_set() -> N
     assert "keepalives_idle" not in added and added["keepalives"] == 1
     assert connections.silence_limit(options, 60.0) == 1.234
     assert connections.silence_limit({}, 60.0) == 15.0
+
+
+def test_a_worker_without_session_state_prepares_nothing_whatever_its_options_said() -> None:
+    options = {"prepare_threshold": 5, "keepalives": 1}
+    assert connections.without_session_state(options)
+    assert options == {"prepare_threshold": None, "keepalives": 1}
+    assert not connections.without_session_state(options)  # nothing left to turn off
+    assert not connections.without_session_state({})
