@@ -1,6 +1,7 @@
 """System checks: pgflow.E001 for settings, pgflow.E002 and pgflow.W001 for workflow definitions,
-pgflow.E003 and pgflow.W002 for what a @fan_out needs from django-q2, pgflow.W003 for a
-server whose standbys could lose acknowledged commits in a failover."""
+pgflow.E003 and pgflow.W002 for what a @fan_out needs from django-q2, pgflow.E004 for a
+database that is not PostgreSQL, pgflow.W003 for a server whose standbys could lose
+acknowledged commits in a failover."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
-from django.db import DatabaseError, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from . import conf, registry
 from .exceptions import DefinitionError
@@ -27,6 +28,24 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return [
         checks.Error(problem, hint="See the Settings section of the README.", id="pgflow.E001")
         for problem in conf.validate(getattr(settings, "PGFLOW", None))
+    ]
+
+
+@checks.register()
+def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgflow.E004 when pgflow's database is not PostgreSQL (a project left on startproject's
+    SQLite): reads only the settings, so ``check`` says so and ``migrate`` (which runs the
+    checks first) stops before it writes anything."""
+    aliases = {DEFAULT_DB_ALIAS, *(databases or ())}
+    return [
+        checks.Error(
+            f"database {alias!r} uses {connections[alias].vendor} ({settings.DATABASES[alias].get('ENGINE')}); "
+            "pgflow needs PostgreSQL (its claims, locks and indexes are PostgreSQL's)",
+            hint='Set DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"; see the README\'s Install.',
+            id="pgflow.E004",
+        )
+        for alias in sorted(aliases)
+        if alias in settings.DATABASES and connections[alias].vendor != "postgresql"
     ]
 
 
