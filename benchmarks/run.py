@@ -33,9 +33,10 @@ round, in a rotated order, so drift and noise from elsewhere spread over all of 
 
 The drivers are benchmarks/peers/<system>_peer.py (see common.py for the method). It prints
 one table of the medians over the rounds, then issue #35's ratios (realistic ÷ no-op,
-pgflow ÷ the best ceiling, pgflow's latency ÷ Celery's), each divided within a round first, and, unless --quick (or with --write), writes it
-with the machine, the versions and the command into the section "Peers, side by side" of
-benchmarks/RESULTS.md, leaving the file's other sections as they are. A peer that cannot be
+pgflow ÷ the best ceiling, pgflow's latency ÷ Celery's), each divided within a round first,
+and, unless --quick (or with --write), writes them with the machine, the versions and the
+command into the section "Peers, side by side" of benchmarks/RESULTS.md, leaving the file's
+other sections as they are. A peer that cannot be
 installed or run is reported as "failed: <reason>"; the run goes on.
 """
 
