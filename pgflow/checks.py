@@ -45,7 +45,11 @@ def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any
             id="pgflow.E004",
         )
         for alias in sorted(aliases)
-        if alias in settings.DATABASES and connections[alias].vendor != "postgresql"
+        if alias in settings.DATABASES
+        and connections[alias].vendor != "postgresql"
+        # Django's dummy backend connects to nothing: a settings module that has no database
+        # for a command that needs none (check, makemigrations) is no SQLite mistake.
+        and settings.DATABASES[alias].get("ENGINE") != "django.db.backends.dummy"
     ]
 
 
