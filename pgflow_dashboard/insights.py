@@ -61,6 +61,7 @@ from pgflow.exceptions import WorkflowNotFound
 from pgflow.models import Worker
 from pgflow.registry import resolve
 
+from .why import FAN_OUT_FAILED, member_error, short_class
 from .window import WorkflowWindow
 
 OVERDUE_AFTER = timedelta(minutes=5)  # a due attempt no worker claimed for this long is stuck
@@ -94,7 +95,7 @@ def compute(window: WorkflowWindow) -> dict[str, Any]:
             "step_failures_per_bucket": step_failures_per_bucket(window, counted),
             "workflows": workflows(window, counted),
             "steps": steps(window, counted),
-            "errors": top_errors(window, counted),
+            "errors": with_member_errors(window, top_errors(window, counted)),
             "percentiles": dict(PERCENTILE_METHOD),
             "stuck": stuck(window.now),
             "schedules": schedules(window),
@@ -289,6 +290,29 @@ def paused_runs(now: datetime, *, limit: int) -> dict[str, Any]:
     """
     keys = ("run_id", "workflow_class", "current_step", "paused_reason", "paused_at", "created_at")
     return {"count": count, "rows": _dicts(keys, _rows(sql, {"limit": limit}))}
+
+
+MEMBER_ERRORS_READ = 5000  # failed fan-out members read per window for their own error classes
+
+
+def with_member_errors(window: WorkflowWindow, errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``errors`` with, on a ``FanOutFailed`` row, ``members``: the error classes of the fan-out
+    members that failed in the window (``[{"error_class", "count"}]``, most first), read from
+    each member's own error (a traceback's last line): what actually went wrong."""
+    if not any(short_class(row["error_class"]) == FAN_OUT_FAILED for row in errors):
+        return errors
+    texts = _rows(
+        "SELECT error FROM pgflow_batch_member WHERE status = 'failed' AND finished_at >= %(since)s "
+        "AND finished_at <= %(now)s ORDER BY finished_at DESC LIMIT %(limit)s",
+        {"since": window.since(), "now": window.now, "limit": MEMBER_ERRORS_READ},
+    )
+    counts: dict[str, int] = defaultdict(int)
+    for (text,) in texts:
+        counts[member_error(text)[0] or "(no error class)"] += 1
+    members = [
+        {"error_class": name, "count": count} for name, count in sorted(counts.items(), key=lambda i: (-i[1], i[0]))
+    ]
+    return [{**row, "members": members} if short_class(row["error_class"]) == FAN_OUT_FAILED else row for row in errors]
 
 
 GROUP_RUN_IDS = 1000  # run ids a group carries for its bulk action (one action takes at most as many)

@@ -3,6 +3,7 @@ fan-out's members are listed with their own errors: over HTTP, on real runs."""
 
 from __future__ import annotations
 
+import html
 import html as htmllib
 import re
 
@@ -11,7 +12,7 @@ import pytest
 from pgflow.testing import run_workflow
 from tests import fanout_workflows as fw
 from tests import workflows as wf
-from tests.dashboard_support import run_url
+from tests.dashboard_support import insights_url, run_url
 
 pytest_plugins = ["tests.dashboard_fixtures"]  # the users and login fixtures
 
@@ -61,3 +62,13 @@ def test_a_failed_fan_out_says_the_members_own_error_and_lists_its_members(login
     assert rows == [("failed", "1"), ("succeeded", "0")]  # the failed one first
     assert "<strong>RuntimeError</strong>: vendor 13's inbox refuses mail" in members
     assert "vendor 13's inbox refuses mail" in members.split("tests.fanout_tasks.fail")[1]  # its argument
+
+
+def test_insights_count_a_failed_fan_outs_member_errors(login, viewer):
+    tasks = [("tests.fanout_tasks.fail", ["vendor 13's inbox refuses mail"]), ("tests.fanout_tasks.fail", ["no"])]
+    run_workflow(fw.Fan.start(input={"tasks": tasks}))
+    figures = login(viewer).get(insights_url("24h", as_json=True)).json()
+    (fan_out,) = [row for row in figures["errors"] if row["error_class"].endswith("FanOutFailed")]
+    assert fan_out["members"] == [{"error_class": "RuntimeError", "count": 2}]
+    page = html.unescape(login(viewer).get(insights_url("24h")).content.decode())
+    assert "its members' own errors: <code>RuntimeError</code> × 2" in page
