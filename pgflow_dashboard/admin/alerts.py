@@ -100,6 +100,7 @@ class AlertRuleForm(forms.ModelForm):
 class AlertRuleAdmin(admin.ModelAdmin):
     class Media:  # the dashboard's styles: tables that fit a phone, long values that wrap
         css = {"all": ("pgflow_dashboard/style.css",)}
+        js = ("pgflow_dashboard/times.js",)  # moments in the viewer's own zone
 
     form = AlertRuleForm
     list_display = ("name", "kind", "origin", "enabled", "muted_until", "cooldown")
@@ -167,6 +168,7 @@ class AlertAdmin(admin.ModelAdmin):
 
     class Media:  # the dashboard's styles: tables that fit a phone, long values that wrap
         css = {"all": ("pgflow_dashboard/style.css",)}
+        js = ("pgflow_dashboard/times.js",)  # moments in the viewer's own zone
 
     list_display = ("rule", "fired_at", "resolved_at", "value", "message", "acknowledged_by")
     list_filter = ("rule", ("resolved_at", admin.EmptyFieldListFilter))

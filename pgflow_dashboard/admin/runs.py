@@ -120,13 +120,17 @@ class StatusFilter(admin.SimpleListFilter):
     parameter_name = "status__exact"  # the stock field filter's parameter: old links keep working
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        if "_facets" in request.GET:  # the admin's own facet counts are on: they count the filtered list
+            return [(status.value, status.value.capitalize()) for status in RunStatus]
         counts = dict(
             WorkflowRun.objects.using(readdb.alias())
             .values_list("status")
             .annotate(count=Count("id"))
             .values_list("status", "count")
         )
-        return [(status.value, f"{status.value} ({counts.get(status.value, 0):,})") for status in RunStatus]
+        return [
+            (status.value, f"{status.value.capitalize()} ({counts.get(status.value, 0):,})") for status in RunStatus
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
         value = self.value()
@@ -186,6 +190,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     class Media:
         css = {"all": ("pgflow_dashboard/style.css",)}
+        js = ("pgflow_dashboard/times.js",)  # moments in the viewer's own zone
 
     # --- read-only -------------------------------------------------------------------------
 

@@ -78,6 +78,7 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     class Media:  # the dashboard's styles: tables that fit a phone, long values that wrap
         css = {"all": ("pgflow_dashboard/style.css",)}
+        js = ("pgflow_dashboard/times.js",)  # moments in the viewer's own zone
 
     form = ScheduleForm
     change_form_template = "admin/pgflow_dashboard/schedule_change_form.html"

@@ -24,6 +24,7 @@ class AccessTokenAdmin(admin.ModelAdmin):
 
     class Media:  # the dashboard's styles: tables that fit a phone, long values that wrap
         css = {"all": ("pgflow_dashboard/style.css",)}
+        js = ("pgflow_dashboard/times.js",)  # moments in the viewer's own zone
 
     list_display = ("name", "user", "prefix", "created_at", "last_used_at", "revoked_at")
     list_filter = ("revoked_at",)

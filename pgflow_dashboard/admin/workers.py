@@ -20,6 +20,7 @@ class SeenByRunViewers(admin.ModelAdmin):
 
     class Media:  # the dashboard's styles: tables that fit a phone, long values that wrap
         css = {"all": ("pgflow_dashboard/style.css",)}
+        js = ("pgflow_dashboard/times.js",)  # moments in the viewer's own zone
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return (

@@ -32,17 +32,20 @@ def pretty_json(value: Any) -> str:
 @register.filter
 def when(value: datetime | None, form: str = "") -> SafeString | str:
     """A moment in one format everywhere: ``2025-03-04 10:02:07`` in the site's zone (the
-    page's script re-renders it in the viewer's own zone), the UTC moment on hover;
-    ``when:"time"`` shows the clock only. ``None`` -> ``"—"``."""
+    page's script, times.js, re-renders it in the viewer's own zone), the UTC moment on
+    hover; ``when:"time"`` shows the clock only, ``when:"ms"`` adds milliseconds (the audit
+    trail). ``None`` -> ``"—"``."""
     if value is None:
         return "—"
     local = timezone.localtime(value)
     utc = value.astimezone(UTC)
-    shown = f"{local:%H:%M:%S}" if form == "time" else f"{local:%Y-%m-%d %H:%M:%S}"
+    shown = {"time": f"{local:%H:%M:%S}", "ms": f"{local:%Y-%m-%d %H:%M:%S.%f}"[:23]}.get(
+        form, f"{local:%Y-%m-%d %H:%M:%S}"
+    )
     return format_html(
         '<time datetime="{}" title="{} UTC" data-pgflow-time="{}">{}</time>',
         utc.isoformat(),
-        f"{utc:%Y-%m-%d %H:%M:%S}",
+        f"{utc:%Y-%m-%d %H:%M:%S.%f}"[:23] if form == "ms" else f"{utc:%Y-%m-%d %H:%M:%S}",
         form or "full",
         shown,
     )

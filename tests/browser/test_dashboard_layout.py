@@ -8,8 +8,9 @@ Skipped like test_dashboard_browser.py where Chromium or playwright is missing.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.urls import reverse
@@ -50,6 +51,11 @@ OVERFLOW_JS = """() => {
   return {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, wide, clipped};
 }"""
 
+
+TIME_JS = """() => {
+  const node = document.querySelector('time[data-pgflow-time="full"]');
+  return {datetime: node.getAttribute("datetime"), text: node.textContent, title: node.title};
+}"""
 
 LINK_JS = """() => {
   const link = document.querySelector("#pgflow-children-title a");
@@ -143,7 +149,8 @@ def log_in_admin(page: Any, base: str) -> None:
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_no_dashboard_page_scrolls_sideways_at_1400_or_390_px(pages, live_server, chromium, theme):  # noqa: F811
-    context = chromium.new_context(color_scheme=theme)
+    # The dark run also reads from Tokyo: every moment is shown in the viewer's own zone.
+    context = chromium.new_context(color_scheme=theme, timezone_id="Asia/Tokyo" if theme == "dark" else "UTC")
     page = context.new_page()
     errors = watch_errors(page)
     page.set_viewport_size({"width": 1400, "height": 1000})
@@ -158,6 +165,12 @@ def test_no_dashboard_page_scrolls_sideways_at_1400_or_390_px(pages, live_server
             if name == "run parent":  # the child runs' "list" link reads on its coloured header
                 link = page.evaluate(LINK_JS)
                 assert distance(link["colour"], link["background"]) > 150, link
+            if name == "run finished":
+                moment = page.evaluate(TIME_JS)
+                utc = datetime.fromisoformat(moment["datetime"])
+                zone = ZoneInfo("Asia/Tokyo" if theme == "dark" else "UTC")
+                assert moment["text"] == f"{utc.astimezone(zone):%Y-%m-%d %H:%M:%S}", moment
+                assert moment["title"].startswith(f"{utc.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"), moment
             if name == "alert":
                 assert "deliverys" not in page.content().lower()
             shot = ARTIFACTS / f"layout_{theme}_{width}_{name.replace(' ', '_')}.png"

@@ -57,4 +57,4 @@ def test_child_runs_name_their_parent_and_the_status_filter_counts(login, viewer
     for child in children:
         assert f"#{parent.pk}" in listed[child]
     text = html.unescape(page)
-    assert "running (1)" in text and "finished (1)" in text and "paused (1)" in text and "cancelled (0)" in text
+    assert "Running (1)" in text and "Finished (1)" in text and "Paused (1)" in text and "Cancelled (0)" in text
