@@ -214,6 +214,7 @@ def insights_page(model_admin: WorkflowRunAdmin, request: HttpRequest) -> Templa
             "failures": figures["step_failures_per_bucket"],
             "bucket_seconds": window.bucket_seconds,
             "time_zone": timezone.get_current_timezone_name(),
+            "runs_url": changelist,  # a runs bar leads to the runs started in its bucket
         },
         retention=pgflow_settings.RETENTION,
     )

@@ -238,6 +238,16 @@ BAND_JS = """
 """
 
 
+# The tallest bar of started runs: where to click it.
+BAR_JS = """() => {
+  const chart = window.pgflowRunsChart;
+  const values = chart.data.datasets[0].data;
+  const index = values.indexOf(Math.max(...values));
+  const element = chart.getDatasetMeta(0).data[index];
+  return {x: element.x, y: (element.y + element.base) / 2};
+}"""
+
+
 # The page's background, the admin's quiet text colour, and the colour the charts draw text in.
 THEME_JS = """() => ({
   background: getComputedStyle(document.body).backgroundColor,
@@ -321,6 +331,17 @@ def test_the_insights_page_draws_its_charts(viewer_account, insights_history, li
     assert failures["colours"][0] > 20, failures
     assert page.locator("#pgflow-paused-groups tbody tr").count() == 1
     page.screenshot(path=str(ARTIFACTS / "insights_page.png"), full_page=True)
+    # The axes say their units; a bar of started runs leads to the runs started in its bucket.
+    titles = page.evaluate(
+        "() => [pgflowRunsChart.options.scales.y.title.text, pgflowFailuresChart.options.scales.y.title.text,"
+        " pgflowRunsChart.options.scales.x.title.text]"
+    )
+    assert titles[:2] == ["runs", "failed attempts"] and titles[2].startswith("bucket start ("), titles
+    bar = page.evaluate(BAR_JS)
+    canvas = page.locator("#pgflow-runs-chart").bounding_box()
+    page.mouse.click(canvas["x"] + bar["x"], canvas["y"] + bar["y"])
+    page.wait_for_url("**/admin/pgflow/workflowrun/?created_at__gte=*")
+    assert page.locator("#result_list tbody tr").count() >= 1
     # The index links to the page.
     page.goto(f"{live_server.url}/admin/")
     page.screenshot(path=str(ARTIFACTS / "admin_index.png"))

@@ -324,9 +324,18 @@
     return buckets.map(function (bucket) { return format.format(new Date(bucket.start)); });
   }
 
-  function stackedBars(canvasId, labels, datasets) {
+  function bucketWords(seconds) {
+    if (seconds >= 86400) return (seconds / 86400) + " d";
+    if (seconds >= 3600) return (seconds / 3600) + " h";
+    return (seconds / 60) + " min";
+  }
+
+  // Bars with their units on both axes; a tooltip names the bucket's full date and span, and
+  // (with onBar) a click on a bar leads to what it counts.
+  function stackedBars(canvasId, labels, datasets, axes) {
     var canvas = document.getElementById(canvasId);
     if (!canvas) return null;
+    var full = formatter(axes.timeZone, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
     return new Chart(canvas, {
       type: "bar",
       data: { labels: labels, datasets: datasets },
@@ -335,11 +344,21 @@
         maintainAspectRatio: false,
         animation: false,
         interaction: { mode: "index", intersect: false },
-        scales: {
-          x: { stacked: true, ticks: { maxRotation: 0, autoSkip: true } },
-          y: { stacked: true, beginAtZero: true, ticks: { precision: 0 } },
+        onClick: function (event, elements) {
+          if (axes.onBar && elements.length) axes.onBar(elements[0].index);
         },
-        plugins: { legend: { position: "bottom" } },
+        scales: {
+          x: { stacked: true, ticks: { maxRotation: 0, autoSkip: true },
+            title: { display: true, text: "bucket start (" + axes.timeZone + "), " + bucketWords(axes.bucketSeconds) + " a bar" } },
+          y: { stacked: true, beginAtZero: true, ticks: { precision: 0 }, title: { display: true, text: axes.y } },
+        },
+        plugins: {
+          legend: { position: "bottom" },
+          tooltip: { callbacks: { title: function (items) {
+            if (!items.length) return "";
+            return full.format(new Date(axes.starts[items[0].dataIndex])) + " + " + bucketWords(axes.bucketSeconds);
+          } } },
+        },
       },
     });
   }
@@ -354,10 +373,19 @@
       return;
     }
     var runLabels = bucketLabels(data.runs, data.bucket_seconds, data.time_zone);
+    var starts = data.runs.map(function (bucket) { return bucket.start; });
     window.pgflowRunsChart = stackedBars("pgflow-runs-chart", runLabels, RUN_SERIES.map(function (s) {
       return { label: s.label, stack: s.stack, backgroundColor: s.colour,
         data: data.runs.map(function (bucket) { return bucket[s.key]; }) };
-    }));
+    }), { y: "runs", timeZone: data.time_zone, bucketSeconds: data.bucket_seconds, starts: starts,
+      // A bar leads to the runs started in its bucket.
+      onBar: function (index) {
+        if (!data.runs_url) return;
+        var from = new Date(starts[index]);
+        var to = new Date(from.getTime() + data.bucket_seconds * 1000);
+        window.location.href = data.runs_url + "?created_at__gte=" + encodeURIComponent(from.toISOString()) +
+          "&created_at__lt=" + encodeURIComponent(to.toISOString());
+      } });
     var failureLabels = bucketLabels(data.failures, data.bucket_seconds, data.time_zone);
     window.pgflowFailuresChart = stackedBars("pgflow-failures-chart", failureLabels, FAILURE_SERIES.map(function (s) {
       return { label: s.label, stack: "failures", backgroundColor: s.colour,
@@ -365,7 +393,8 @@
           if (s.key !== "other") return bucket[s.key];
           return bucket.failures - bucket.reattempted - bucket.paused - bucket.cancelled - bucket.skipped;
         }) };
-    }));
+    }), { y: "failed attempts", timeZone: data.time_zone, bucketSeconds: data.bucket_seconds,
+      starts: data.failures.map(function (bucket) { return bucket.start; }) });
   }
 
   // --- forms -------------------------------------------------------------------------------
