@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 
 from django.db import transaction
+from django.utils import timezone
 
 import pgflow
 
 from .models import Order
-from .workflows import OrderFulfilment, RefundApproval
+from .workflows import OrderFulfilment, RefundApproval, Restock
 
 CUSTOMERS = ["Ada", "Grace", "Linus", "Guido", "Barbara", "Ken", "Margaret", "Dennis"]
 
@@ -33,7 +35,38 @@ def start_example_runs(count: int) -> int:
         if number % 4 == 0:
             RefundApproval.start(input={"amount_cents": order.total_cents})
             started += 1
-    return started
+    Restock.start(input={"items": ["mugs", "tea", "filters"]})  # a parent and its three child runs
+    return started + 1
+
+
+def fill_admin_sections(admin: object) -> list[str]:
+    """A schedule, an alert rule and an MCP token, so no admin section of the demo is empty
+    (child runs come from Restock)."""
+    # lazy: the demo's own set-up, never imported by the shop's workflows or the worker
+    from pgflow import schedules
+    from pgflow.models import AccessToken, AlertRule, Schedule
+    from pgflow_dashboard.mcp import tokens
+
+    made = []
+    if not Schedule.objects.filter(name="restock every 15 minutes").exists():
+        schedules.save(
+            Schedule(workflow_class=Restock.workflow_path(), name="restock every 15 minutes", cron="*/15 * * * *")
+        )
+        made.append("a schedule (Restock every 15 minutes)")
+    if not AlertRule.objects.filter(name="demo: any run paused").exists():
+        AlertRule.objects.create(
+            name="demo: any run paused",
+            kind="runs_paused",
+            params={"count": 0, "workflow_class": None},
+            targets=["mail_admins"],
+            cooldown=timedelta(minutes=30),
+            created_at=timezone.now(),
+        )
+        made.append("an alert rule (any run paused, mailed to the admins)")
+    if not AccessToken.objects.filter(name="demo agent").exists():
+        tokens.issue(admin, "demo agent")
+        made.append("an MCP token 'demo agent' for the admin (its secret is not kept; make your own in the admin)")
+    return made
 
 
 def pick_vendors(rng: random.Random) -> list[int]:

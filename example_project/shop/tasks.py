@@ -12,7 +12,7 @@ def notify_vendor(order_id: int, vendor_id: int) -> str:
     """Tell a vendor about an order (idempotent: one notification per order and vendor)."""
     time.sleep(random.uniform(0.05, 0.4))  # a slow mail server
     if vendor_id == 13:
-        raise ConnectionError(f"vendor {vendor_id}'s inbox refuses mail")
+        raise ConnectionError(f"vendor {vendor_id}'s inbox refuses mail (a deliberate demo failure: the order pauses)")
     Notification.objects.get_or_create(order_id=order_id, vendor_id=vendor_id)
     return f"vendor {vendor_id} notified of order {order_id}"
 

@@ -45,9 +45,9 @@ class OrderFulfilment(pgflow.Workflow):
     def capture_funds(self):
         # A flaky external call: the class policy reattempts PaymentGatewayDown.
         if random.random() < self.input.get("gateway_flakiness", 0.3):
-            raise PaymentGatewayDown("the payment gateway timed out")
+            raise PaymentGatewayDown("the payment gateway timed out (a deliberate demo failure: reattempted)")
         if self.input.get("declined"):
-            raise CardDeclined("card declined by the issuer")
+            raise CardDeclined("card declined by the issuer (a deliberate demo failure: the order is cancelled)")
         return {"captured": True}
 
     @fan_out(on_batch_failure="pause")
@@ -85,3 +85,22 @@ class RefundApproval(pgflow.Workflow):
     @step(on_exception=OnException(action="reattempt", wait=timedelta(seconds=5), max_reattempts=3))
     def refund(self):
         return {"refunded": self.input.get("amount_cents", 0)}
+
+
+class Restock(pgflow.Workflow):
+    """One child run per low item, waited for as one fan-out batch, so the dashboard shows a
+    parent and its children; the demo schedules it every 15 minutes (an admin schedule)."""
+
+    @fan_out
+    def restock_items(self, batch):
+        for item in self.input.get("items", ["mugs", "tea", "filters"]):
+            batch.add_run(RestockItem, input={"item": item}, key=f"restock-{self.run.pk}-{item}")
+        return {"items": len(self.input.get("items", ["mugs", "tea", "filters"]))}
+
+
+class RestockItem(pgflow.Workflow):
+    """One item reordered from its supplier: a child run of Restock."""
+
+    @step
+    def reorder(self):
+        return {"reordered": self.input["item"]}

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from example_project.shop import workflows as shop_workflows
 from example_project.shop.history import generate
 from pgflow import store
-from pgflow.models import Batch, Signal, Step, WorkflowRun
+from pgflow.models import AccessToken, AlertRule, Batch, Schedule, Signal, Step, WorkflowRun
 from pgflow_dashboard import timeline
 
 pytestmark = pytest.mark.django_db
@@ -45,3 +48,10 @@ def test_the_demo_sets_up_and_starts_runs_without_serving(capsys):
     assert "started" in out
     assert get_user_model().objects.get(username="admin").check_password("pgflow-demo")
     assert WorkflowRun.objects.filter(workflow_class__endswith="OrderFulfilment").count() == 3
+    # Every admin section has something in it, and the deliberate failures are announced.
+    assert WorkflowRun.objects.filter(workflow_class__endswith=".Restock").count() == 1
+    assert AlertRule.objects.filter(name="demo: any run paused").exists()
+    assert Schedule.objects.filter(name="restock every 15 minutes").exists()
+    assert AccessToken.objects.filter(name="demo agent").exists()
+    assert "expect ERROR lines: the demo fails on purpose" in out
+    assert "deliberate demo failure" in inspect.getsource(shop_workflows.OrderFulfilment.capture_funds)

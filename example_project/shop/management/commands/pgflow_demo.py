@@ -74,7 +74,7 @@ class Command(BaseCommand):
         self.say("migrating the database")
         call_command("migrate", interactive=False, verbosity=0)
         self.ensure_admin()
-        from example_project.shop.demo import start_example_runs
+        from example_project.shop.demo import start_example_runs  # lazy: needs the migrated apps
         from pgflow.models import WorkflowRun
 
         if history and not WorkflowRun.objects.filter(created_at__lt=timezone.now() - timedelta(hours=1)).exists():
@@ -82,6 +82,14 @@ class Command(BaseCommand):
             call_command("shop_history", runs=history, days=7)
         started = start_example_runs(runs)
         self.say(f"started {started} example runs")
+        from example_project.shop.demo import fill_admin_sections
+
+        for made in fill_admin_sections(get_user_model().objects.get(username=USERNAME)):
+            self.say(f"created {made}")
+        self.say(
+            "expect ERROR lines: the demo fails on purpose, each message says so: a flaky payment "
+            "gateway (reattempted), declined cards (cancelled), vendor 13's inbox (pauses the order)"
+        )
 
     def say(self, message: str) -> None:
         self.stdout.write(f"[pgflow demo] {message}")
