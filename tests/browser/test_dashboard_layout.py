@@ -171,6 +171,12 @@ def test_no_dashboard_page_scrolls_sideways_at_1400_or_390_px(pages, live_server
                 zone = ZoneInfo("Asia/Tokyo" if theme == "dark" else "UTC")
                 assert moment["text"] == f"{utc.astimezone(zone):%Y-%m-%d %H:%M:%S}", moment
                 assert moment["title"].startswith(f"{utc.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"), moment
+            if name == "run list":  # auto-refresh, which the operator can pause (remembered)
+                button = page.locator("#pgflow-refresh")
+                if button.get_attribute("aria-pressed") == "true":
+                    button.click()
+                assert button.get_attribute("aria-pressed") == "false"
+                assert page.evaluate("localStorage.getItem('pgflow.runlist.refresh')") == "paused"
             if name == "alert":
                 assert "deliverys" not in page.content().lower()
             shot = ARTIFACTS / f"layout_{theme}_{width}_{name.replace(' ', '_')}.png"
