@@ -27,13 +27,15 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from pgflow import readdb
+from pgflow import readdb, search, searching
 from pgflow.core import jsonvalue
 from pgflow.core.states import CONTROLS, Control, RunStatus, control_error
 from pgflow.exceptions import PgflowError
 from pgflow.models import Step, WorkflowRun
 
 from .. import confirm, insights, runlist, site, views
+from . import inlines
+from .subjects import SubjectTypeFilter
 from ..templatetags.pgflow_dashboard import when
 from ..timeformat import duration
 
@@ -175,10 +177,12 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         "duration_label",
     )
     list_display_links = ("id",)
-    list_filter = (StatusFilter, WorkflowClassFilter, "created_at", ErrorClassFilter, ParentFilter)
+    list_filter = (StatusFilter, WorkflowClassFilter, SubjectTypeFilter, "created_at", ErrorClassFilter, ParentFilter)
     search_fields = ("id", "key", "subject_id")  # searched by get_search_results below
     search_help_text = (
-        'A run id, an idempotency key (or part of one), a subject id, or "parent:<run id>" for its children.'
+        "A run id, an idempotency key (or part of one), a subject id, or qualifiers: status:paused "
+        "class:Checkout input.customer.id:42 output.charge.paid:>100 error:Timeout step:charge key:order-7 "
+        "since:2d parent:<run id> (docs/reference.md, Searching runs)."
     )
     list_select_related = ("subject_type",)
     list_per_page = 50
@@ -242,15 +246,26 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             return queryset, False
         if jsonvalue.text_problem(term):
             return queryset.none(), False  # no key or subject id holds a NUL or a lone surrogate
-        if term.startswith("parent:"):  # the children of a run: "parent:12"
-            number = term.removeprefix("parent:").strip().removeprefix("#")
-            ok = number.isdigit() and len(number) < 19
-            return (queryset.filter(parent_id=int(number)) if ok else queryset.none()), False
+        if ":" in term:  # the search language (pgflow.search): "status:paused input.customer.id:42"
+            try:
+                return searching.runs_matching(search.parse(term), queryset), False
+            except search.SearchError as exc:
+                problem = str(exc)
+            # A key with colons in it ("schedule:3:…") names no qualifier: the plain search may find it.
+            plain = self._plain_search(queryset, term)
+            if not search.has_qualifier(term) and plain.exists():
+                return plain, False
+            self.message_user(request, f"Search not understood: {problem}", messages.ERROR)
+            return queryset.none(), False
+        return self._plain_search(queryset, term), False
+
+    def _plain_search(self, queryset: QuerySet[WorkflowRun], term: str) -> QuerySet[WorkflowRun]:
+        """A run id, an idempotency key (or part of one), or a subject id."""
         match = Q(key__icontains=term) | Q(subject_id=term)
         number = term.removeprefix("#")
         if number.isdigit() and len(number) < 19:  # a bigint
             match |= Q(pk=int(number))
-        return queryset.filter(match), False
+        return queryset.filter(match)
 
     @admin.display(description="workflow", ordering="workflow_class")
     def workflow(self, run: WorkflowRun) -> str:
@@ -438,6 +453,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             ),
             path("<path:object_id>/control/", self.admin_site.admin_view(self.control_view), name=f"{prefix}_control"),
             path("<path:object_id>/rerun/", self.admin_site.admin_view(self.rerun_view), name=f"{prefix}_rerun"),
+            # One control's confirmation page, linked from RunsInline on a subject's page.
+            path("<path:object_id>/act/", self.admin_site.admin_view(self.act_view), name=f"{prefix}_act"),
         ]
         # Before the stock ones: their "<path:object_id>/" redirect would match these too.
         return own + super().get_urls()
@@ -482,6 +499,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         if not self.has_change_permission(request, run):
             raise PermissionDenied
         return views.rerun(self, request, run)
+
+    def act_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return inlines.act_view(self, request, object_id)
 
     def _run_or_404(self, request: HttpRequest, object_id: str) -> WorkflowRun:
         run = self.get_object(request, unquote(object_id))
