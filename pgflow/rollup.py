@@ -106,6 +106,8 @@ class Tally:
     durations: dict[str, Histogram] = field(default_factory=dict)  # class: finished runs' durations
     failures: dict[tuple[int, str, str], int] = field(default_factory=dict)  # (bucket, outcome, error class)
     steps: dict[tuple[str, str], StepTally] = field(default_factory=dict)  # (class, step)
+    # (bucket, phase): every step's attempts that ended in the bucket, for the latency chart
+    phases: dict[tuple[int, str], Histogram] = field(default_factory=dict)
 
     def add(self, other: Tally) -> Tally:
         for key, counts in other.runs.items():
@@ -117,6 +119,8 @@ class Tally:
         histogram.merge(self.failures, other.failures)
         for group, step in other.steps.items():
             self.steps.setdefault(group, StepTally()).add(step)
+        for bucket_phase, phase_counts in other.phases.items():
+            histogram.merge(self.phases.setdefault(bucket_phase, {}), phase_counts)
         return self
 
     def _run(self, bucket: int, path: str) -> list[int]:
@@ -188,8 +192,9 @@ _ENDED_SQL = f"""
     GROUP BY GROUPING SETS ((workflow_class, slot, status), (workflow_class, duration))
 """
 
-# One scan of the attempts that ended gives each step's counts, its three histograms, and
-# the failures per bucket, action and error class. GROUPING(...) names the set of a row.
+# One scan of the attempts that ended gives each step's counts, its phase histograms, the
+# failures per bucket, action and error class, and each phase's histogram per bucket (all
+# steps together). GROUPING(...) names the set of a row.
 _ATTEMPTS_SQL = f"""
     WITH attempt AS (
         SELECT s.run_id, s.step_name, s.outcome, coalesce(s.error_class, '') AS error_class,
@@ -212,11 +217,13 @@ _ATTEMPTS_SQL = f"""
     GROUP BY GROUPING SETS ((workflow_class, step_name), (workflow_class, step_name, waited),
                             (workflow_class, step_name, throttled), (workflow_class, step_name, queued),
                             (workflow_class, step_name, ran),
-                            (slot, outcome, error_class))
+                            (slot, outcome, error_class),
+                            (slot, waited), (slot, throttled), (slot, queued), (slot, ran))
 """
 # GROUPING(waited, throttled, queued, ran, slot): a bit is set for each column the row's set leaves out.
 _STEP_TOTALS, _FAILURES = 0b11111, 0b11110
 _PHASE_SETS = {0b01111: 0, 0b10111: 1, 0b11011: 2, 0b11101: 3}  # -> index into PHASES
+_BUCKET_PHASE_SETS = {0b01110: 0, 0b10110: 1, 0b11010: 2, 0b11100: 3}  # (slot, phase) -> index into PHASES
 
 
 def aggregate(ranges: Sequence[tuple[datetime, datetime]], bucket_seconds: int) -> Tally:
@@ -259,6 +266,11 @@ def aggregate(ranges: Sequence[tuple[datetime, datetime]], bucket_seconds: int) 
         if grouping == _FAILURES:
             if failed:
                 counted.failures[(slot, outcome, error_class)] = failed
+            continue
+        if grouping in _BUCKET_PHASE_SETS:
+            phase = _BUCKET_PHASE_SETS[grouping]
+            if keys[phase] is not None:  # NULL: the phase is not over
+                counted.phases.setdefault((slot, PHASES[phase]), {})[keys[phase]] = count
             continue
         step = counted.steps.setdefault((path, name), StepTally())
         if grouping == _STEP_TOTALS:
@@ -329,6 +341,17 @@ def read(first: datetime, last: datetime, bucket_seconds: int, *, days: bool = T
             histogram.merge(into, _json(document))
     for key, (totals, merged) in steps.items():
         counted.steps[key] = StepTally(totals[0], totals[1], *(histogram.from_json(m) for m in merged))
+    # Per bucket and phase: a day row fits a bucket of whole days; shorter buckets read hour rows.
+    per_bucket = where if bucket_seconds % 86_400 == 0 else "(hours = 1 AND start >= %(first)s AND start < %(last)s)"
+    by_slot: dict[tuple[int, str], dict[str, int]] = {}
+    for slot, *phases in _rows(
+        f"SELECT floor(extract(epoch FROM start) / %(bucket)s)::bigint, waited, throttled, queued, ran "
+        f"FROM pgflow_rollup_step WHERE {per_bucket}",
+        params,
+    ):
+        for phase, document in zip(PHASES, phases, strict=True):
+            histogram.merge(by_slot.setdefault((slot, phase), {}), _json(document))
+    counted.phases = {key: histogram.from_json(merged) for key, merged in by_slot.items() if merged}
     return counted
 
 

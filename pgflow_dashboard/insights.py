@@ -28,6 +28,10 @@ stay unchanged), so the page and the JSON mean:
     failed, and p50/p95 of their waited / throttled / queued / ran phases (as ``timeline.segments``
     splits them; a phase that did not happen, such as ``ran`` of an attempt closed before
     it started, is left out). Attempts still open are not counted until they end.
+``phase_p95_per_bucket``
+    per bucket, the p95 of each of the waited / throttled / queued / ran phases of every
+    step's attempts that *ended* (``finished_at``) in it (``None`` where none did): the
+    latency-over-time chart.
 ``errors``
     the most frequent ``error_class`` of the attempts that failed in the window.
 ``stuck``
@@ -93,6 +97,7 @@ def compute(window: WorkflowWindow) -> dict[str, Any]:
             "window": {**window.to_dict(), "since": window.since(), "now": window.now},
             "runs_per_bucket": runs_per_bucket(window, counted),
             "step_failures_per_bucket": step_failures_per_bucket(window, counted),
+            "phase_p95_per_bucket": phase_p95_per_bucket(window, counted),
             "workflows": workflows(window, counted),
             "steps": steps(window, counted),
             "errors": with_member_errors(window, top_errors(window, counted)),
@@ -186,6 +191,19 @@ def step_failures_per_bucket(window: WorkflowWindow, counted: rollup.Tally | Non
         buckets[key]["failures"] += count
         if outcome in FAILURE_OUTCOMES:
             buckets[key][outcome] += count
+    return list(buckets.values())
+
+
+def phase_p95_per_bucket(window: WorkflowWindow, counted: rollup.Tally | None = None) -> list[dict[str, Any]]:
+    """``[{"start", "waited", "throttled", "queued", "ran"}]`` per bucket: each phase's p95 in
+    seconds over the attempts that ended in the bucket, ``None`` where none did."""
+    counted = tally(window) if counted is None else counted
+    buckets = _empty_buckets(window, rollup.PHASES)
+    for row in buckets.values():
+        row.update(dict.fromkeys(rollup.PHASES))
+    for (key, phase), counts in counted.phases.items():
+        if key in buckets:
+            (buckets[key][phase],) = histogram.quantiles(counts, (0.95,))
     return list(buckets.values())
 
 

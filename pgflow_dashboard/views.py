@@ -36,6 +36,17 @@ if TYPE_CHECKING:
     from .admin.runs import WorkflowRunAdmin
 
 POLL_MS = 5_000  # how often an open run's page refreshes its timeline
+# The latency chart's lines, in the run timeline's colours (distinct in both themes:
+# tests/unit/test_timeline_colours.py); ran in the colour of a completed body.
+LATENCY_SERIES = [
+    {"key": phase, "label": label, "colour": SERIES[series][0]}
+    for phase, series, label in (
+        ("waited", "waited", "waited"),
+        ("throttled", "throttled", "throttled by a limit"),
+        ("queued", "queued", "queued"),
+        ("ran", "ran_ok", "ran (the body)"),
+    )
+]
 ACTIONS = (*runpage.BUTTONS, "signal")
 
 
@@ -212,6 +223,8 @@ def insights_page(model_admin: WorkflowRunAdmin, request: HttpRequest) -> Templa
         chart_data={
             "runs": figures["runs_per_bucket"],
             "failures": figures["step_failures_per_bucket"],
+            "latency": figures["phase_p95_per_bucket"],
+            "latency_series": LATENCY_SERIES,
             "bucket_seconds": window.bucket_seconds,
             "time_zone": timezone.get_current_timezone_name(),
             "runs_url": changelist,  # a runs bar leads to the runs started in its bucket

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
+from django.utils import timezone
 
-from pgflow.models import WorkflowRun
+from pgflow import rollup
+from pgflow.models import Step, WorkflowRun
 from pgflow.testing import run_workflow
 from tests import dashboard_workflows as dw
 from tests import workflows as wf
@@ -100,6 +102,7 @@ def test_insights_json_serves_the_same_figures(login, viewer, history):
         "window",
         "runs_per_bucket",
         "step_failures_per_bucket",
+        "phase_p95_per_bucket",
         "workflows",
         "steps",
         "errors",
@@ -182,3 +185,66 @@ def test_the_command_prints_json_for_machines(history):
 def test_the_command_refuses_an_unknown_window():
     with pytest.raises(CommandError, match=r"unknown window '2w' \(one of 1h, 24h, 7d, 30d\)"):
         call_command("pgflow_insights", "--window", "2w")
+
+
+def seed_attempt(ended: datetime, *, waited: float, queued: float, ran: float) -> None:
+    """One finished run of one completed attempt that ended at ``ended``, its phases in seconds."""
+    started = ended - timedelta(seconds=ran)
+    scheduled = started - timedelta(seconds=queued)
+    created = scheduled - timedelta(seconds=waited)
+    run = WorkflowRun.objects.create(
+        workflow_class=wf.ThreeSteps.workflow_path(),
+        status="finished",
+        definition_digest=wf.ThreeSteps.definition_digest(),
+        created_at=created,
+        updated_at=ended,
+        finished_at=ended,
+    )
+    Step.objects.create(
+        run=run,
+        step_name="one",
+        attempt=1,
+        status="completed",
+        outcome="completed",
+        queue="workflows",
+        created_at=created,
+        scheduled_at=scheduled,
+        started_at=started,
+        finished_at=ended,
+    )
+
+
+def test_the_p95_of_each_phase_is_charted_per_bucket_rolled_or_not(login, viewer):
+    now = timezone.now()
+    three_hours_ago, ten_hours_ago = now - timedelta(hours=3), now - timedelta(hours=10)
+    for ran in (30, 29, 31):
+        seed_attempt(three_hours_ago, waited=120, queued=5, ran=ran)
+    seed_attempt(ten_hours_ago, waited=0, queued=1, ran=2)
+    client = login(viewer)
+
+    def by_bucket() -> dict[int, dict]:
+        data = client.get(insights_url("24h", as_json=True)).json()
+        buckets = {}
+        for row in data["phase_p95_per_bucket"]:
+            start = datetime.fromisoformat(row.pop("start"))
+            hours_ago = int((now - start).total_seconds() // 3600)
+            buckets[hours_ago] = row
+        return buckets
+
+    buckets = by_bucket()
+    assert len(buckets) in (24, 25)
+    assert buckets[3]["waited"] == pytest.approx(120, rel=0.0905)
+    assert buckets[3]["queued"] == pytest.approx(5, rel=0.0905)
+    assert buckets[3]["ran"] == pytest.approx(31, rel=0.0905)
+    assert buckets[3]["throttled"] is None  # not a limited step
+    assert buckets[10]["ran"] == pytest.approx(2, rel=0.0905) and buckets[10]["waited"] == 0
+    assert all(row == dict.fromkeys(row) for hours, row in buckets.items() if hours not in (3, 10)), buckets
+    # The same figures once the sweep has rolled the closed hours into the rollup.
+    assert rollup.roll(at=now, limit=None) > 0
+    assert by_bucket() == buckets
+    # The page draws them: the canvas and the series with their colours.
+    page = client.get(insights_url("24h"))
+    assert 'id="pgflow-latency-chart"' in page.content.decode()
+    series = page.context["chart_data"]["latency_series"]
+    assert [s["key"] for s in series] == ["waited", "throttled", "queued", "ran"]
+    assert len({s["colour"] for s in series}) == 4

@@ -7,7 +7,8 @@
  * segment's kind and duration. An open run's timeline refreshes itself from
  * timeline.json until the run is finished or cancelled.
  *
- * The insights page: stacked bars per bucket.
+ * The insights page: stacked bars per bucket, and the p95 of each phase per bucket as
+ * lines on a log-scale duration axis.
  *
  * Data comes from json_script blocks; text from the run reaches the DOM only through
  * textContent, never innerHTML. No build step.
@@ -363,6 +364,82 @@
     });
   }
 
+  // A duration for an axis or a tooltip: "250 ms", "3.2 s", "4 min", "2.5 h", "3 d".
+  function seconds(value) {
+    if (value < 1) return Math.round(value * 1000 * 10) / 10 + " ms";
+    if (value < 60) return Math.round(value * 10) / 10 + " s";
+    if (value < 3600) return Math.round(value / 6) / 10 + " min";
+    if (value < 86400) return Math.round(value / 360) / 10 + " h";
+    return Math.round(value / 8640) / 10 + " d";
+  }
+
+  var DURATION_TICKS = [0.001, 0.01, 0.1, 1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400];
+  var LOG_FLOOR = 0.001; // a p95 under 1 ms (or of 0) sits on the axis floor: a log axis has no 0
+
+  // One line per phase: the p95 of the attempts that ended in each bucket; a bucket where
+  // none ended is a gap, not a zero.
+  function latencyLines(data) {
+    var canvas = document.getElementById("pgflow-latency-chart");
+    if (!canvas || !data.latency) return null;
+    var labels = bucketLabels(data.latency, data.bucket_seconds, data.time_zone);
+    var full = formatter(data.time_zone, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+    var datasets = data.latency_series.map(function (s) {
+      return {
+        label: s.label, phase: s.key, borderColor: s.colour, backgroundColor: s.colour,
+        pointRadius: 3, pointHoverRadius: 5, borderWidth: 2, spanGaps: false, tension: 0,
+        data: data.latency.map(function (bucket) {
+          var value = bucket[s.key];
+          return value === null || value === undefined ? null : Math.max(value, LOG_FLOOR);
+        }),
+        seconds: data.latency.map(function (bucket) { return bucket[s.key]; }),
+      };
+    }).filter(function (dataset) {
+      return dataset.data.some(function (value) { return value !== null; });
+    });
+    return new Chart(canvas, {
+      type: "line",
+      data: { labels: labels, datasets: datasets },
+      options: {
+        responsive: true,
+        maintainAspectRatio: false,
+        animation: false,
+        interaction: { mode: "index", intersect: false },
+        scales: {
+          x: { ticks: { maxRotation: 0, autoSkip: true },
+            title: { display: true, text: "bucket start (" + data.time_zone + "), " + bucketWords(data.bucket_seconds) + " a point" } },
+          y: { type: "logarithmic",
+            // The axis spans whole ticks around the data; ticks on durations a reader counts
+            // in (1 s, 1 min, 1 h), not on powers of ten.
+            afterDataLimits: function (scale) {
+              var below = DURATION_TICKS.filter(function (value) { return value <= scale.min; });
+              var above = DURATION_TICKS.filter(function (value) { return value >= scale.max; });
+              if (below.length) scale.min = below[below.length - 1];
+              if (above.length) scale.max = above[0];
+            },
+            afterBuildTicks: function (scale) {
+              var ticks = DURATION_TICKS.filter(function (value) { return value >= scale.min && value <= scale.max; });
+              if (ticks.length >= 2) scale.ticks = ticks.map(function (value) { return { value: value }; });
+            },
+            ticks: { autoSkip: false, callback: function (value) { return seconds(value); } },
+            title: { display: true, text: "p95 duration (log scale)" } },
+        },
+        plugins: {
+          legend: { position: "bottom" },
+          tooltip: { callbacks: {
+            title: function (items) {
+              if (!items.length) return "";
+              return full.format(new Date(data.latency[items[0].dataIndex].start)) + " + " + bucketWords(data.bucket_seconds);
+            },
+            label: function (item) {
+              var value = item.dataset.seconds[item.dataIndex];
+              return item.dataset.label + ": p95 " + (value < LOG_FLOOR ? "under 1 ms" : seconds(value));
+            },
+          } },
+        },
+      },
+    });
+  }
+
   function insightsCharts() {
     var data = readJSON("pgflow-insights-data");
     if (!data) return;
@@ -395,6 +472,7 @@
         }) };
     }), { y: "failed attempts", timeZone: data.time_zone, bucketSeconds: data.bucket_seconds,
       starts: data.failures.map(function (bucket) { return bucket.start; }) });
+    window.pgflowLatencyChart = latencyLines(data);
   }
 
   // --- forms -------------------------------------------------------------------------------
