@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from pgflow import rollup
 from pgflow.core import histogram, phases
 from pgflow.models import Step, WorkflowRun
 from pgflow_dashboard import insights
@@ -486,6 +487,7 @@ def test_compute_has_every_figure_and_an_empty_database_gives_zeros():
         "window",
         "runs_per_bucket",
         "step_failures_per_bucket",
+        "phase_p95_per_bucket",
         "workflows",
         "steps",
         "errors",
@@ -497,6 +499,8 @@ def test_compute_has_every_figure_and_an_empty_database_gives_zeros():
     assert len(figures["runs_per_bucket"]) == 13  # 5-minute buckets over an hour, the first partial
     assert figures["workflows"] == [] and figures["steps"] == [] and figures["errors"] == []
     assert figures["schedules"] == []
+    assert len(figures["phase_p95_per_bucket"]) == 13
+    assert all(bucket[phase] is None for bucket in figures["phase_p95_per_bucket"] for phase in rollup.PHASES)
     assert all(group["count"] == 0 for group in figures["stuck"].values())
 
 
