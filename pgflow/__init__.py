@@ -26,7 +26,10 @@ from .exceptions import (
 from .workflow import Workflow, cancel_if, fan_out, step
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
     from .models import Signal, WorkflowRun
+    from .subjects import RunsRelation
 
 __all__ = [
     "DefinitionError",
@@ -38,6 +41,7 @@ __all__ = [
     "OnException",
     "PgflowError",
     "Rate",
+    "RunsRelation",
     "Schedule",
     "Singleton",
     "SingletonConflict",
@@ -49,6 +53,7 @@ __all__ = [
     "fan_out",
     "pause_queue",
     "resume_queue",
+    "runs_for",
     "signal",
     "step",
 ]
@@ -79,3 +84,21 @@ def resume_queue(queue: str, *, actor: Any = None) -> Any:
     from .queues import resume_queue as resume  # lazy: app registry; models load only after setup
 
     return resume(queue, actor=actor)
+
+
+def runs_for(obj: Any) -> QuerySet[WorkflowRun]:
+    """The runs whose subject is ``obj`` (a saved model instance), newest first."""
+    from .subjects import runs_for as of  # lazy: app registry; models load only once Django is set up
+
+    return of(obj)
+
+
+def __getattr__(name: str) -> Any:
+    # ``RunsRelation`` is a model field: it subclasses contenttypes' GenericRelation, whose
+    # module defines a model, so it is imported on first use (in a models.py, once the app
+    # registry is ready), never by ``import pgflow`` in settings.
+    if name == "RunsRelation":
+        from .subjects import RunsRelation  # lazy: app registry (see the comment above)
+
+        return RunsRelation
+    raise AttributeError(f"module 'pgflow' has no attribute {name!r}")

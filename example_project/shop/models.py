@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+import pgflow
+
 
 class Order(models.Model):
     class Status(models.TextChoices):
@@ -19,6 +21,8 @@ class Order(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PLACED)
     reviewed = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    # order.workflow_runs: the runs started with subject=order (no column, no migration).
+    workflow_runs = pgflow.RunsRelation()
 
     def __str__(self) -> str:
         return f"order {self.pk} ({self.customer})"

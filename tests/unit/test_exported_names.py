@@ -15,6 +15,7 @@ PUBLIC = [
     "OnException",
     "PgflowError",
     "Rate",
+    "RunsRelation",
     "Schedule",
     "Singleton",
     "SingletonConflict",
@@ -26,6 +27,7 @@ PUBLIC = [
     "fan_out",
     "pause_queue",
     "resume_queue",
+    "runs_for",
     "signal",
     "step",
 ]
