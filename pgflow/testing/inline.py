@@ -1,4 +1,4 @@
-"""Helpers for testing your workflows: run a run's steps in this process.
+"""Running a run's steps in the test's own process.
 
     run = Onboarding.start(subject=user, input={"plan": "pro"})
     run = run_workflow(run, signals={"payment_received": {"amount": 10}})
@@ -13,14 +13,14 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from . import schedules, store
-from .core.states import RunStatus, StepStatus
-from .fanout import djangotasks, member_finished, member_function, resolve_step
-from .fanout.builder import MEMBER_OPTIONS, TASK_KEY
-from .models import BatchMember, Schedule, Step, WorkflowRun
-from .runtime.runner import Runner
-from .signals import signal
-from .workflow import Workflow
+from .. import schedules, store
+from ..core.states import RunStatus, StepStatus
+from ..fanout import djangotasks, member_finished, member_function, resolve_step
+from ..fanout.builder import MEMBER_OPTIONS, TASK_KEY
+from ..models import BatchMember, Schedule, Step, WorkflowRun
+from ..runtime.runner import Runner
+from ..signals import signal
+from ..workflow import Workflow
 
 MAX_ATTEMPTS = 1000  # a run that needs more in one call is looping: stop and return it
 
@@ -46,7 +46,7 @@ def run_workflow(
         if step is None:
             break
         if step.status == StepStatus.WAITING:
-            if not _deliver(current, step, pending):
+            if not _deliver(current, step, pending, skip_waits=skip_waits):
                 break
             continue
         if step.status == StepStatus.IN_PROGRESS:
@@ -59,10 +59,10 @@ def run_workflow(
     return WorkflowRun.objects.get(pk=run_id)
 
 
-def _deliver(run: WorkflowRun, step: Step, pending: dict[str, list[Any]]) -> bool:
+def _deliver(run: WorkflowRun, step: Step, pending: dict[str, list[Any]], *, skip_waits: bool) -> bool:
     """Move a waiting step on: its batch's members inline, or a signal from ``pending``."""
     if step.batch_id is not None:
-        return run_inline(step)
+        return run_inline(step, skip_waits=skip_waits)
     definition = run.workflow().steps().get(step.step_name)
     name = definition.wait_for if definition else None
     if not name or not pending.get(name):
@@ -71,14 +71,16 @@ def _deliver(run: WorkflowRun, step: Step, pending: dict[str, list[Any]]) -> boo
     return True
 
 
-def run_inline(step: Step) -> bool:
+def run_inline(step: Step, *, skip_waits: bool = True) -> bool:
     """Run a waiting step's pending members here, in order, then resolve the step (for
-    :func:`run_workflow`). Returns True when the step moved on."""
+    :func:`run_workflow`; a child run's delays are skipped with ``skip_waits``). Returns True
+    when the step moved on."""
     if step.batch_id is not None:
         pending = BatchMember.objects.filter(batch_id=step.batch_id, status=BatchMember.Status.PENDING)
         for member in pending.order_by("position"):
             if member.child_id is not None:
-                run_workflow(member.child_id)  # its end counts the member (a paused child keeps it pending)
+                # Its end counts the member (a paused child keeps it pending).
+                run_workflow(member.child_id, skip_waits=skip_waits)
                 continue
             succeeded, error = _call(member)
             member_finished(member.batch_id, member.position, succeeded=succeeded, error=error)
