@@ -1,0 +1,287 @@
+"""Moving pgflow's time forward in a test, in the database (the ``pgflow_clock`` fixture).
+
+pgflow compares its rows' times with the clock in Python (``timezone.now()``) and in SQL
+(a ``now`` parameter), in this process and in every worker: freezing Python's clock moves
+neither PostgreSQL's nor another process's. So :meth:`Clock.advance` moves the rows
+instead: every time pgflow wrote, in pgflow's own tables only, goes back by the advance,
+which is the same to every reader as the clock going forward by it. Then it runs, once,
+what came due: the sweep (lost leases, wait timeouts, alerts, retention …), the
+schedules' ticks, and the due steps, here in the test's process.
+
+It changes no run's state itself, only times: every transition it causes is the sweep's
+or a step's own, through ``pgflow.store`` as a worker would make it. It never touches a
+table pgflow does not own, nor a column outside :data:`TIMES`, and it works in the test's
+transaction (Django's ``TestCase``, pytest-django's ``db``) as on committed rows
+(``transactional_db``, where a real worker sees the advance too).
+
+A time read from a row written before an advance is that much earlier than it was; a
+test compares times with :attr:`Clock.now` only for rows written since its last advance.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.apps import apps
+from django.db import OperationalError, connection, models, transaction
+
+from .. import rollup, schedules, store
+from ..core.states import RunStatus, StepStatus
+from ..models import Step
+from ..observability import alerts
+from ..runtime import sweep
+from .inline import run_workflow
+
+# What becomes of each column when the clock moves by D.
+SHIFT = "shift"  # back by D
+HOURS = "hours"  # back by D's whole hours: the rollup's rows sit on the hour
+ELEMENTS = "elements"  # a timestamptz[]: each element back by D
+KEEP = "keep"  # left alone (the reason is on the column)
+
+
+@dataclass(frozen=True)
+class Column:
+    model: str  # a model of the pgflow app
+    field: str
+    how: str
+    compared: str  # what compares it with the clock, or why it is kept
+
+
+# Every time column of pgflow's models, and what compares it with the clock. A DateTimeField
+# added to a pgflow model must be listed here (tests/integration/test_pytest_plugin.py
+# fails until it is), or an advance would leave it behind.
+TIMES: tuple[Column, ...] = (
+    Column("WorkflowRun", "created_at", SHIFT, "insights windows, rollup"),
+    Column("WorkflowRun", "updated_at", SHIFT, "the run list's order"),
+    Column("WorkflowRun", "finished_at", SHIFT, "retention (RETENTION), rollup"),
+    Column("Step", "created_at", SHIFT, "history order, insights"),
+    Column("Step", "scheduled_at", SHIFT, "the claim: due when scheduled_at <= now (wait, wait_until, backoff)"),
+    Column("Step", "started_at", SHIFT, "phases, the timeline"),
+    Column("Step", "finished_at", SHIFT, "rollup, phases"),
+    Column("Step", "waiting_since", SHIFT, "the waiting phase, phase_p95 alerts"),
+    Column("Step", "deadline_at", SHIFT, "the sweep: a signal wait past it gets its on_timeout"),
+    Column("Step", "lease_expires_at", SHIFT, "the sweep: an attempt past its lease is lost and re-run"),
+    Column("Step", "throttled_until", SHIFT, "the throttled phase"),
+    Column("Event", "created_at", SHIFT, "the audit trail's order"),
+    Column("Signal", "received_at", SHIFT, "the mailbox's order"),
+    Column("Signal", "consumed_at", SHIFT, "the signal list"),
+    Column("Gate", "served_at", SHIFT, "the claim's round-robin between keys"),
+    Column("Gate", "starts", ELEMENTS, "the claim: a Rate's starts within its window"),
+    Column("QueueState", "changed_at", SHIFT, "the queues page"),
+    Column("Batch", "created_at", SHIFT, "the batch list"),
+    Column("Batch", "finished_at", SHIFT, "the sweep: a finished batch's lost callback after FAN_OUT_GRACE"),
+    Column("BatchMember", "enqueued_at", SHIFT, "the sweep: members never enqueued, after FAN_OUT_GRACE"),
+    Column("BatchMember", "finished_at", SHIFT, "the batch page"),
+    Column("RollupState", "rolled_until", HOURS, "the rollup's watermark: the hours rolled"),
+    Column("RunRollup", "start", HOURS, "insights windows; retention"),
+    Column("StepRollup", "start", HOURS, "insights windows; retention"),
+    Column("FailureRollup", "start", HOURS, "insights windows; retention"),
+    # A tick sits on a wall-clock grid (a cron expression, or an interval counted from the
+    # epoch): shifted by an advance that is not a whole number of ticks it would fall off
+    # the grid, and the next tick pgflow works out from it would be on neither. So a
+    # schedule keeps the clock's own time, and the clock fires its ticks at Clock.now.
+    Column("Schedule", "next_tick_at", KEEP, "fired at Clock.now: its tick due then starts"),
+    Column("Schedule", "last_tick_at", KEEP, "in the clock's time, with next_tick_at"),
+    Column("Schedule", "buffered_tick_at", KEEP, "in the clock's time, with next_tick_at"),
+    Column("Schedule", "created_at", KEEP, "in the clock's time, with next_tick_at"),
+    Column("Schedule", "updated_at", KEEP, "in the clock's time, with next_tick_at"),
+    Column("ScheduleTick", "tick_at", KEEP, "in the clock's time, with next_tick_at"),
+    Column("ScheduleTick", "started_at", KEEP, "in the clock's time, with next_tick_at"),
+    Column("Worker", "started_at", SHIFT, "the workers page"),
+    Column("Worker", "heartbeat_at", SHIFT, "live workers (LEASE), forgotten after an hour; a live one beats again"),
+    Column("AccessToken", "created_at", SHIFT, "the tokens page"),
+    Column("AccessToken", "last_used_at", SHIFT, "the tokens page"),
+    Column("AccessToken", "revoked_at", SHIFT, "the tokens page"),
+    Column("AlertRule", "muted_until", SHIFT, "alerts: a muted rule sends nothing until then"),
+    Column("AlertRule", "created_at", SHIFT, "the rules page"),
+    Column("Alert", "fired_at", SHIFT, "alerts: a rule's cooldown after its last firing"),
+    Column("Alert", "resolved_at", SHIFT, "the alerts page"),
+    Column("Alert", "acknowledged_at", SHIFT, "the alerts page"),
+    Column("AlertDelivery", "next_at", SHIFT, "alerts: a delivery due (and its retries' backoff)"),
+    Column("AlertDelivery", "delivered_at", SHIFT, "the alerts page"),
+    Column("AlertDelivery", "created_at", SHIFT, "the alerts page"),
+)
+
+HOUR = timedelta(hours=1)
+MAX_ROUNDS = 100  # passes over the due steps in one advance: more means a run loops
+_RETRIES = 3  # a shift that meets a worker's locks in the other order (a deadlock) is tried again
+
+
+def time_columns() -> list[tuple[str, str]]:
+    """``(model, field)`` of every time column of pgflow's models: DateTimeFields and
+    timestamptz arrays (what :data:`TIMES` must list)."""
+    found = []
+    for model in apps.get_app_config("pgflow").get_models():
+        for column in model._meta.concrete_fields:
+            if isinstance(column, models.DateTimeField) or getattr(column, "element", None) == "timestamptz":
+                found.append((model.__name__, column.name))
+    return found
+
+
+@dataclass(frozen=True)
+class Advanced:
+    """What one :meth:`Clock.advance` did."""
+
+    now: datetime  # Clock.now after it
+    sweep: dict[str, int]  # the sweep's counts (lost_leases, wait_timeouts, purged_runs, alerts …)
+    schedules: int  # schedules whose due ticks were acted on
+    runs: list[int] = field(default_factory=list)  # the runs whose due steps ran here
+
+
+class Clock:
+    """pgflow's clock in a test: :attr:`now`, and :meth:`advance` to move it forward.
+
+    Use it from the ``pgflow_clock`` fixture, or make one in a Django ``TestCase``
+    (``Clock()``): it keeps its total advance, nothing else.
+    """
+
+    def __init__(self) -> None:
+        self.advanced = timedelta(0)
+
+    @property
+    def now(self) -> datetime:
+        """The time as pgflow's rows see it: the real time plus every advance so far."""
+        return store.now() + self.advanced
+
+    def advance(self, by: timedelta | None = None, /, *, run_due: bool = True, **units: float) -> Advanced:
+        """Move pgflow's time forward by ``by`` (a timedelta), or by ``days=``, ``hours=``,
+        ``minutes=``, ``seconds=``; then, unless ``run_due=False``, run what came due once:
+        the sweep, the schedules' due ticks, and the due steps here (as ``run_workflow``
+        does, without skipping waits). Returns what it did."""
+        delta = _delta(by, units)
+        before = self.now
+        _shift(delta)
+        self.advanced += delta
+        if not run_due:
+            _wake()
+            return Advanced(now=self.now, sweep={}, schedules=0)
+        swept = sweep.run()
+        _deliver_alerts()
+        fired = self._fire_schedules(before)
+        ran = run_due_steps()
+        _wake()
+        return Advanced(now=self.now, sweep=swept, schedules=fired, runs=ran)
+
+    def _fire_schedules(self, before: datetime) -> int:
+        # A declared schedule with no row yet (a flushed table, a new class) exists from
+        # before this advance on, so its ticks during the advance are due.
+        schedules.sync(now=before)
+        fired = 0
+        while True:
+            claimed = schedules.fire_due(now=self.now)
+            fired += claimed
+            if claimed < schedules.BATCH:
+                return fired
+
+
+def _delta(by: Any, units: dict[str, float]) -> timedelta:
+    accepted = {"days", "hours", "minutes", "seconds"}
+    unknown = sorted(set(units) - accepted)
+    if unknown:
+        raise TypeError(f"advance() takes a timedelta or {', '.join(sorted(accepted))}=, got {', '.join(unknown)}=")
+    if by is not None and units:
+        raise TypeError("advance() takes a timedelta or units (days=, hours= …), not both")
+    if by is None:
+        if not units:
+            raise TypeError("advance() needs how far: a timedelta, or days=, hours=, minutes=, seconds=")
+        by = timedelta(**units)
+    if not isinstance(by, timedelta):
+        raise TypeError(f"advance() takes a timedelta (or days=, hours= …), got {by!r}")
+    if by < timedelta(0):
+        raise ValueError(f"the clock only moves forward: advance() takes a timedelta of 0 or more, got {by}")
+    return by
+
+
+def _statements(delta: timedelta) -> list[tuple[str, dict[str, Any]]]:
+    """One UPDATE per table of :data:`TIMES`' moved columns."""
+    params = {"d": delta, "h": delta // HOUR * HOUR}
+    by_model: dict[str, list[Column]] = {}
+    for column in TIMES:
+        if column.how != KEEP:
+            by_model.setdefault(column.model, []).append(column)
+    statements = []
+    for name, columns in by_model.items():
+        meta = apps.get_model("pgflow", name)._meta
+        sets = []
+        for column in columns:
+            db = connection.ops.quote_name(meta.get_field(column.field).column)
+            if column.how == ELEMENTS:
+                sets.append(f"{db} = ARRAY(SELECT t - %(d)s FROM unnest({db}) WITH ORDINALITY AS u(t, n) ORDER BY n)")
+            else:
+                sets.append(f"{db} = {db} - %({'h' if column.how == HOURS else 'd'})s")
+        statements.append((f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {', '.join(sets)}", params))
+    return statements
+
+
+def _shift(delta: timedelta) -> None:
+    """Every moved column back by ``delta``, in one transaction (a savepoint inside the test's)."""
+    if not delta:
+        return
+    for attempt in range(_RETRIES):
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                for sql, params in _statements(delta):
+                    cursor.execute(sql, params)
+            break
+        except OperationalError as exc:  # a worker's transaction took the rows in the other order
+            if "deadlock" not in str(exc) or attempt == _RETRIES - 1:
+                raise
+    if delta % HOUR:
+        # The rollup moved by whole hours, the rows it counted by all of delta: count its
+        # rolled hours again from those rows, so the insights add up as before.
+        mark = apps.get_model("pgflow", "RollupState").objects.values_list("rolled_until", flat=True).first()
+        first = apps.get_model("pgflow", "RunRollup").objects.order_by("start").values_list("start", flat=True).first()
+        if mark is not None and first is not None:
+            rollup.rebuild(first, mark)
+
+
+def _deliver_alerts() -> None:
+    """Send the alerts the sweep queued, here: the sweep's own delivery thread has its own
+    connection, which cannot see the test's uncommitted rows; then wait for that thread, so
+    nothing sends after the test."""
+    alerts.deliver_due()
+    for thread in threading.enumerate():
+        if thread.name == "pgflow-alerts":
+            thread.join(30)
+
+
+def run_due_steps() -> list[int]:
+    """Run every running run's due attempts here (and the members of the batches opened
+    here), until none is due that was not tried already; returns the runs that ran."""
+    ran: list[int] = []
+    tried: set[tuple[int, int]] = set()
+    for _ in range(MAX_ROUNDS):
+        due = _due() - tried
+        if not due:
+            break
+        for run_id in sorted({run_id for run_id, _ in due}):
+            run_workflow(run_id, skip_waits=False)
+            if run_id not in ran:
+                ran.append(run_id)
+        # An attempt still due after its run ran cannot run here (a limit holds it, a child
+        # waits for a signal): it is not tried again. A run that a child's end or a tick woke
+        # has a new attempt, which runs in the next round.
+        tried |= due
+    return ran
+
+
+def _due() -> set[tuple[int, int]]:
+    """``(run, attempt)`` of the running runs' due attempts, and of their fan-outs whose
+    batch was opened here (its members run here too; a worker's went to django-q2)."""
+    running = Step.objects.filter(run__status=RunStatus.RUNNING)
+    due = running.filter(status=StepStatus.SCHEDULED, scheduled_at__lte=store.now())
+    fanned = running.filter(status=StepStatus.WAITING, batch__isnull=False, worker=store.TESTING_WORKER)
+    return {*due.values_list("run_id", "pk"), *fanned.values_list("run_id", "pk")}
+
+
+def _wake() -> None:
+    """Wake the workers of every queue with a due attempt: a real worker sleeping until the
+    next due time it knew of would otherwise wait for its poll."""
+    queues = Step.objects.filter(status=StepStatus.SCHEDULED, scheduled_at__lte=store.now()).values_list(
+        "queue", flat=True
+    )
+    for queue in sorted(set(queues)):
+        store.notify(queue)
