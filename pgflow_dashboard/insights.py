@@ -65,7 +65,8 @@ from pgflow.exceptions import WorkflowNotFound
 from pgflow.models import Worker
 from pgflow.registry import resolve
 
-from .why import FAN_OUT_FAILED, member_error, short_class
+from . import runfacts
+from .why import FAN_OUT_FAILED, first_line, member_error, short_class
 from .window import WorkflowWindow
 
 OVERDUE_AFTER = timedelta(minutes=5)  # a due attempt no worker claimed for this long is stuck
@@ -315,8 +316,9 @@ MEMBER_ERRORS_READ = 5000  # failed fan-out members read per window for their ow
 
 def with_member_errors(window: WorkflowWindow, errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``errors`` with, on a ``FanOutFailed`` row, ``members``: the error classes of the fan-out
-    members that failed in the window (``[{"error_class", "count"}]``, most first), read from
-    each member's own error (a traceback's last line): what actually went wrong."""
+    members that failed in the window (``[{"error_class", "count", "message"}]``, most first,
+    with the latest member's message of each class), read from each member's own error (a
+    traceback's last line, :func:`why.member_error`): what actually went wrong."""
     if not any(short_class(row["error_class"]) == FAN_OUT_FAILED for row in errors):
         return errors
     texts = _rows(
@@ -325,10 +327,15 @@ def with_member_errors(window: WorkflowWindow, errors: list[dict[str, Any]]) -> 
         {"since": window.since(), "now": window.now, "limit": MEMBER_ERRORS_READ},
     )
     counts: dict[str, int] = defaultdict(int)
+    messages: dict[str, str] = {}  # per class, the latest member's message (texts are latest first)
     for (text,) in texts:
-        counts[member_error(text)[0] or "(no error class)"] += 1
+        error_class, message = member_error(text)
+        name = error_class or "(no error class)"
+        counts[name] += 1
+        messages.setdefault(name, first_line(message))
     members = [
-        {"error_class": name, "count": count} for name, count in sorted(counts.items(), key=lambda i: (-i[1], i[0]))
+        {"error_class": name, "count": count, "message": messages[name]}
+        for name, count in sorted(counts.items(), key=lambda i: (-i[1], i[0]))
     ]
     return [{**row, "members": members} if short_class(row["error_class"]) == FAN_OUT_FAILED else row for row in errors]
 
@@ -353,8 +360,53 @@ def paused_groups(*, limit: int) -> dict[str, Any]:
         GROUP BY 1, 2, 3 ORDER BY 4 DESC, 1, 2, 3 LIMIT %(limit)s
     """
     keys = ("workflow_class", "step_name", "error_class", "count", "since", "run_ids")
-    rows = _dicts(keys, _rows(sql, {"limit": limit, "ids": GROUP_RUN_IDS}))
+    rows = _by_member_error(_dicts(keys, _rows(sql, {"limit": limit, "ids": GROUP_RUN_IDS})))[:limit]
     return {"count": len(rows), "rows": rows}
+
+
+def _by_member_error(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``groups`` with each ``FanOutFailed`` group split by its runs' first failed member's own
+    error class (:func:`pgflow_dashboard.runfacts.first_failed_members`, as the run page and
+    the run list read it): the split rows say ``fan_out_error``; runs whose member error is
+    unknown, or past the ids a group carries, stay under ``FanOutFailed``. Most runs first."""
+    fan_outs = [group for group in groups if short_class(group["error_class"]) == FAN_OUT_FAILED]
+    if not fan_outs:
+        return groups
+    ids = [pk for group in fan_outs for pk in group["run_ids"]]
+    latest = _rows(
+        """
+        SELECT r.id, r.updated_at, f.batch_id FROM pgflow_run r
+        CROSS JOIN LATERAL (
+            SELECT s.batch_id FROM pgflow_step s WHERE s.run_id = r.id AND s.error_class IS NOT NULL
+            ORDER BY s.created_at DESC, s.id DESC LIMIT 1
+        ) f
+        WHERE r.id = ANY(%(ids)s)
+        """,
+        {"ids": ids},
+    )
+    members = runfacts.first_failed_members((batch for _, _, batch in latest), using=readdb.alias())
+    cause = {pk: (members.get(batch) or {}).get("error_class") for pk, _, batch in latest}
+    paused_at = {pk: at for pk, at, _ in latest}
+    result = [group for group in groups if group not in fan_outs]
+    for group in fan_outs:
+        split: dict[str, dict[str, Any]] = {}
+        for pk in group["run_ids"]:
+            name = cause.get(pk)
+            if name is None:
+                continue
+            fresh = {"error_class": name, "fan_out_error": group["error_class"], "count": 0, "run_ids": []}
+            row = split.setdefault(name, {**group, **fresh, "since": paused_at[pk]})
+            row["count"] += 1
+            row["run_ids"].append(pk)
+            row["since"] = min(row["since"], paused_at[pk])
+        rest = [pk for pk in group["run_ids"] if cause.get(pk) is None]
+        left = group["count"] - sum(row["count"] for row in split.values())
+        if left:
+            result.append({**group, "count": left, "run_ids": rest})
+        result.extend(split.values())
+    return sorted(
+        result, key=lambda g: (-g["count"], g["workflow_class"], g["step_name"] or "", g["error_class"] or "")
+    )
 
 
 _STEP_COLUMNS = "s.id, s.run_id, r.workflow_class, s.step_name, s.attempt, s.queue"

@@ -3,6 +3,7 @@ run, as plain values: a handful of bounded queries, reads only."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -84,16 +85,34 @@ def facts(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
 
 def first_failed_member(batch_id: Any) -> dict[str, Any] | None:
     """The first failed member of a batch: its position, function and own error."""
-    row = (
-        BatchMember.objects.filter(batch_id=batch_id, status=BatchMember.Status.FAILED)
-        .order_by("position")
-        .values("position", "func", "error")
-        .first()
+    return first_failed_members([batch_id]).get(batch_id)
+
+
+def first_failed_members(batch_ids: Iterable[Any], *, using: str | None = None) -> dict[Any, dict[str, Any]]:
+    """For each batch with a failed member, its first (by position): ``{batch_id: {"position",
+    "func", "error_class", "error_message"}}``, the error parsed by :func:`why.member_error`.
+    What a ``FanOutFailed`` stands for on the run page, the run list and insights' stuck
+    groups; one query whatever the number of batches."""
+    wanted = {batch_id for batch_id in batch_ids if batch_id is not None}
+    if not wanted:
+        return {}
+    rows = (
+        BatchMember.objects.using(using)
+        .filter(batch_id__in=wanted, status=BatchMember.Status.FAILED)
+        .order_by("batch_id", "position")
+        .distinct("batch_id")
+        .values("batch_id", "position", "func", "error")
     )
-    if row is None:
-        return None
-    error_class, message = member_error(row["error"])
-    return {"position": row["position"], "func": row["func"], "error_class": error_class, "error_message": message}
+    found = {}
+    for row in rows:
+        error_class, message = member_error(row["error"])
+        found[row["batch_id"]] = {
+            "position": row["position"],
+            "func": row["func"],
+            "error_class": error_class,
+            "error_message": message,
+        }
+    return found
 
 
 def _rerun_of(run: WorkflowRun) -> dict[str, Any] | None:

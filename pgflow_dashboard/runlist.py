@@ -15,8 +15,8 @@ from pgflow.exceptions import WorkflowNotFound
 from pgflow.models import QueueState, Step, Worker, WorkflowRun
 from pgflow.registry import resolve
 
-from . import runpage, timeline
-from .why import doing, why
+from . import runfacts, runpage, timeline
+from .why import FAN_OUT_FAILED, doing, short_class, why
 
 OPEN_FIELDS = (
     "run_id",
@@ -64,10 +64,15 @@ def attach(runs: list[WorkflowRun], *, now: datetime) -> None:
             Step.objects.using(alias)
             .filter(run_id__in=paused_ids, error_class__isnull=False)
             .order_by("run_id", "-created_at", "-id")
-            .values("run_id", "step_name", "attempt", "error_class", "error_message", "outcome")
+            .values("run_id", "step_name", "attempt", "error_class", "error_message", "outcome", "batch_id")
         )
         for row in failed:
             failures.setdefault(row["run_id"], dict(row))
+    # A failed fan-out reads as its first failed member's own error (one query for the page).
+    members = runfacts.first_failed_members(
+        (row["batch_id"] for row in failures.values() if short_class(row["error_class"]) == FAN_OUT_FAILED),
+        using=alias,
+    )
     live: dict[str, int] = {}
     paused_queues: list[str] = []
     if open_steps:
@@ -91,7 +96,8 @@ def attach(runs: list[WorkflowRun], *, now: datetime) -> None:
             "finished_at": run.finished_at,
             "paused_at": run.updated_at,
             "paused_reason": run.paused_reason,
-            "last_error": _pause_cause(failures.get(run.pk)),
+            "last_error": (cause := _pause_cause(failures.get(run.pk))),
+            "member_error": members.get(cause["batch_id"]) if cause else None,
             "open_step": step,
             "live_queues": live,
             "paused_queues": paused_queues,

@@ -58,7 +58,7 @@ def doing(facts: dict[str, Any], *, now: datetime) -> tuple[str, str]:
     status = facts["status"]
     if status == RunStatus.PAUSED:
         error = facts.get("last_error")
-        cause = short_class(error.get("error_class")) if error else _reason_words(facts.get("paused_reason"))
+        cause = cause_class(error, facts.get("member_error")) if error else _reason_words(facts.get("paused_reason"))
         return "paused", f"paused: {cause}" if cause else "paused"
     if status != RunStatus.RUNNING:
         return str(status), str(status)
@@ -98,7 +98,7 @@ def failure(error: dict[str, Any], member: dict[str, Any] | None = None) -> str:
     policy = POLICY_OF_OUTCOME.get(outcome, outcome or "?")
     head = f"step {error['step_name']} (attempt {error['attempt']})"
     if member is not None and short_class(error.get("error_class")) == FAN_OUT_FAILED:
-        name = short_class(member.get("error_class")) or "an error"
+        name = cause_class(error, member) if member.get("error_class") else "an error"
         text = first_line(member.get("error_message"))
         return (
             f"{head} fan-out failed: {first_line(error.get('error_message'))}; the first, job {member['position']} "
@@ -107,6 +107,16 @@ def failure(error: dict[str, Any], member: dict[str, Any] | None = None) -> str:
     name = short_class(error.get("error_class")) or "an error"
     text = first_line(error.get("error_message"))
     return f"{head} failed with {name}" + (f": {text}" if text else "") + f" (policy: {policy})"
+
+
+def cause_class(error: dict[str, Any], member: dict[str, Any] | None = None) -> str:
+    """The error class that names a failure (short): a failed fan-out's first failed member's
+    own class (``member``, :func:`pgflow_dashboard.runfacts.first_failed_members`) rather
+    than ``FanOutFailed``, which says only that some member failed."""
+    name = short_class(error.get("error_class"))
+    if name == FAN_OUT_FAILED and member is not None and member.get("error_class"):
+        return short_class(member["error_class"])
+    return name
 
 
 def member_error(text: str | None) -> tuple[str | None, str]:

@@ -11,6 +11,7 @@ import pytest
 from pgflow.testing import run_workflow
 from tests import composition_workflows as cw
 from tests import dashboard_workflows as dw
+from tests import fanout_workflows as fw
 from tests import workflows as wf
 from tests.dashboard_support import changelist_url
 
@@ -58,3 +59,13 @@ def test_child_runs_name_their_parent_and_the_status_filter_counts(login, viewer
         assert f"#{parent.pk}" in listed[child]
     text = html.unescape(page)
     assert "Running (1)" in text and "Finished (1)" in text and "Paused (1)" in text and "Cancelled (0)" in text
+
+
+def test_a_failed_fan_out_reads_as_its_members_own_error(login, viewer):
+    tasks = [("tests.fanout_tasks.double", [1]), ("tests.fanout_tasks.fail", ["vendor 13's inbox refuses mail"])]
+    run = run_workflow(fw.Fan.start(input={"tasks": tasks}))
+    assert run.status == "paused"
+    row = rows(login(viewer).get(changelist_url()).content.decode())[run.pk]
+    assert "paused: RuntimeError" in row, row  # the badge: the member's class, not FanOutFailed
+    assert "job 1 (tests.fanout_tasks.fail), failed with RuntimeError: vendor 13's inbox refuses mail" in row, row
+    assert "paused: FanOutFailed" not in row

@@ -10,6 +10,7 @@ import pytest
 
 from pgflow.models import WorkflowRun
 from pgflow.testing import run_workflow
+from tests import fanout_workflows as fw
 from tests import workflows as wf
 from tests.dashboard_support import changelist_url, insights_url
 
@@ -43,3 +44,27 @@ def test_paused_runs_of_one_error_read_as_one_group_with_one_dry_run_action(logi
         r"<[^>]+>", "", text
     )
     assert set(WorkflowRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"paused"}
+
+
+def test_runs_paused_by_failed_fan_outs_group_by_their_members_own_error(login, operator):
+    def fan(message: str) -> WorkflowRun:
+        tasks = [("tests.fanout_tasks.double", [1]), ("tests.fanout_tasks.fail", [message])]
+        return run_workflow(fw.Fan.start(input={"tasks": tasks}))
+
+    refused = [fan("vendor 13's inbox refuses mail"), fan("vendor 14's inbox refuses mail")]
+    missing = run_workflow(
+        fw.Fan.start(input={"tasks": [("tests.fanout_tasks.fail_unless_exists", ["/nowhere/at/all"])]})
+    )
+    assert {run.status for run in (*refused, missing)} == {"paused"}
+    page = login(operator).get(insights_url("24h")).content.decode()
+    table = page.split('id="pgflow-paused-groups"')[1].split("</table>")[0]
+    groups = [
+        " ".join(html.unescape(re.sub(r"<[^>]+>", " ", row)).split())
+        for row in re.findall(r"<tr><td><strong>.*?</tr>", table, re.S)
+    ]
+    assert groups[0].startswith("2 × Fan fan RuntimeError (a fan-out member; FanOutFailed)"), groups
+    assert groups[1].startswith("1 × Fan fan FileNotFoundError (a fan-out member; FanOutFailed)"), groups
+    form = table.split("<tr><td><strong>")[1]
+    ids = [int(pk) for pk in re.findall(r'name="_selected_action" value="(\d+)"', form)]
+    assert ids == [run.pk for run in refused]
+    assert missing.pk not in ids

@@ -65,10 +65,14 @@ def test_a_failed_fan_out_says_the_members_own_error_and_lists_its_members(login
 
 
 def test_insights_count_a_failed_fan_outs_member_errors(login, viewer):
-    tasks = [("tests.fanout_tasks.fail", ["vendor 13's inbox refuses mail"]), ("tests.fanout_tasks.fail", ["no"])]
+    refused = "vendor 13's inbox refuses mail"
+    tasks = [("tests.fanout_tasks.fail", [refused]), ("tests.fanout_tasks.fail", [refused])]
     run_workflow(fw.Fan.start(input={"tasks": tasks}))
     figures = login(viewer).get(insights_url("24h", as_json=True)).json()
     (fan_out,) = [row for row in figures["errors"] if row["error_class"].endswith("FanOutFailed")]
-    assert fan_out["members"] == [{"error_class": "RuntimeError", "count": 2}]
+    assert fan_out["members"] == [{"error_class": "RuntimeError", "count": 2, "message": refused}]
     page = html.unescape(login(viewer).get(insights_url("24h")).content.decode())
-    assert "its members' own errors: <code>RuntimeError</code> × 2" in page
+    table = page.split('id="pgflow-errors-title"')[1].split("</table>")[0]
+    cells = [" ".join(re.sub(r"<[^>]+>", "", cell).split()) for cell in re.findall(r"<td>(.*?)</td>", table, re.S)]
+    # The members' own error leads the row; FanOutFailed only says where it came from.
+    assert cells[:2] == [f"RuntimeError: {refused} × 2 failed fan-out members(their step: FanOutFailed)", "1"], cells

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pgflow_dashboard.why import doing, member_error, reads_output, why
+from pgflow_dashboard.why import cause_class, doing, member_error, reads_output, why
 
 NOW = datetime(2025, 3, 4, 10, 16, tzinfo=UTC)  # a Tuesday
 
@@ -109,6 +109,12 @@ def test_a_failed_fan_out_says_the_members_own_error_not_fan_out_failed():
         "job 1 (shop.tasks.notify), failed with ValueError: vendor 13's inbox refuses mail (policy: pause); "
         "resume after fixing the cause"
     )
+    # The run list's badge and insights' stuck groups name the member's class, too.
+    assert cause_class(error, member) == "ValueError"
+    assert cause_class(error, None) == "FanOutFailed"  # no member read: what was recorded
+    assert cause_class(error, {**member, "error_class": None}) == "FanOutFailed"
+    paused = {"status": "paused", "last_error": error, "member_error": member}
+    assert doing(paused, now=NOW) == ("paused", "paused: ValueError")
 
 
 def test_a_members_error_text_without_a_traceback():
