@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
+from django import forms
+
 import pgflow
 from pgflow import OnException, fan_out, step
 
@@ -69,8 +71,15 @@ class OrderFulfilment(pgflow.Workflow):
         return self.subject.reviewed
 
 
+class RefundForm(forms.Form):
+    amount_cents = forms.IntegerField(min_value=1, help_text="how much to refund, in cents")
+
+
 class RefundApproval(pgflow.Workflow):
     """A refund waits for a person to approve it in the admin (send the signal 'approved')."""
+
+    # What the admin's "Start RefundApproval" action asks for (pgflow_dashboard.admin.start_workflow_action).
+    input_form = RefundForm
 
     @step
     def open_ticket(self):

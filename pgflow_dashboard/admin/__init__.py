@@ -10,12 +10,17 @@ a setting a test patches (``MAX_BULK_RUNS``) is read from its own module, :mod:`
 - :mod:`.queues`: the Queues page, with Pause and Resume;
 - :mod:`.tokens`: the MCP endpoint's bearer tokens;
 - :mod:`.schedules`: schedules, and the form an admin-made one is checked with;
-- :mod:`.alerts`: alert rules and the alerts they raised.
+- :mod:`.alerts`: alert rules and the alerts they raised;
+- :mod:`.inlines`: ``RunsInline``, an object's runs on its own change page;
+- :mod:`.actions`: ``start_workflow_action``, an action starting a workflow per object;
+- :mod:`.subjects`: the run list's filter by subject type.
 """
 
 from __future__ import annotations
 
+from .actions import start_workflow_action
 from .alerts import KEEP, AlertAdmin, AlertRuleAdmin, AlertRuleForm, DeliveryInline, masked, unmasked
+from .inlines import RunsInline
 from .queues import QueueAdmin
 from .runs import (
     MAX_BULK_RUNS,
@@ -27,6 +32,7 @@ from .runs import (
     WorkflowRunAdmin,
 )
 from .schedules import ScheduleAdmin, ScheduleForm
+from .subjects import SubjectTypeFilter
 from .tokens import AccessTokenAdmin
 from .workers import SeenByRunViewers, WorkerAdmin
 
@@ -43,12 +49,15 @@ __all__ = [
     "ErrorClassFilter",
     "ParentFilter",
     "QueueAdmin",
+    "RunsInline",
     "ScheduleAdmin",
     "ScheduleForm",
     "SeenByRunViewers",
+    "SubjectTypeFilter",
     "WorkerAdmin",
     "WorkflowClassFilter",
     "WorkflowRunAdmin",
     "masked",
+    "start_workflow_action",
     "unmasked",
 ]

@@ -1,0 +1,294 @@
+"""Runs on the shop's order pages, over HTTP: ``RunsInline`` on the order's change page, its
+controls' confirmation page, ``start_workflow_action`` (confirmation, idempotent keys, the
+input form, permissions), and the run list's filter by subject type
+(example_project/shop/admin.py wires them as a user would)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.contrib.contenttypes.models import ContentType
+from django.test import Client
+from django.urls import reverse
+
+from example_project.shop.models import Order
+from example_project.shop.workflows import OrderFulfilment, RefundApproval
+from pgflow.models import WorkflowRun
+from pgflow.testing import run_workflow
+from tests import dashboard_workflows as dw
+from tests import workflows as wf
+from tests.dashboard_support import changelist_url, make_user, messages_of, run_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def shop_user(name: str, *shop: str, runs: tuple[str, ...] = ()) -> Client:
+    user = make_user(name, perms=runs)
+    for codename in shop:
+        user.user_permissions.add(Permission.objects.get(content_type__app_label="shop", codename=codename))
+    client = Client()
+    client.force_login(User.objects.get(pk=user.pk))
+    return client
+
+
+def order(customer: str = "ada") -> Order:
+    return Order.objects.create(customer=customer, email=f"{customer}@example.com", total_cents=1200, vendors=[1])
+
+
+def order_url(obj: Order) -> str:
+    return reverse("admin:shop_order_change", args=[obj.pk])
+
+
+def orders_url() -> str:
+    return reverse("admin:shop_order_changelist")
+
+
+def act_url(run: WorkflowRun) -> str:
+    return reverse("admin:pgflow_workflowrun_act", args=[run.pk])
+
+
+def rows(page) -> dict[int, str]:
+    """The inline's rows by run id: each row's HTML."""
+    html = page.content.decode()
+    return {
+        int(pk): row for pk, row in re.findall(r'<tr class="pgflow-run-row" data-run="(\d+)">(.*?)</tr>', html, re.S)
+    }
+
+
+# --- the inline --------------------------------------------------------------------------------
+
+
+def test_the_inline_lists_the_orders_runs_newest_first():
+    ada, bob = order("ada"), order("bob")
+    done = run_workflow(wf.ThreeSteps.start(subject=ada))
+    paused = run_workflow(dw.Hostile.start(subject=ada))
+    wf.Delayed.start(subject=bob)
+    page = shop_user("viewer", "view_order", runs=("view_workflowrun",)).get(order_url(ada))
+    assert page.status_code == 200
+    listed = rows(page)
+    assert list(listed) == [paused.pk, done.pk]  # bob's run is not ada's
+    assert f'href="{run_url(done)}"' in listed[done.pk]
+    assert "ThreeSteps" in listed[done.pk] and "pgflow-status-finished" in listed[done.pk]
+    assert "pgflow-status-paused" in listed[paused.pk] and "<code>explode</code>" in listed[paused.pk]
+    # The bar: one piece per phase of each attempt, coloured as the run page's chart.
+    assert listed[done.pk].count('class="pgflow-runbar-piece') >= 3
+    assert "pgflow-series-ran_ok" in listed[done.pk] and "pgflow-series-ran_failed" in listed[paused.pk]
+    # A viewer may not act: no controls.
+    assert "pgflow-button-" not in page.content.decode()
+    assert "Workflow runs" in page.content.decode()
+
+
+def test_the_inline_offers_the_controls_an_operator_may_use():
+    ada = order()
+    running = wf.Delayed.start(subject=ada)
+    paused = run_workflow(dw.Hostile.start(subject=ada))
+    page = shop_user("operator", "view_order", runs=("view_workflowrun", "change_workflowrun")).get(order_url(ada))
+    listed = rows(page)
+    assert re.findall(r"pgflow-button-(\w+)", listed[running.pk]) == ["skip", "pause", "cancel"]
+    assert re.findall(r"pgflow-button-(\w+)", listed[paused.pk]) == ["resume", "skip", "cancel"]
+    assert f'href="{act_url(running)}?action=pause&amp;next=' in listed[running.pk]
+
+
+def test_the_inline_shows_only_to_who_may_view_runs():
+    ada = order()
+    wf.Delayed.start(subject=ada)
+    page = shop_user("clerk", "view_order", "change_order").get(order_url(ada))
+    assert page.status_code == 200
+    assert "pgflow-runs-inline" not in page.content.decode()
+
+
+def test_the_inline_caps_its_list_and_links_to_all():
+    ada = order()
+    for _ in range(22):
+        wf.Delayed.start(subject=ada)
+    page = shop_user("viewer", "view_order", runs=("view_workflowrun",)).get(order_url(ada))
+    assert len(rows(page)) == 20
+    subject_type = ContentType.objects.get_for_model(Order)
+    assert f"{changelist_url()}?subject_type={subject_type.pk}&amp;q={ada.pk}" in page.content.decode()
+    assert "The newest 20 of 22" in page.content.decode()
+
+
+def test_saving_the_order_ignores_the_inline_and_touches_no_run():
+    ada = order()
+    run = wf.Delayed.start(subject=ada)
+    client = shop_user("clerk", "view_order", "change_order", "add_order", runs=("view_workflowrun",))
+    assert "pgflow-runs-inline" in client.get(order_url(ada)).content.decode()
+    form = {
+        "customer": "ada lovelace",
+        "email": "ada@example.com",
+        "total_cents": "1300",
+        "vendors": "[1]",
+        "status": "placed",
+        "_save": "Save",
+    }
+    saved = client.post(order_url(ada), form)
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    ada.refresh_from_db()
+    assert ada.customer == "ada lovelace"
+    assert WorkflowRun.objects.get(pk=run.pk).status == "running"
+    adding = client.get(reverse("admin:shop_order_add"))
+    assert adding.status_code == 200 and "pgflow-runs-inline" not in adding.content.decode()  # no runs yet
+
+
+# --- a control's confirmation page ------------------------------------------------------------
+
+
+def test_a_control_is_confirmed_then_applied_and_returns_to_the_order():
+    ada = order()
+    run = wf.Delayed.start(subject=ada)
+    client = shop_user("operator", "view_order", runs=("view_workflowrun", "change_workflowrun"))
+    page = client.get(act_url(run), {"action": "pause", "next": order_url(ada)})
+    assert page.status_code == 200
+    assert "Nothing has changed yet" in page.content.decode()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "running"
+    done = client.post(act_url(run), {"action": "pause", "next": order_url(ada), "reason": "customer asked"})
+    assert done.status_code == 302 and done["Location"] == order_url(ada)
+    run.refresh_from_db()
+    assert run.status == "paused"
+    assert run.events.filter(event="paused").get().actor == "user:operator (reason: customer asked)"
+    assert f"Run {run.pk} paused." in messages_of(client.get(order_url(ada)))
+
+
+def test_a_control_page_refuses_a_viewer_an_unknown_action_and_a_foreign_next():
+    ada = order()
+    run = wf.Delayed.start(subject=ada)
+    viewer = shop_user("viewer", "view_order", runs=("view_workflowrun",))
+    assert viewer.get(act_url(run), {"action": "pause"}).status_code == 403
+    assert viewer.post(act_url(run), {"action": "cancel"}).status_code == 403
+    operator = shop_user("operator", "view_order", runs=("view_workflowrun", "change_workflowrun"))
+    bad = operator.get(act_url(run), {"action": "explode"})
+    assert bad.status_code == 400 and "unknown action 'explode'" in bad.content.decode()
+    away = operator.post(act_url(run), {"action": "cancel", "next": "https://evil.example/"})
+    assert away["Location"] == run_url(run)  # never off this site
+    assert WorkflowRun.objects.get(pk=run.pk).status == "cancelled"
+    ended = operator.get(act_url(run), {"action": "pause"})
+    assert "cannot pause a cancelled run" in ended.content.decode()
+
+
+# --- the start action -----------------------------------------------------------------------
+
+
+def act(client: Client, action: str, orders: list[Order], **extra: str):
+    return client.post(orders_url(), {"action": action, "_selected_action": [o.pk for o in orders], **extra})
+
+
+def test_the_start_action_confirms_then_starts_and_a_second_click_starts_nothing():
+    ada, bob, cy = order("ada"), order("bob"), order("cy")
+    earlier = OrderFulfilment.start(subject=bob, key=f"fulfil-order-{bob.pk}")
+    client = shop_user("operator", "view_order", "change_order", runs=("view_workflowrun", "change_workflowrun"))
+    page = act(client, "start_orderfulfilment", [ada, bob, cy])
+    assert page.status_code == 200
+    text = " ".join(page.content.decode().split())
+    assert "<strong>2</strong> of the 3 selected orders would start a run" in text
+    assert "<strong>1</strong> already has a run with that key (1 open)" in text
+    assert "Nothing has started yet" in text
+    assert WorkflowRun.objects.count() == 1
+
+    done = act(client, "start_orderfulfilment", [ada, bob, cy], confirm="yes")
+    assert done.status_code == 302
+    runs = {run.subject_id: run for run in OrderFulfilment.runs()}
+    assert set(runs) == {str(ada.pk), str(bob.pk), str(cy.pk)} and runs[str(bob.pk)] == earlier
+    assert runs[str(ada.pk)].key == f"fulfil-order-{ada.pk}"
+    assert runs[str(ada.pk)].input == {"gateway_flakiness": 0.3}
+    said = messages_of(client.get(orders_url()))
+    assert any(
+        m.startswith("Started 2 runs of OrderFulfilment:") and f'<a href="{run_url(runs[str(ada.pk)])}">' in m
+        for m in said
+    ), said
+    assert any(f'<a href="{run_url(earlier)}">#{earlier.pk}</a>' in m and "exists" in m for m in said), said
+
+    again = act(client, "start_orderfulfilment", [ada, bob, cy])
+    assert "<strong>0</strong> of the 3" in again.content.decode()
+    act(client, "start_orderfulfilment", [ada, bob, cy], confirm="yes")  # a double click
+    assert OrderFulfilment.runs().count() == 3
+
+
+def test_the_start_action_needs_the_change_permission_on_runs():
+    ada = order()
+    clerk = shop_user("clerk", "view_order", "change_order", runs=("view_workflowrun",))
+    for extra in ({}, {"confirm": "yes"}):
+        response = act(clerk, "start_orderfulfilment", [ada], **extra)
+        assert response.status_code == 302
+    said = messages_of(clerk.get(orders_url()))
+    assert any("Nothing started: starting OrderFulfilment needs the change permission" in m for m in said), said
+    assert WorkflowRun.objects.count() == 0
+
+
+def test_the_start_action_asks_for_the_workflows_input_form():
+    ada = order()
+    client = shop_user("operator", "view_order", "change_order", runs=("view_workflowrun", "change_workflowrun"))
+    page = act(client, "start_refundapproval", [ada])
+    assert 'name="pgflow_input-amount_cents"' in page.content.decode()
+    refused = act(client, "start_refundapproval", [ada], confirm="yes", **{"pgflow_input-amount_cents": "-5"})
+    assert refused.status_code == 400
+    assert "greater than or equal to 1" in refused.content.decode()
+    assert WorkflowRun.objects.count() == 0
+    act(client, "start_refundapproval", [ada], confirm="yes", **{"pgflow_input-amount_cents": "500"})
+    run = RefundApproval.runs().get()
+    assert run.input == {"amount_cents": 500} and run.subject == ada and run.key is None
+
+
+def test_the_start_action_without_input_takes_json_and_warns_of_open_runs():
+    from django.contrib import admin
+
+    from pgflow_dashboard.admin import start_workflow_action
+
+    action = start_workflow_action(wf.Delayed)
+    model_admin = admin.site._registry[Order]
+    model_admin.actions = [*model_admin.actions, action]
+    try:
+        ada = order()
+        wf.Delayed.start(subject=ada)
+        client = shop_user("operator", "view_order", "change_order", runs=("view_workflowrun", "change_workflowrun"))
+        page = act(client, "start_delayed", [ada])
+        text = " ".join(page.content.decode().split())
+        assert "1 of them already has an open Delayed run, and without a key this starts another" in text
+        assert 'name="pgflow_input-input"' in text
+        bad = act(client, "start_delayed", [ada], confirm="yes", **{"pgflow_input-input": "[1]"})
+        assert bad.status_code == 400 and "the input must be a JSON object" in bad.content.decode()
+        act(client, "start_delayed", [ada], confirm="yes", **{"pgflow_input-input": '{"why": "again"}'})
+        assert [run.input for run in wf.Delayed.runs().order_by("pk")] == [{}, {"why": "again"}]
+    finally:
+        model_admin.actions = [a for a in model_admin.actions if a is not action]
+
+
+def test_start_workflow_action_refuses_what_is_not_a_workflow():
+    from pgflow_dashboard.admin import start_workflow_action
+
+    with pytest.raises(TypeError, match="takes a pgflow.Workflow subclass, got 'Checkout'"):
+        start_workflow_action("Checkout")  # type: ignore[arg-type]
+
+
+# --- the run list and the run page ------------------------------------------------------------
+
+
+def test_the_run_list_filters_by_subject_type_and_finds_a_subject_id():
+    ada = order()
+    user = User.objects.create_user("subject-user")
+    of_order = wf.Delayed.start(subject=ada)
+    of_user = wf.Delayed.start(subject=user)
+    wf.Delayed.start()
+    client = shop_user("viewer", runs=("view_workflowrun",))
+    page = client.get(changelist_url())
+    assert "By subject type" in page.content.decode() or "subject type" in page.content.decode()
+    assert "shop.order" in page.content.decode() and "auth.user" in page.content.decode()
+
+    def listed(query: dict[str, str]) -> set[int]:
+        found = client.get(changelist_url(), query)
+        assert found.status_code == 200
+        return {run.pk for run in found.context["cl"].result_list}
+
+    order_type = ContentType.objects.get_for_model(Order)
+    assert listed({"subject_type": str(order_type.pk)}) == {of_order.pk}
+    assert listed({"subject_type": "auth.user"}) == {of_user.pk}
+    assert listed({"subject_type": "nonsense"}) == set()
+    assert listed({"subject_type": str(order_type.pk), "q": str(ada.pk)}) == {of_order.pk}
+
+
+def test_the_run_page_links_to_its_subjects_admin_page():
+    ada = order()
+    run = wf.Delayed.start(subject=ada)
+    page = shop_user("viewer", "view_order", runs=("view_workflowrun",)).get(run_url(run))
+    assert f'<a href="{order_url(ada)}">{ada}</a>' in page.content.decode()
