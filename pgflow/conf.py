@@ -64,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     # A Django database alias (a streaming replica) for the run list, the insights and the
     # /metrics gauges; None reads everything from the primary (pgflow/readdb.py).
     "READ_DATABASE": None,
+    # The worker's stream and file log handlers write from one thread of its own, so step
+    # threads that log do not queue on a handler's lock (pgflow/runtime/logwriter.py).
+    "LOG_WRITER": True,
 }
 
 _DURATIONS = (
@@ -170,7 +173,7 @@ def validate(raw: object) -> list[str]:
                 "PGFLOW['HEARTBEAT_INTERVAL'] must be a positive timedelta, number of seconds or None, "
                 f"got {raw['HEARTBEAT_INTERVAL']!r}"
             )
-    for key in ("PREPARE_START", "NOTIFY", "WAKE_BEFORE_FLUSH"):
+    for key in ("PREPARE_START", "NOTIFY", "WAKE_BEFORE_FLUSH", "LOG_WRITER"):
         if key in raw and not isinstance(raw[key], bool):
             problems.append(f"PGFLOW[{key!r}] must be True or False, got {raw[key]!r}")
     for key in ("ERROR_BACKTRACE_LINES", "MAX_LOST_ATTEMPTS", "MAX_INPUT_BYTES"):

@@ -3,6 +3,7 @@ subprocesses, since runs store their class's dotted path)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from datetime import timedelta
@@ -222,3 +223,15 @@ class WaitAfterPause(pgflow.Workflow):
     @step(wait=timedelta(hours=1))
     def later(self):
         return "later"
+
+
+class LogsALine(pgflow.Workflow):
+    """Each step writes one log line, as a real body does (tests/acceptance/test_worker_logs.py)."""
+
+    @step
+    def first(self):
+        logging.getLogger("pgflow.tests").info("run %s: first logged", self.run.pk)
+
+    @step
+    def second(self):
+        logging.getLogger("pgflow.tests").info("run %s: second logged", self.run.pk)

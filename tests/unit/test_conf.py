@@ -21,6 +21,7 @@ from pgflow.conf import pgflow_settings
         ({"QUEUE": ""}, "PGFLOW['QUEUE'] must be 1-100 letters, digits"),
         ({"PREPARE_START": "no"}, "PGFLOW['PREPARE_START'] must be True or False, got 'no'"),
         ({"WAKE_BEFORE_FLUSH": 1}, "PGFLOW['WAKE_BEFORE_FLUSH'] must be True or False, got 1"),
+        ({"LOG_WRITER": "yes"}, "PGFLOW['LOG_WRITER'] must be True or False, got 'yes'"),
         ({"NOTIFY": "off"}, "PGFLOW['NOTIFY'] must be True or False, got 'off'"),
         ({"ERROR_REPORTER": "no.such.module.report"}, "PGFLOW['ERROR_REPORTER'] must be None, a callable"),
         (

@@ -19,6 +19,7 @@ from django.db.migrations.executor import MigrationExecutor
 from pgflow.conf import pgflow_settings
 from pgflow.core.definitions import QUEUE_RULE, valid_queue
 from pgflow.observability import metrics
+from pgflow.runtime import logwriter
 from pgflow.runtime.processes import Supervisor
 from pgflow.runtime.worker import Worker
 
@@ -185,6 +186,10 @@ class Command(BaseCommand):
         # steps allocate, which took a busy worker's CPU from its steps.
         gc.collect()
         gc.freeze()
-        code = worker.run()
+        stop_log_writer = logwriter.start() if pgflow_settings.LOG_WRITER else lambda: None
+        try:
+            code = worker.run()
+        finally:
+            stop_log_writer()
         if code:
             sys.exit(code)

@@ -1,0 +1,98 @@
+"""The worker's log lines written by one thread of its own, not by the step threads.
+
+A stream handler holds its lock across the write, and the write gives up the GIL: with
+dozens of step threads logging, they queue on that lock and hand the GIL back and forth,
+and a body's one log line cost the worker as much CPU as the rest of its step
+(benchmarks/realistic.py, logs-only). So for as long as the worker runs, each
+``logging.StreamHandler`` configured on a logger (file handlers included) is stood in for
+by a relay that filters the record in the caller's thread, where a filter may read the
+caller's context, and queues a copy with its message rendered; one writer thread emits
+those copies through the real handler, in the order they were logged. Handlers of any
+other kind (mail, Sentry, a queue of the project's own) are left as they are.
+
+What it costs: a line reaches the file a moment later, and a worker killed with SIGKILL
+loses the lines still queued (a stop drains them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+_Item = tuple[logging.Handler, logging.LogRecord] | None
+
+
+class _Relay(logging.Handler):
+    """Stands in for one stream handler on every logger that has it."""
+
+    def __init__(self, target: logging.Handler, lines: queue.SimpleQueue[_Item]) -> None:
+        super().__init__(target.level)
+        self.target = target
+        self._lines = lines
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        verdict = self.target.filter(record)
+        if not verdict:
+            return False
+        if isinstance(verdict, logging.LogRecord):  # a filter may return the record to log (3.12)
+            record = verdict
+        # A copy, with its message rendered now: the arguments may change once the caller goes
+        # on, and the handlers after this one must see the record as it was logged.
+        line = logging.makeLogRecord(record.__dict__)
+        with contextlib.suppress(Exception):  # bad arguments: the real handler reports them as it would
+            line.msg, line.args = record.getMessage(), None
+        self._lines.put((self.target, line))
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:  # handle() never calls it
+        self.handle(record)
+
+
+def start() -> Callable[[], None]:
+    """Stand relays in for the stream handlers now configured; returns the function that puts
+    them back and writes what is still queued (the worker calls it as it stops)."""
+    lines: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+    relays: dict[logging.Handler, _Relay] = {}
+    loggers = [logging.getLogger()] + [
+        item for item in logging.Logger.manager.loggerDict.values() if isinstance(item, logging.Logger)
+    ]
+    for each in loggers:
+        for index, handler in enumerate(each.handlers):
+            if isinstance(handler, logging.StreamHandler):
+                each.handlers[index] = relays.setdefault(handler, _Relay(handler, lines))
+    if not relays:
+        return lambda: None
+    writer = threading.Thread(target=_write, args=(lines,), name="pgflow-log-writer", daemon=True)
+    writer.start()
+
+    def stop() -> None:
+        for each in loggers:
+            each.handlers = [relay.target if isinstance(relay, _Relay) else relay for relay in each.handlers]
+        lines.put(None)
+        writer.join(timeout=10)
+        # What a thread queued after the stop mark, between its reading a relay and putting.
+        while not lines.empty():
+            if (item := lines.get()) is not None:
+                _emit(*item)
+
+    return stop
+
+
+def _write(lines: queue.SimpleQueue[_Item]) -> None:
+    while (item := lines.get()) is not None:
+        _emit(*item)
+
+
+def _emit(target: logging.Handler, record: logging.LogRecord) -> None:
+    # Filtered already, by the relay: the lock and the write are all that is left of handle().
+    target.acquire()
+    try:
+        target.emit(record)
+    except Exception:  # noqa: BLE001 - a handler that raises must not stop the writer: lines would pile up
+        with contextlib.suppress(Exception):
+            target.handleError(record)
+    finally:
+        target.release()
