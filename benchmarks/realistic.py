@@ -14,7 +14,9 @@ prepare_threshold), on a durable cluster as benchmarks/run.py starts one (benchm
 pg-durable-realistic: fsync, synchronous_commit, full_page_writes on; stopped at the end). Each round runs every
 configuration once, each concurrency's workloads back to back, in reversed order every other round;
 the table gives each round's figures, their median, and each round's ratio to the no-op
-figure of the same round and concurrency (the ratio to compare: the machine may be shared).
+figure of the same round and concurrency (the ratio to compare: the machine may be shared),
+and the worker's CPU time (user + system) per step, less what a worker that finds nothing to
+do spends starting and stopping: the figure a shared machine disturbs least.
 
 (The f27ae2f A/B of benchmarks/RESULTS.md, --finding8 and --free-at-body-end, used a
 temporary switch in pgflow/runtime/held.py, gone since a slot is free at body end.)
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -91,8 +94,11 @@ def run(args: argparse.Namespace) -> None:
     ]
     jobs = [(name, workflow, env, c) for c in concurrencies for name, workflow, env in variants]
     figures: dict[tuple[str, int], list[float]] = {(name, c): [] for name, _, _, c in jobs}
+    cpu: dict[tuple[str, int], list[float]] = {(name, c): [] for name, _, _, c in jobs}
     logs = WORK / "realistic-logs"
     logs.mkdir(exist_ok=True)
+    startup = startup_cpu(concurrencies[0], logs / "startup.log", args.timeout)
+    print(f"worker start and stop with nothing to do: {1000 * startup:.0f} ms CPU (taken off each figure)", flush=True)
     for round_number in range(1, args.rounds + 1):
         # Each concurrency's workloads back to back, reversed every other round: the machine's
         # noise moves more between minutes than between two neighbouring measurements.
@@ -101,26 +107,44 @@ def run(args: argparse.Namespace) -> None:
             order = [job for c in concurrencies for job in reversed([j for j in order if j[3] == c])]
         for name, workflow, env, c in order:
             log = logs / f"{name}-{c}-round{round_number}.log"
-            rate = measure(workflow, args.runs, c, env, log, args.timeout, args.python_switch_interval)
+            rate, cpu_ms = measure(workflow, args.runs, c, env, log, args.timeout, args.python_switch_interval, startup)
             figures[(name, c)].append(rate)
-            print(f"round {round_number}: {name:>10} --concurrency {c:>3}: {rate:,.0f} steps/s", flush=True)
+            cpu[(name, c)].append(cpu_ms)
+            print(
+                f"round {round_number}: {name:>10} --concurrency {c:>3}: {rate:,.0f} steps/s, "
+                f"worker CPU {cpu_ms:.3f} ms/step",
+                flush=True,
+            )
     print()
     base = variants[0][0]
-    print(f"| workload | --concurrency | steps/s per round | median | × {base}, per round | median of those |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        f"| workload | --concurrency | steps/s per round | median | × {base}, per round | median of those "
+        "| worker CPU ms/step (median) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for c in concurrencies:
         for name, _, _ in variants:
             rates = figures[(name, c)]
             ratios = [rate / other for rate, other in zip(rates, figures[(base, c)], strict=True)]
             print(
                 f"| {name} | {c} | {', '.join(f'{r:,.0f}' for r in rates)} | {statistics.median(rates):,.0f} "
-                f"| {', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} |"
+                f"| {', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} "
+                f"| {statistics.median(cpu[(name, c)]):.3f} |"
             )
 
 
 def measure(
-    workflow: str, runs: int, concurrency: int, env: dict[str, str], log: Path, timeout: float, keep_switch: bool
-) -> float:
+    workflow: str,
+    runs: int,
+    concurrency: int,
+    env: dict[str, str],
+    log: Path,
+    timeout: float,
+    keep_switch: bool,
+    startup: float,
+) -> tuple[float, float]:
+    """steps/s, and the worker's CPU time (user + system, its whole process tree) per step:
+    the figure a loaded machine disturbs least."""
     from django.db import transaction
 
     from benchmarks import engine, workflows
@@ -138,6 +162,7 @@ def measure(
             "import runpy, sys; sys.setswitchinterval = lambda interval: None; "
             f"sys.argv = {argv[1:]!r}; runpy.run_path(sys.argv[0], run_name='__main__')",
         ]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(log, "wb") as err:
         proc = subprocess.Popen(
             argv, cwd=ROOT, env={**os.environ, **worker_env, "PGFLOW_TEST_DB_NAME": DATABASE, **env}, stderr=err
@@ -148,11 +173,37 @@ def measure(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     time.sleep(0.1)
     steps, seconds = engine.step_window()
     if steps < 3 * runs:
         raise RuntimeError(f"{workflow}: only {steps} of {3 * runs} steps finished (see {log})")
-    return steps / seconds
+    return steps / seconds, 1000 * (cpu_seconds - startup) / steps
+
+
+def startup_cpu(concurrency: int, log: Path, timeout: float) -> float:
+    """The CPU seconds of a burst worker that finds nothing to do (Django's and pgflow's
+    imports, connecting, stopping): the fixed part of every measurement, the median of three."""
+    from benchmarks import engine
+
+    engine.reset()
+    argv, worker_env = engine.worker_command(concurrency, "--burst")
+    samples = []
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with open(log, "wb") as err:
+            subprocess.run(
+                argv,
+                cwd=ROOT,
+                env={**os.environ, **worker_env, "PGFLOW_TEST_DB_NAME": DATABASE},
+                stderr=err,
+                timeout=timeout,
+                check=True,
+            )
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        samples.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return statistics.median(samples)
 
 
 if __name__ == "__main__":
