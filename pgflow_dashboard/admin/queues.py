@@ -69,30 +69,23 @@ class QueueAdmin(SeenByRunViewers):
                 status=400,
                 content_type="text/plain",
             )
-        reason_error = None
-        try:
-            reason = confirm.reason_of(request.POST.get("reason"))
-        except confirm.BadReason as exc:
-            reason, reason_error = request.POST.get("reason", ""), str(exc)
-        if action == "pause" and valid_queue(queue) and (request.POST.get("confirm") != "yes" or reason_error):
+        form = confirm.posted(request.POST)
+        if action == "pause" and valid_queue(queue) and form.needs_page:
             # Pausing stops every worker claiming the queue: say what it holds first.
             row = next((row for row in queuepage.queues(timezone.now()) if row["queue"] == queue), None)
-            context = {
-                **self.admin_site.each_context(request),
-                "opts": self.model._meta,
-                "title": f"Pause queue {queue!r}?",
-                "queue": queue,
-                "row": row,
-                "reason": reason,
-                "reason_error": reason_error,
-                "reason_limit": confirm.REASON_LIMIT,
-                "media": self.media,
-            }
-            return TemplateResponse(
-                request, "admin/pgflow_dashboard/queue_confirm.html", context, status=400 if reason_error else 200
+            return confirm.page(
+                request,
+                self.admin_site,
+                "admin/pgflow_dashboard/queue_confirm.html",
+                form,
+                title=f"Pause queue {queue!r}?",
+                opts=self.model._meta,
+                queue=queue,
+                row=row,
+                media=self.media,
             )
         try:
-            act(queue, actor=confirm.actor(request.user, "" if reason_error else reason))
+            act(queue, actor=form.actor(request.user))
         except ValueError as exc:
             self.message_user(request, f"Nothing changed: {exc}.", messages.ERROR)
         else:

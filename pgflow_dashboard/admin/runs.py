@@ -388,37 +388,29 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 messages.ERROR,
             )
             return None
-        reason_error = None
-        try:
-            reason = confirm.reason_of(request.POST.get("reason"))
-        except confirm.BadReason as exc:
-            reason, reason_error = request.POST.get("reason", ""), str(exc)
-        if request.POST.get("confirm") != "yes" or reason_error:
+        form = confirm.posted(request.POST)
+        if form.needs_page:
             runs = list(queryset.order_by("pk"))
             would = [run for run in runs if control_error(control.name, run.status) is None]
             would_not = [(run, control_error(control.name, run.status)) for run in runs if run not in would]
-            request.current_app = self.admin_site.name
-            context = {
-                **self.admin_site.each_context(request),
-                "title": f"{control.name.capitalize()} {_runs(len(runs))}?",
-                "verb": control.name.capitalize(),
-                "opts": self.opts,
-                "control": control,
-                "action": action,
-                "would": would[:MAX_LISTED_APPLIED],
-                "would_count": len(would),
-                "would_not": would_not[:MAX_LISTED_REFUSALS],
-                "would_not_count": len(would_not),
-                "selected": [run.pk for run in runs],
-                "reason": reason,
-                "reason_error": reason_error,
-                "reason_limit": confirm.REASON_LIMIT,
-                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            }
-            return TemplateResponse(
-                request, "admin/pgflow_dashboard/confirm_bulk.html", context, status=400 if reason_error else 200
+            return confirm.page(
+                request,
+                self.admin_site,
+                "admin/pgflow_dashboard/confirm_bulk.html",
+                form,
+                title=f"{control.name.capitalize()} {_runs(len(runs))}?",
+                opts=self.opts,
+                verb=control.name.capitalize(),
+                control=control,
+                action=action,
+                would=would[:MAX_LISTED_APPLIED],
+                would_count=len(would),
+                would_not=would_not[:MAX_LISTED_REFUSALS],
+                would_not_count=len(would_not),
+                selected=[run.pk for run in runs],
+                action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
             )
-        actor = confirm.actor(request.user, reason)
+        actor = form.actor(request.user)
         applied: list[int] = []
         refused: list[str] = []
         for run in queryset.order_by("pk"):

@@ -76,6 +76,18 @@ def test_an_operator_pauses_and_resumes_a_queue_and_the_page_says_who(login, ope
     assert len(store.claim(worker="w", queues=["limits"], limit=4)) == 1
 
 
+def test_a_pause_with_a_reason_too_long_shows_its_page_again_and_changes_nothing(login, operator):
+    client = login(operator)
+    confirmed = {"action": "pause", "queue": "limits", "confirm": "yes", "reason": "x" * 121}
+    refused = client.post(url(), confirmed)
+    assert refused.status_code == 400
+    page = html.unescape(refused.content.decode())
+    assert "the reason has 121 characters; at most 120 are recorded" in page
+    assert "Pausing queue <code>limits</code> stops every worker claiming its attempts" in page
+    assert 'value="' + "x" * 121 + '"' in page  # what was typed, to shorten
+    assert not QueueState.objects.exists()
+
+
 def test_a_queue_not_listed_can_be_paused_by_name_and_a_bad_name_changes_nothing(login, operator):
     client = login(operator)
     client.post(url(), {"action": "pause", "queue": "mail", "confirm": "yes"})
