@@ -149,6 +149,12 @@ def lost_by_pooler(exc: BaseException) -> bool:
     return True
 
 
+def control_cursor() -> psycopg.Cursor[Any]:
+    """This thread's plain psycopg cursor on Django's (connected) connection, for the few
+    statements around a hot one (a start's BEGIN, SET LOCAL, COMMIT): made once per connection."""
+    return _kept("control", psycopg.Cursor)
+
+
 def preparing_cursor() -> CursorWrapper:
     """Django's cursor wrapper, with its execute wrappers, its query log under ``DEBUG``, its
     broken-transaction check and its errors, over this thread's preparing cursor on Django's

@@ -22,7 +22,7 @@ from ..core.events import EventKind
 from ..core.limits import NO_GATES
 from ..exceptions import InputTooLarge, SingletonConflict
 from ..models import Event, Step, WorkflowRun
-from .cursors import lost_by_pooler, preparing_cursor
+from .cursors import control_cursor, lost_by_pooler, preparing_cursor
 from .locking import CHANNEL, SYSTEM, event, now
 from .rows import ATTEMPT_VALUES, Insert, Template, attempt_values
 from .scheduling import delay_of, finish_run, schedule_attempt
@@ -168,7 +168,7 @@ def _execute_waking_first(cursor: Any, sql: str, values: list[Any]) -> None:
     worker's claim overlaps the flush), then a second transaction whose commit does wait,
     for WAL that includes the start's. The flush was most of an idle start's latency."""
     raw = connection.connection
-    control = raw.cursor()
+    control = control_cursor()
     # The pipeline's errors come out at its end, past the cursor wrapper: Django's, as any query's.
     with connection.wrap_database_errors:
         try:
