@@ -96,6 +96,9 @@ FACADES = (
     "pgflow.registry.resolve → pgflow.workflow",
     # A declared schedule's input is checked against MAX_INPUT_BYTES where Django is configured.
     "pgflow.core.ticks._input_limit → pgflow.conf",
+    # `manage.py pgflow show` prints the run page's "why" sentence where the dashboard is installed.
+    "pgflow.cli.show.why_sentence → pgflow_dashboard.runfacts",
+    "pgflow.cli.show.why_sentence → pgflow_dashboard.why",
 )
 
 
