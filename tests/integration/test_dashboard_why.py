@@ -8,7 +8,10 @@ import html as htmllib
 import re
 
 import pytest
+from django.contrib.admin.utils import quote
+from django.urls import reverse
 
+from pgflow.models import BatchMember
 from pgflow.testing import run_workflow
 from tests import fanout_workflows as fw
 from tests import workflows as wf
@@ -62,6 +65,21 @@ def test_a_failed_fan_out_says_the_members_own_error_and_lists_its_members(login
     assert rows == [("failed", "1"), ("succeeded", "0")]  # the failed one first
     assert "<strong>RuntimeError</strong>: vendor 13's inbox refuses mail" in members
     assert "vendor 13's inbox refuses mail" in members.split("tests.fanout_tasks.fail")[1]  # its argument
+    # Each row's status, and a link to its django-q2 task (a failure, or a success). The
+    # tests run django-q2 in sync mode, which records no task id: give each one, as a
+    # cluster's hook does.
+    for member in BatchMember.objects.filter(batch__run=run):
+        BatchMember.objects.filter(pk=member.pk).update(task_id=f"{member.position}a7f3c2e9b1d84f06")
+    members = htmllib.unescape(login(viewer).get(run_url(run)).content.decode())
+    members = members.split('class="pgflow-table pgflow-members-table"')[1].split("</table>")[0]
+    failed, succeeded = members.split('<tr class="pgflow-member-')[1:3]
+    assert '<span class="pgflow-status pgflow-status-failed">failed</span>' in failed
+    assert '<span class="pgflow-status pgflow-status-succeeded">succeeded</span>' in succeeded
+    by_position = dict(BatchMember.objects.filter(batch__run=run).values_list("position", "task_id"))
+    failure = reverse("admin:django_q_failure_change", args=[quote(by_position[1])])
+    success = reverse("admin:django_q_success_change", args=[quote(by_position[0])])
+    assert f'<a href="{failure}">{by_position[1]}</a>' in failed
+    assert f'<a href="{success}">{by_position[0]}</a>' in succeeded
 
 
 def test_insights_count_a_failed_fan_outs_member_errors(login, viewer):
