@@ -154,7 +154,11 @@ class RunsInline(GenericInlineModelAdmin):
                     if control_error(control.name, run.status) is None:
                         url = _act_url(site, run, control.action, next_url=here)
                         if url:
-                            controls.append({"action": control.action, "label": control.label, "url": url})
+                            # One word in the table's narrow column; the full label on hover.
+                            short = control.action.capitalize()
+                            controls.append(
+                                {"action": control.action, "label": short, "title": control.label, "url": url}
+                            )
             rows.append(
                 {
                     "run": run,
