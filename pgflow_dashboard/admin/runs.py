@@ -34,10 +34,10 @@ from pgflow.exceptions import PgflowError
 from pgflow.models import Step, WorkflowRun
 
 from .. import confirm, insights, runlist, site, views
-from . import inlines
-from .subjects import SubjectTypeFilter
 from ..templatetags.pgflow_dashboard import when
 from ..timeformat import duration
+from . import inlines
+from .subjects import SubjectTypeFilter
 
 MAX_LISTED_REFUSALS = 20  # a bulk action's warning names at most this many runs one by one
 MAX_LISTED_APPLIED = 50  # and its success message at most this many run ids
