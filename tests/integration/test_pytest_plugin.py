@@ -9,6 +9,7 @@ from datetime import timedelta
 from importlib import metadata
 
 import pytest
+from django.db import connection
 from django.test import TestCase
 
 import pgflow
@@ -168,13 +169,18 @@ def test_an_attempt_whose_lease_runs_out_is_recovered_by_the_sweep(pgflow_clock)
 
 def test_a_finished_run_is_purged_once_past_retention(pgflow_clock):
     run = run_workflow(wf.ThreeSteps.start())
-    kept = run_workflow(wf.WaitsForPayment.start())  # open: never purged
+    rerun = run_workflow(run.rerun_from("three"))  # names run as the one it re-ran
+    kept = run_workflow(wf.TwoApprovals.start())  # open (it waits, no timeout): never purged
+    pgflow_clock.advance(hours=1)
+    ticked = Hourly.runs().get()  # its schedule's tick (and last_run) name it
     pgflow_clock.advance(days=29)
-    assert WorkflowRun.objects.filter(pk=run.pk).exists()
-    done = pgflow_clock.advance(days=2)
-    assert done.sweep["purged_runs"] == 1
-    assert not WorkflowRun.objects.filter(pk=run.pk).exists()
-    assert WorkflowRun.objects.get(pk=kept.pk).status == "cancelled", "its wait timed out meanwhile"
+    assert WorkflowRun.objects.filter(pk__in=[run.pk, rerun.pk, ticked.pk]).count() == 3
+    done = pgflow_clock.advance(days=2)  # RETENTION: 30 days
+    assert done.sweep["purged_runs"] == 3
+    assert not WorkflowRun.objects.filter(pk__in=[run.pk, rerun.pk, ticked.pk]).exists()
+    assert WorkflowRun.objects.get(pk=kept.pk).status == "running"
+    assert ScheduleTick.objects.filter(outcome="started", run__isnull=True).count() == 1, "its tick stays"
+    connection.check_constraints()  # what the sweep's commit checks: no row names a purged run
 
 
 # --- the clock itself -------------------------------------------------------------------------
