@@ -21,16 +21,18 @@ test compares times with :attr:`Clock.now` only for rows written since its last 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.apps import apps
 from django.db import OperationalError, connection, models, transaction
+from django.db.models import Min
 
 from .. import rollup, schedules, store
 from ..core.states import RunStatus, StepStatus
-from ..models import Step
+from ..models import AlertDelivery, Step
 from ..observability import alerts
 from ..runtime import sweep
 from .inline import run_workflow
@@ -106,7 +108,9 @@ TIMES: tuple[Column, ...] = (
 )
 
 HOUR = timedelta(hours=1)
-MAX_ROUNDS = 100  # passes over the due steps in one advance: more means a run loops
+MAX_ROUNDS = 100  # passes over the due steps at one stop: more means a run loops
+MAX_STOPS = 1000  # stops of one advance
+_PAST = timedelta(microseconds=1)  # a lease is lost once the clock is past its end
 _RETRIES = 3  # a shift that meets a worker's locks in the other order (a deadlock) is tried again
 
 
@@ -148,33 +152,85 @@ class Clock:
 
     def advance(self, by: timedelta | None = None, /, *, run_due: bool = True, **units: float) -> Advanced:
         """Move pgflow's time forward by ``by`` (a timedelta), or by ``days=``, ``hours=``,
-        ``minutes=``, ``seconds=``; then, unless ``run_due=False``, run what came due once:
-        the sweep, the schedules' due ticks, and the due steps here (as ``run_workflow``
-        does, without skipping waits). Returns what it did."""
+        ``minutes=``, ``seconds=``, running what comes due on the way, in order.
+
+        What is due now runs first; then the clock moves to the next moment something
+        falls due within the advance (a delayed step, a wait's deadline, a lease's end, an
+        alert's delivery) and runs what is due then, and so on to the end: so a step that
+        runs at +1 h and then waits a day times out at +1 d 1 h, as it would live. At each
+        stop it runs, once, the sweep, the schedules' due ticks and the due steps (here, as
+        ``run_workflow`` does, without skipping waits). Schedules make no stop: ticks that
+        fall due between two stops are due at the next, as after a worker's downtime
+        (within ``catch_up`` they start, older ones are recorded missed).
+
+        ``run_due=False`` only moves the rows (a ``pgflow_worker`` then does the rest).
+        Returns what it did."""
         delta = _delta(by, units)
-        before = self.now
-        _shift(delta)
-        self.advanced += delta
         if not run_due:
+            _shift(delta)
+            self.advanced += delta
             _wake()
             return Advanced(now=self.now, sweep={}, schedules=0)
-        swept = sweep.run()
-        _deliver_alerts()
-        fired = self._fire_schedules(before)
-        ran = run_due_steps()
+        swept: Counter[str] = Counter()
+        fired = 0
+        ran: list[int] = []
+        schedules.sync(now=self.now)  # a declared schedule with no row yet (a flushed table) exists from now
+        remaining = delta
+        for _ in range(MAX_STOPS):
+            counts, ticks, runs = self._run_what_is_due()
+            swept.update(counts)
+            fired += ticks
+            ran.extend(run for run in runs if run not in ran)
+            if not remaining:
+                break
+            due = next_due()
+            step = remaining if due is None else min(remaining, max(due - store.now(), timedelta(0)))
+            _shift(step)
+            self.advanced += step
+            remaining -= step
+        else:
+            raise RuntimeError(
+                f"advance() made {MAX_STOPS} stops and is {remaining} short of its end: something falls due "
+                "again and again (a loop of short waits?); advance in smaller steps, or with run_due=False"
+            )
         _wake()
-        return Advanced(now=self.now, sweep=swept, schedules=fired, runs=ran)
+        return Advanced(now=self.now, sweep=dict(swept), schedules=fired, runs=ran)
 
-    def _fire_schedules(self, before: datetime) -> int:
-        # A declared schedule with no row yet (a flushed table, a new class) exists from
-        # before this advance on, so its ticks during the advance are due.
-        schedules.sync(now=before)
+    def run_due(self) -> Advanced:
+        """Run what is due now, without moving the clock: ``advance(timedelta(0))``."""
+        return self.advance(timedelta(0))
+
+    def _run_what_is_due(self) -> tuple[dict[str, int], int, list[int]]:
+        counts = sweep.run()
+        _deliver_alerts()
         fired = 0
         while True:
             claimed = schedules.fire_due(now=self.now)
             fired += claimed
             if claimed < schedules.BATCH:
-                return fired
+                break
+        return counts, fired, run_due_steps()
+
+
+def next_due() -> datetime | None:
+    """The next moment after now that something the clock stops for falls due: a running
+    run's delayed attempt, a wait's deadline, a lease's end (the sweep takes it once past),
+    an alert delivery's next try."""
+    at = store.now()
+    steps = Step.objects.filter(run__status=RunStatus.RUNNING)
+    moments = [
+        steps.filter(status=StepStatus.SCHEDULED, scheduled_at__gt=at).aggregate(m=Min("scheduled_at"))["m"],
+        steps.filter(status=StepStatus.WAITING, deadline_at__gt=at).aggregate(m=Min("deadline_at"))["m"],
+        Step.objects.filter(status=StepStatus.IN_PROGRESS, lease_expires_at__gte=at).aggregate(
+            m=Min("lease_expires_at")
+        )["m"],
+        AlertDelivery.objects.filter(next_at__gt=at).aggregate(m=Min("next_at"))["m"],
+    ]
+    found = [moment for moment in moments if moment is not None]
+    if not found:
+        return None
+    soonest = min(found)
+    return soonest + _PAST if soonest in moments[2:3] else soonest
 
 
 def _delta(by: Any, units: dict[str, float]) -> timedelta:
