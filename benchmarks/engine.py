@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,33 +154,42 @@ def throughput(runs: int, workers: int, concurrency: int) -> float:
 
 
 def latency(samples: int) -> list[float]:
-    from benchmarks.workflows import StampStart
     from pgflow.models import WorkflowRun
 
     reset()
     proc = worker(2)
     try:
         time.sleep(2)  # the worker is up and idle, listening
-        found = []
-        for _ in range(samples):
-            committed = time.time()
-            run = StampStart.start()  # autocommit: committed on return
-            committed = (committed + time.time()) / 2
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                output = run.steps.values_list("output", flat=True).first()
-                if output:
-                    found.append((output["t"] - committed) * 1000)
-                    break
-                time.sleep(0.002)
-            else:
-                raise SystemExit(f"run {run.pk} did not start within 10 s")
-            time.sleep(0.05)
+        found = start_to_body(samples, gap=lambda: 0.05)
         assert WorkflowRun.objects.filter(status="finished").count() == samples
         return found
     finally:
         proc.terminate()
         proc.wait()
+
+
+def start_to_body(samples: int, *, gap: Callable[[], float]) -> list[float]:
+    """SAMPLES sequential starts of a 1-step workflow whose body records the wall clock on its
+    first line, to an idle worker already up: each latency in ms, from the start() call's
+    midpoint (its commit included) to the body's first line; ``gap()`` seconds between two."""
+    from benchmarks.workflows import StampStart
+
+    found = []
+    for _ in range(samples):
+        before = time.time()
+        run = StampStart.start()  # autocommit: committed on return
+        committed = (before + time.time()) / 2
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            output = run.steps.values_list("output", flat=True).first()
+            if output:
+                found.append((output["t"] - committed) * 1000)
+                break
+            time.sleep(0.002)
+        else:
+            raise SystemExit(f"run {run.pk} did not start within 10 s")
+        time.sleep(gap())
+    return found
 
 
 def percentile(values: list[float], fraction: float) -> float:

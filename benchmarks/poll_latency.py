@@ -32,31 +32,14 @@ from benchmarks import engine  # noqa: E402
 
 
 def sample(samples: int, env: dict[str, str], database: str, span: float) -> list[float]:
-    from benchmarks.workflows import StampStart
-
     engine.reset()
     argv, base = engine.worker_command(2)
     proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **base, "PGFLOW_TEST_DB_NAME": database, **env})
     try:
         time.sleep(3)  # up and idle
-        found = []
-        for _ in range(samples):
-            before = time.time()
-            run = StampStart.start()  # autocommit: committed on return
-            committed = (before + time.time()) / 2
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                output = run.steps.values_list("output", flat=True).first()
-                if output:
-                    found.append((output["t"] - committed) * 1000)
-                    break
-                time.sleep(0.002)
-            else:
-                raise SystemExit(f"run {run.pk} did not start within 10 s")
-            # A polling worker's timer restarts when a body ends: a gap spread over one poll
-            # interval meets it at every phase, as starts arriving at random would.
-            time.sleep(random.uniform(0.05, 0.05 + span))  # noqa: S311 - a phase, not a secret
-        return found
+        # A polling worker's timer restarts when a body ends: a gap spread over one poll
+        # interval meets it at every phase, as starts arriving at random would.
+        return engine.start_to_body(samples, gap=lambda: random.uniform(0.05, 0.05 + span))  # noqa: S311
     finally:
         proc.terminate()
         proc.wait(30)
