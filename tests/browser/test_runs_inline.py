@@ -79,7 +79,7 @@ def log_in(page: Any, base: str) -> None:
     page.wait_for_url(f"{base}/admin/")
 
 
-def test_a_staff_user_starts_runs_and_pauses_one_from_the_objects_page(staff, live_server, chromium):
+def test_a_staff_user_starts_runs_and_pauses_one_from_the_objects_page(staff, live_server, chromium):  # noqa: F811
     base = live_server.url
     page = chromium.new_page(viewport={"width": 1400, "height": 900})
     errors = watch_errors(page)
