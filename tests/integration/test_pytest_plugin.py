@@ -5,8 +5,10 @@ tested without sleeping; ``assert_steps`` and ``pgflow_replace_step``."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -18,6 +20,8 @@ from pgflow.models import Alert, Schedule, ScheduleTick, Step, WorkflowRun
 from pgflow.testing import Clock, assert_steps, replace_step, run_workflow
 from pgflow.testing.clock import KEEP, TIMES, time_columns
 from tests import workflows as wf
+
+pytest_plugins = ["pytester"]
 
 CALLED: list[dict] = []
 
@@ -258,3 +262,44 @@ def test_replace_step_restores_the_body_and_names_the_steps(db):
     with pytest.raises(ValueError, match="ThreeSteps has no step 'four'; its steps: one, two, three"):
         with replace_step(wf.ThreeSteps, "four", failing):
             pass
+
+
+# --- installing pgflow is enough --------------------------------------------------------------
+
+PROJECT_TEST = """
+from datetime import timedelta
+
+import pgflow
+from pgflow import step
+from pgflow.testing import assert_steps
+
+
+class Waits(pgflow.Workflow):
+    @step(wait_for="go", wait_timeout=timedelta(days=1), on_timeout="skip")
+    def hold(self, signal):
+        return "went"
+
+    @step
+    def after(self):
+        return "after"
+
+
+def test_the_wait_times_out(pgflow_clock):
+    run = Waits.start()
+    pgflow_clock.advance(hours=23)
+    assert_steps(run, ["hold:waiting"])
+    pgflow_clock.advance(hours=1)
+    assert_steps(run, ["hold:skipped", "after:completed"])
+"""
+
+
+def test_a_projects_test_gets_the_fixtures_from_the_install_alone(pytester, monkeypatch):
+    """A project's test file, with no conftest and no pytest_plugins: the entry point is enough."""
+    root = str(Path(__file__).resolve().parents[2])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PGFLOW_TEST_DATABASE", f"{connection.settings_dict['NAME']}_project")
+    pytester.makepyfile(test_project=PROJECT_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=240)
+    result.assert_outcomes(passed=1)
+    without = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:pgflow", "-q", timeout=240)
+    without.stdout.fnmatch_lines(["*fixture 'pgflow_clock' not found*"])
