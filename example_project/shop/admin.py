@@ -9,7 +9,7 @@ from django.contrib import admin
 from pgflow_dashboard.admin import RunsInline, start_workflow_action
 
 from .models import Order
-from .workflows import OrderFulfilment, RefundApproval
+from .workflows import OrderFulfilment, RefundApproval, fulfilment_key
 
 
 @admin.register(Order)
@@ -23,7 +23,7 @@ class OrderAdmin(admin.ModelAdmin):
         start_workflow_action(
             OrderFulfilment,
             input=lambda order: {"gateway_flakiness": 0.3},
-            key=lambda order: f"fulfil-order-{order.pk}",
+            key=fulfilment_key,
         ),
         # A refund's input (say {"amount_cents": 500}) is typed on the confirmation page.
         start_workflow_action(RefundApproval),

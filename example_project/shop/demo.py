@@ -11,7 +11,7 @@ from django.utils import timezone
 import pgflow
 
 from .models import Order
-from .workflows import OrderFulfilment, RefundApproval, Restock
+from .workflows import OrderFulfilment, RefundApproval, Restock, fulfilment_key
 
 CUSTOMERS = ["Ada", "Grace", "Linus", "Guido", "Barbara", "Ken", "Margaret", "Dennis"]
 
@@ -28,12 +28,16 @@ def start_example_runs(count: int) -> int:
                 total_cents=rng.randint(500, 50_000),
                 vendors=pick_vendors(rng),
             )
-            run = OrderFulfilment.start(subject=order, input={"gateway_flakiness": 0.3, "declined": rng.random() < 0.1})
+            run = OrderFulfilment.start(
+                subject=order,
+                input={"gateway_flakiness": 0.3, "declined": rng.random() < 0.1},
+                key=fulfilment_key(order),
+            )
         started += 1
         if rng.random() < 0.75:
             pgflow.signal(run, "payment_received", {"amount_cents": order.total_cents}, actor="demo")
         if number % 4 == 0:
-            RefundApproval.start(input={"amount_cents": order.total_cents})
+            RefundApproval.start(subject=order, input={"amount_cents": order.total_cents})
             started += 1
     Restock.start(input={"items": ["mugs", "tea", "filters"]})  # a parent and its three child runs
     return started + 1

@@ -23,7 +23,7 @@ from pgflow.models import Batch, BatchMember, Event, Signal, Step, WorkflowRun
 
 from .demo import pick_vendors
 from .models import Order
-from .workflows import OrderFulfilment
+from .workflows import OrderFulfilment, fulfilment_key
 
 PATH = OrderFulfilment.workflow_path()
 STEPS = [definition.name for definition in OrderFulfilment.steps()]
@@ -115,6 +115,7 @@ def _one_run(rng: random.Random, rows: _Rows, order: Order, order_type: Any, sta
         status="running",
         subject_type=order_type,
         subject_id=str(order.pk),
+        key=fulfilment_key(order),  # as the demo's live orders and the admin's start action
         input={"gateway_flakiness": 0.3},
         definition_digest=OrderFulfilment.definition_digest(),
         created_at=start,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from typing import Any
 
 from django import forms
 
@@ -17,6 +18,11 @@ class PaymentGatewayDown(ConnectionError):
 
 class CardDeclined(Exception):
     """The customer's card was refused; retrying will not help."""
+
+
+def fulfilment_key(order: Any) -> str:
+    """One fulfilment per order: the demo and the admin's start action use the same key."""
+    return f"fulfil-order-{order.pk}"
 
 
 class OrderFulfilment(pgflow.Workflow):
