@@ -151,6 +151,13 @@ def test_a_bad_argument_exits_2_naming_what_was_wrong(args, says):
     assert says in done.stderr
 
 
+def test_a_usage_error_with_json_is_a_json_error_on_stdout_too():
+    done = pgflow("runs", "--status", "sleeping", "--json")
+    assert done.returncode == 2
+    assert "invalid choice: 'sleeping'" in json.loads(done.stdout)["error"]
+    assert "invalid choice: 'sleeping'" in done.stderr
+
+
 def test_a_bad_search_with_json_is_a_json_error_too():
     done = pgflow("runs", "--search", "stauts:paused", "--json")
     assert done.returncode == 2

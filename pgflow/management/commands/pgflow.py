@@ -37,12 +37,26 @@ EXIT_CODES = (
 )
 
 
+class SubcommandParser(CommandParser):
+    """A subcommand's parser: a usage error (an unknown option, a bad choice) under ``--json``
+    also prints ``{"error", "exit_code"}`` on stdout, so a script reads every failure there."""
+
+    def error(self, message: str) -> Any:
+        # argparse stops at the first error, before the namespace says whether --json was given.
+        if self.called_from_command_line and "--json" in sys.argv[2:]:
+            sys.stdout.write(dumps({"error": f"{self.prog}: {message}", "exit_code": BAD_ARGUMENTS}) + "\n")
+            sys.stdout.flush()
+        return super().error(message)
+
+
 class Command(BaseCommand):
     help = "List, show and steer pgflow runs: runs, show, pause, resume, cancel, skip, rerun, signal. " + EXIT_CODES
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.epilog = EXIT_CODES
-        commands = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+        commands = parser.add_subparsers(
+            dest="subcommand", metavar="SUBCOMMAND", required=True, parser_class=SubcommandParser
+        )
 
         runs = commands.add_parser("runs", help="list runs, newest first", epilog=EXIT_CODES)
         runs.add_argument("--class", dest="workflow", metavar="C", help="a workflow class name or dotted path")
