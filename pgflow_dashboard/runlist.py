@@ -1,6 +1,6 @@
 """What the run list shows beyond the run's own columns: for one page of runs, each run's
-open attempt (one query for the page), the live workers' queues and the paused queues (one
-query each), turned into the facts :func:`pgflow_dashboard.why.why` and
+open attempt (one query for the page), its fan-out's counts and child runs, the live
+workers' queues and the paused queues (one query each), turned into the facts :func:`pgflow_dashboard.why.why` and
 :func:`pgflow_dashboard.why.doing` read. Reads only, through ``readdb.alias()`` like the
 list's own query (the replica inside the list's ``readdb.reading()``)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 from pgflow import readdb
 from pgflow.core.flow import OUTCOME_WORDS, PAUSE
 from pgflow.exceptions import WorkflowNotFound
-from pgflow.models import QueueState, Step, Worker, WorkflowRun
+from pgflow.models import Batch, QueueState, Step, Worker, WorkflowRun
 from pgflow.registry import resolve
 
 from . import runfacts, runpage, timeline
@@ -80,6 +80,19 @@ def attach(runs: list[WorkflowRun], *, now: datetime) -> None:
             for queue in queues or ():
                 live[queue] = live.get(queue, 0) + 1
         paused_queues = list(QueueState.objects.using(alias).filter(paused=True).values_list("queue", flat=True))
+    # An open fan-out's counts, and a child batch's children: one query each for the page.
+    batch_ids = [step["batch_id"] for step in open_steps.values() if step["batch_id"]]
+    batches = {
+        pk: {"total": total, "succeeded": succeeded, "failed": failed}
+        for pk, total, succeeded, failed in Batch.objects.using(alias)
+        .filter(pk__in=batch_ids)
+        .values_list("id", "total", "succeeded", "failed")
+    }
+    children = {
+        step["run_id"]: step["children"]
+        for step in runpage.with_children(list(open_steps.values()))
+        if "children" in step
+    }
     waits: dict[tuple[str, str], dict[str, Any]] = {}
     for run in runs:
         step = open_steps.get(run.pk)
@@ -89,7 +102,8 @@ def attach(runs: list[WorkflowRun], *, now: datetime) -> None:
                 waits[key] = _waits(*key)
             step = {**step, **waits[key]}
             if step["batch_id"]:
-                step["batch"] = {"total": 0, "succeeded": 0, "failed": 0}  # counts are on the run page
+                step["batch"] = batches.get(step["batch_id"]) or {"total": 0, "succeeded": 0, "failed": 0}
+                step["children"] = children.get(run.pk)
         facts = {
             "status": run.status,
             "created_at": run.created_at,

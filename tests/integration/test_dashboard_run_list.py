@@ -57,6 +57,7 @@ def test_child_runs_name_their_parent_and_the_status_filter_counts(login, viewer
     assert len(children) == 2
     for child in children:
         assert f"#{parent.pk}" in listed[child]
+    assert "is waiting for 2 child runs (1 ended)" in listed[parent.pk], listed[parent.pk]  # counted, as on its page
     text = html.unescape(page)
     assert "Running (1)" in text and "Finished (1)" in text and "Paused (1)" in text and "Cancelled (0)" in text
 
