@@ -252,9 +252,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             except search.SearchError as exc:
                 problem = str(exc)
             # A key with colons in it ("schedule:3:…") names no qualifier: the plain search may find it.
-            plain = self._plain_search(queryset, term)
-            if not search.has_qualifier(term) and plain.exists():
-                return plain, False
+            if not search.has_qualifier(term):
+                plain = self._plain_search(queryset, term)
+                if plain.exists():
+                    return plain, False
             self.message_user(request, f"Search not understood: {problem}", messages.ERROR)
             return queryset.none(), False
         return self._plain_search(queryset, term), False
