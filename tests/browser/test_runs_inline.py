@@ -137,6 +137,13 @@ def test_a_staff_user_starts_runs_and_pauses_one_from_the_objects_page(staff, li
     assert row.locator(".pgflow-status-paused").count() == 1
     assert "Resume" in row.locator(".pgflow-run-controls a").all_inner_texts()
 
+    # On a phone the page does not scroll sideways: the runs table scrolls in its own box.
+    page.set_viewport_size({"width": 390, "height": 800})
+    widths = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert widths[0] <= widths[1] + 1, widths
+    page.screenshot(path=str(ARTIFACTS / "runs-inline-390.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 900})
+
     # Saving the notification's own form still works with the inline on it.
     page.click("input[name=_save]")
     page.wait_for_url(f"{base}{staff['list']}")
