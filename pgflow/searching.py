@@ -4,9 +4,9 @@ list's search box and ``manage.py pgflow --search`` list and act on. Reads only.
 Each qualifier filters the run row or asks for an attempt of it (``EXISTS`` over
 ``pgflow_step``, reached by the run through ``pgflow_step_run``):
 
-- ``status:``, ``since:``, ``class:`` use ``pgflow_run_status_created``,
+- ``status:``, ``since:``, ``class:`` (a dotted path) use ``pgflow_run_status_created``,
   ``pgflow_run_created``, ``pgflow_run_class_created``; ``parent:`` ``pgflow_run_parent``;
-  ``key:`` exact (or a prefix) and ``step:`` read the run row.
+  ``class:`` (a name alone), ``key:`` exact (or a prefix) and ``step:`` read the run row.
 - ``input.<path>:`` is a jsonb path of the run's input; ``output.<step>.<path>:`` of a
   completed attempt of that step; a comparison (``>100``) matches JSON numbers only (jsonb
   orders every boolean above every number, so without the type check ``true > 100``).
@@ -65,7 +65,9 @@ def term_filter(term: Term, *, now: datetime) -> Q | Exists:
         return Q(created_at__gte=now - timedelta(seconds=float(term.value or 0)))
     if name == "class":
         value = str(term.value)
-        return Q(workflow_class=value) | Q(workflow_class__endswith=f".{value}")  # the dotted path, or the name
+        if "." in value:  # a dotted path: exactly, on pgflow_run_class_created
+            return Q(workflow_class=value)
+        return Q(workflow_class__endswith=f".{value}") | Q(workflow_class=value)  # the class's name
     if name == "key":
         value = str(term.value)
         return Q(key__startswith=value[:-1]) if value.endswith("*") else Q(key=value)
