@@ -6,10 +6,12 @@ input form, permissions), and the run list's filter by subject type
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.contrib.contenttypes.models import ContentType
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -203,6 +205,32 @@ def test_the_start_action_confirms_then_starts_and_a_second_click_starts_nothing
     assert "<strong>0</strong> of the 3" in again.content.decode()
     act(client, "start_orderfulfilment", [ada, bob, cy], confirm="yes")  # a double click
     assert OrderFulfilment.runs().count() == 3
+
+
+def test_two_confirmations_at_once_start_one_run_per_order():
+    """A double click, or two operators: both requests confirm at the same moment."""
+    orders = [order(name) for name in ("ada", "bob", "cy")]
+    clients = [
+        shop_user(name, "view_order", "change_order", runs=("view_workflowrun", "change_workflowrun"))
+        for name in ("op1", "op2")
+    ]
+    barrier = threading.Barrier(2)
+    answers: list[int] = []
+
+    def confirm(client: Client) -> None:
+        try:
+            barrier.wait(timeout=10)
+            answers.append(act(client, "start_orderfulfilment", orders, confirm="yes").status_code)
+        finally:
+            connection.close()  # this thread's own connection
+
+    threads = [threading.Thread(target=confirm, args=(client,)) for client in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert answers == [302, 302]
+    assert sorted(int(run.subject_id) for run in OrderFulfilment.runs()) == sorted(o.pk for o in orders)
 
 
 def test_the_start_action_needs_the_change_permission_on_runs():
