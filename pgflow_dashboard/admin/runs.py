@@ -22,7 +22,6 @@ from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F,
 from django.db.models.functions import Coalesce, Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -332,8 +331,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     @admin.action(description="Re-run from the failed step…", permissions=["change"])
     def rerun_failed_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> HttpResponse | None:
-        """A dry run first: a page counting what would be re-run (and what not, and why); the
-        re-runs start only when that page is confirmed (``confirm=yes``)."""
+        """A dry run first: a page counting what would be re-run (and what not, and why), with
+        an optional reason; the re-runs start only when that page is confirmed (``confirm=yes``),
+        the reason recorded in each re-run's audit trail with the user as actor."""
         selected = queryset.count()
         if selected > MAX_BULK_RUNS:
             self.message_user(
@@ -343,25 +343,28 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             )
             return None
         plan = [(run, *_failed_step(run)) for run in queryset.order_by("pk")]
-        if request.POST.get("confirm") != "yes":
-            request.current_app = self.admin_site.name
-            context = {
-                **self.admin_site.each_context(request),
-                "title": "Re-run from the failed step: dry run",
-                "opts": self.opts,
-                "would": [(run, step) for run, step, why in plan if step],
-                "would_not": [(run, why) for run, step, why in plan if not step],
-                "selected": [run.pk for run, _step, _why in plan],
-                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            }
-            return TemplateResponse(request, "admin/pgflow_dashboard/rerun_bulk.html", context)
+        form = confirm.posted(request.POST)
+        if form.needs_page:
+            return confirm.page(
+                request,
+                self.admin_site,
+                "admin/pgflow_dashboard/rerun_bulk.html",
+                form,
+                title="Re-run from the failed step: dry run",
+                opts=self.opts,
+                would=[(run, step) for run, step, why in plan if step],
+                would_not=[(run, why) for run, step, why in plan if not step],
+                selected=[run.pk for run, _step, _why in plan],
+                action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+            )
+        actor = form.actor(request.user)
         started, refused = [], []
         for run, step, why in plan:
             if not step:
                 refused.append(f"run {run.pk}: {why}")
                 continue
             try:
-                new = run.rerun_from(step, actor=request.user)
+                new = run.rerun_from(step, actor=actor)
             except (PgflowError, WorkflowRun.DoesNotExist) as exc:
                 refused.append(f"run {run.pk}: {exc}")
             else:

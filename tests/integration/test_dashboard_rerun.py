@@ -75,6 +75,23 @@ def test_the_bulk_rerun_counts_first_and_changes_nothing_until_confirmed(login, 
     assert any(m.startswith("Re-ran 2 runs") for m in messages_of(done))
 
 
+def test_the_bulk_rerun_records_its_reason_and_refuses_one_too_long(login, operator):
+    failed = [run_workflow(cw.Ledger.start(input={"amount": 1, "fail": True})) for _ in range(2)]
+    selected = {"action": "rerun_failed_runs", "_selected_action": [r.pk for r in failed], "confirm": "yes"}
+    client = login(operator)
+    dry = client.post(changelist_url(), {**selected, "confirm": ""}).content.decode()
+    assert 'name="reason"' in dry  # the dry run takes an optional reason
+    before = WorkflowRun.objects.count()
+    refused = client.post(changelist_url(), {**selected, "reason": "x" * 121})
+    assert refused.status_code == 400
+    assert "the reason has 121 characters; at most 120 are recorded" in refused.content.decode()
+    assert WorkflowRun.objects.count() == before
+    client.post(changelist_url(), {**selected, "reason": "ledger fixed in 4.2.1"}, follow=True)
+    for run in failed:
+        rerun = WorkflowRun.objects.get(pk=run.pk).reruns.get()
+        assert rerun.events.get(event="rerun_of").actor == f"user:{operator.username} (reason: ledger fixed in 4.2.1)"
+
+
 def test_a_parent_lists_its_children_and_a_child_links_its_parent(login, viewer):
     parent = run_workflow(cw.Parent.start(input={"n": 2, "pause": [1]}))
     client = login(viewer)
