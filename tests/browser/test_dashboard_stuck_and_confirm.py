@@ -23,6 +23,7 @@ from tests.browser.test_dashboard_browser import (  # noqa: F401 - the fixtures
     chromium,
     watch_errors,
 )
+from tests.browser.test_dashboard_layout import OVERFLOW_JS, WIDTHS
 from tests.dashboard_support import PASSWORD, changelist_url, make_user, run_url
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -54,6 +55,15 @@ def stuck() -> dict[str, tuple[int, list[str]]]:
         "sleeping": (dw.Later.start(), ["is due at ", "sleeping until then"]),
     }
     return {name: (run.pk, pieces) for name, (run, pieces) in kinds.items()}
+
+
+def assert_fits(page: Any, name: str) -> None:
+    """The page does not scroll sideways at a desktop's or a phone's width (then back to 1400)."""
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        measured = page.evaluate(OVERFLOW_JS)
+        assert measured["scrollWidth"] <= measured["clientWidth"] and not measured["clipped"], (name, width, measured)
+    page.set_viewport_size({"width": 1400, "height": 1000})
 
 
 def log_in(page: Any, base: str) -> None:
@@ -94,6 +104,7 @@ def test_each_stuck_run_says_why_and_the_dangerous_actions_ask_first(stuck, live
     page.select_option("select[name=action]", "cancel_runs")
     page.click("button[name=index]")
     assert "Cancel: 2 of the 2 selected runs would be cancelled" in page.locator("#pgflow-confirm-count").inner_text()
+    assert_fits(page, "bulk cancel")
     page.fill("#pgflow-reason", "vendor outage, refunded by hand")
     page.screenshot(path=str(ARTIFACTS / "confirm_bulk_cancel.png"), full_page=True)
     page.click(".pgflow-confirm-form [type=submit]")
@@ -108,6 +119,7 @@ def test_each_stuck_run_says_why_and_the_dangerous_actions_ask_first(stuck, live
     page.fill("#pgflow-queue-name", "mail")
     page.click(".pgflow-queue-form button[value=pause]")
     assert "Pausing queue mail stops every worker claiming its attempts" in page.locator("#content-main").inner_text()
+    assert_fits(page, "queue pause")
     page.fill("#pgflow-reason", "mail vendor down")
     page.click(".pgflow-confirm-form button[value=pause]")
     assert "Queue 'mail' paused." in page.locator(".messagelist").inner_text()
