@@ -6,9 +6,11 @@ from __future__ import annotations
 import html
 import html as htmllib
 import re
+from io import StringIO
 
 import pytest
 from django.contrib.admin.utils import quote
+from django.core.management import call_command
 from django.urls import reverse
 
 from pgflow.models import BatchMember
@@ -94,3 +96,6 @@ def test_insights_count_a_failed_fan_outs_member_errors(login, viewer):
     cells = [" ".join(re.sub(r"<[^>]+>", "", cell).split()) for cell in re.findall(r"<td>(.*?)</td>", table, re.S)]
     # The members' own error leads the row; FanOutFailed only says where it came from.
     assert cells[:2] == [f"RuntimeError: {refused} × 2 failed fan-out members(their step: FanOutFailed)", "1"], cells
+    out = StringIO()
+    call_command("pgflow_insights", "--window", "24h", stdout=out)
+    assert f"pgflow.exceptions.FanOutFailed\n          of its members: 2 × RuntimeError: {refused}\n" in out.getvalue()

@@ -91,6 +91,9 @@ def report(figures: dict[str, Any]) -> list[str]:
     lines.append("top errors:")
     for row in figures["errors"]:
         lines.append(f"  {row['count']:>6}  {row['error_class'] or '(none recorded)'}")
+        for member in row.get("members", ()):  # a failed fan-out: what its members raised
+            message = f": {member['message']}" if member["message"] else ""
+            lines.append(f"          of its members: {member['count']} × {member['error_class']}{message}")
     if not figures["errors"]:
         lines.append("  none")
     lines.append("")
