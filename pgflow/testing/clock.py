@@ -4,9 +4,10 @@ pgflow compares its rows' times with the clock in Python (``timezone.now()``) an
 (a ``now`` parameter), in this process and in every worker: freezing Python's clock moves
 neither PostgreSQL's nor another process's. So :meth:`Clock.advance` moves the rows
 instead: every time pgflow wrote, in pgflow's own tables only, goes back by the advance,
-which is the same to every reader as the clock going forward by it. Then it runs, once,
-what came due: the sweep (lost leases, wait timeouts, alerts, retention …), the
-schedules' ticks, and the due steps, here in the test's process.
+which is the same to every reader as the clock going forward by it. It moves in stops,
+one at each moment something falls due within the advance, and at each runs, once, what
+is due: the sweep (lost leases, wait timeouts, alerts, retention …), the schedules' ticks,
+and the due steps, here in the test's process.
 
 It changes no run's state itself, only times: every transition it causes is the sweep's
 or a step's own, through ``pgflow.store`` as a worker would make it. It never touches a
@@ -218,19 +219,16 @@ def next_due() -> datetime | None:
     an alert delivery's next try."""
     at = store.now()
     steps = Step.objects.filter(run__status=RunStatus.RUNNING)
+    lease = Step.objects.filter(status=StepStatus.IN_PROGRESS, lease_expires_at__gte=at).aggregate(
+        m=Min("lease_expires_at")
+    )["m"]
     moments = [
         steps.filter(status=StepStatus.SCHEDULED, scheduled_at__gt=at).aggregate(m=Min("scheduled_at"))["m"],
         steps.filter(status=StepStatus.WAITING, deadline_at__gt=at).aggregate(m=Min("deadline_at"))["m"],
-        Step.objects.filter(status=StepStatus.IN_PROGRESS, lease_expires_at__gte=at).aggregate(
-            m=Min("lease_expires_at")
-        )["m"],
+        lease + _PAST if lease is not None else None,
         AlertDelivery.objects.filter(next_at__gt=at).aggregate(m=Min("next_at"))["m"],
     ]
-    found = [moment for moment in moments if moment is not None]
-    if not found:
-        return None
-    soonest = min(found)
-    return soonest + _PAST if soonest in moments[2:3] else soonest
+    return min((moment for moment in moments if moment is not None), default=None)
 
 
 def _delta(by: Any, units: dict[str, float]) -> timedelta:

@@ -48,6 +48,20 @@ class Reminds(pgflow.Workflow):
         return "reminded"
 
 
+class WaitsLater(pgflow.Workflow):
+    @step(wait=timedelta(hours=1))
+    def first(self):
+        return "first"
+
+    @step(wait_for="go", wait_timeout=timedelta(days=1), on_timeout="skip")
+    def hold(self, signal):
+        return "went"
+
+    @step
+    def last(self):
+        return "last"
+
+
 # --- the columns the clock moves -------------------------------------------------------------
 
 
@@ -98,6 +112,16 @@ def test_a_delayed_step_runs_when_its_wait_is_over(pgflow_clock):
     done = pgflow_clock.advance(hours=1)
     assert run.pk in done.runs  # (with the runs of Hourly, whose ticks came due too)
     assert_steps(run, ["welcome", "remind:completed"])
+
+
+def test_an_advance_stops_at_each_due_time_in_order(pgflow_clock):
+    run = WaitsLater.start()
+    pgflow_clock.advance(days=1)  # first runs at +1 h; its wait's deadline is then +1 d 1 h
+    assert_steps(run, ["first:completed", "hold:waiting"])
+    run = WaitsLater.start()
+    done = pgflow_clock.advance(days=1, hours=1)  # in one advance: +1 h, then +1 d 1 h
+    assert done.sweep["wait_timeouts"] == 2
+    assert_steps(run, ["first", "hold:skipped", "last:completed"])
 
 
 # --- a schedule's catch-up ------------------------------------------------------------------
