@@ -35,7 +35,7 @@ from pgflow.models import Step, WorkflowRun
 from .. import confirm, insights, runlist, site, views
 from ..templatetags.pgflow_dashboard import when
 from ..timeformat import duration
-from . import inlines
+from . import inlines, subjects
 from .subjects import SubjectTypeFilter
 
 MAX_LISTED_REFUSALS = 20  # a bulk action's warning names at most this many runs one by one
@@ -276,7 +276,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         content_type = run.subject_type  # select_related: no query
         if content_type is None:
             return "—"
-        return f"{content_type.app_label}.{content_type.model} #{run.subject_id}"
+        label = f"{content_type.app_label}.{content_type.model} #{run.subject_id}"
+        url = subjects.admin_url(self.admin_site, content_type, run.subject_id)
+        return format_html('<a href="{}">{}</a>', url, label) if url else label
 
     @admin.display(description="status", ordering="status")
     def status_label(self, run: WorkflowRun) -> str:

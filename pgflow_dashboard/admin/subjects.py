@@ -1,16 +1,19 @@
-"""The run list's filter by subject type: ``?subject_type=<content type id>`` (or
-``app_label.model``), with a choice for each model that is the subject of some run; the
-search box finds a subject's id (``?subject_type=12&q=42``: order 42's runs)."""
+"""Runs' subjects in the run list: the filter by subject type (``?subject_type=<content
+type id>`` or ``app_label.model``), with a choice for each model that is the subject of some
+run (the search box finds a subject's id: ``?subject_type=12&q=42`` is order 42's runs), and
+the link from a run's subject to the subject's own admin page."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.contrib.contenttypes.models import ContentType
 from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
 
 from pgflow import readdb
 from pgflow.models import WorkflowRun
@@ -35,6 +38,18 @@ def subject_type_ids() -> list[int]:
     with connections[readdb.alias()].cursor() as cursor:
         cursor.execute(SUBJECT_TYPES_SQL)
         return [row[0] for row in cursor.fetchall()]
+
+
+def admin_url(site: admin.AdminSite, content_type: ContentType, subject_id: str | None) -> str | None:
+    """The subject's change page on ``site``, when its model is registered there (no query:
+    the subject is not read, so a deleted one links to the admin's "doesn't exist" notice)."""
+    model = content_type.model_class()
+    if model is None or subject_id is None or not site.is_registered(model):
+        return None
+    try:
+        return reverse(f"{site.name}:{content_type.app_label}_{content_type.model}_change", args=[quote(subject_id)])
+    except NoReverseMatch:
+        return None
 
 
 def type_label(content_type: ContentType) -> str:

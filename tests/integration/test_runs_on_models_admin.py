@@ -11,10 +11,13 @@ import threading
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.contrib.contenttypes.models import ContentType
+from django.contrib.sessions.models import Session
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
+import pgflow
 from example_project.shop.models import Order
 from example_project.shop.workflows import OrderFulfilment, RefundApproval
 from pgflow.models import WorkflowRun
@@ -313,6 +316,17 @@ def test_the_run_list_filters_by_subject_type_and_finds_a_subject_id():
     assert listed({"subject_type": "auth.user"}) == {of_user.pk}
     assert listed({"subject_type": "nonsense"}) == set()
     assert listed({"subject_type": str(order_type.pk), "q": str(ada.pk)}) == {of_order.pk}
+
+
+def test_the_run_list_links_a_subject_to_its_admin_page_when_it_has_one():
+    ada = order()
+    session = Session.objects.create(session_key="a-text-key", session_data="", expire_date=timezone.now())
+    wf.Delayed.start(subject=ada)
+    wf.Delayed.start(subject=session)  # sessions have no admin page
+    page = shop_user("viewer", runs=("view_workflowrun",)).get(changelist_url()).content.decode()
+    assert f'<a href="{order_url(ada)}">shop.order #{ada.pk}</a>' in page
+    assert '<td class="field-subject_label">sessions.session #a-text-key</td>' in page
+    assert [run.subject for run in pgflow.runs_for(session)] == [session]  # a text primary key
 
 
 def test_the_run_page_links_to_its_subjects_admin_page():
