@@ -133,7 +133,7 @@ def test_a_schedule_catches_up_the_ticks_within_catch_up_and_records_the_missed(
     first = row.next_tick_at
     assert first > pgflow_clock.now
     done = pgflow_clock.advance(hours=5)
-    assert done.schedules == 1
+    assert done.schedules >= 1  # (and those of any other class a test declared)
     ticks = list(ScheduleTick.objects.filter(schedule=row).order_by("tick_at").values_list("outcome", "tick_at"))
     # Ticks at first, +1h … +4h are due; those more than catch_up (3 h) late are missed.
     assert ticks[0] == ("missed", first)
