@@ -14,6 +14,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.contrib.sessions.models import Session
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -113,6 +114,23 @@ def test_the_inline_caps_its_list_and_links_to_all():
     subject_type = ContentType.objects.get_for_model(Order)
     assert f"{changelist_url()}?subject_type={subject_type.pk}&amp;q={ada.pk}" in page.content.decode()
     assert "The newest 20 of 22" in page.content.decode()
+
+
+def test_the_inline_reads_a_few_queries_however_many_runs_it_lists():
+    few, many = order("few"), order("many")
+    for subject, count in ((few, 2), (many, 15)):
+        for _ in range(count):
+            run_workflow(wf.ThreeSteps.start(subject=subject))
+            wf.Delayed.start(subject=subject)
+    client = shop_user("operator", "view_order", runs=("view_workflowrun", "change_workflowrun"))
+    client.get(order_url(few))  # warm the content type cache
+
+    def queries(subject: Order) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(order_url(subject)).status_code == 200
+        return len(captured)
+
+    assert queries(many) <= queries(few) + 1  # + the total count, past max_runs
 
 
 def test_saving_the_order_ignores_the_inline_and_touches_no_run():
