@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.apps import apps
-from django.db import OperationalError, connection, models, transaction
+from django.db import OperationalError, connections, models, router, transaction
 from django.db.models import Min
 
 from .. import rollup, schedules, store
@@ -249,8 +249,14 @@ def _delta(by: Any, units: dict[str, float]) -> timedelta:
     return by
 
 
+def _database() -> str:
+    """The alias pgflow's tables are on: where the project's routers send its models."""
+    return router.db_for_write(Step)
+
+
 def _statements(delta: timedelta) -> list[tuple[str, dict[str, Any]]]:
     """One UPDATE per table of :data:`TIMES`' moved columns."""
+    quote = connections[_database()].ops.quote_name
     params = {"d": delta, "h": delta // HOUR * HOUR}
     by_model: dict[str, list[Column]] = {}
     for column in TIMES:
@@ -261,12 +267,12 @@ def _statements(delta: timedelta) -> list[tuple[str, dict[str, Any]]]:
         meta = apps.get_model("pgflow", name)._meta
         sets = []
         for column in columns:
-            db = connection.ops.quote_name(meta.get_field(column.field).column)
+            db = quote(meta.get_field(column.field).column)
             if column.how == ELEMENTS:
                 sets.append(f"{db} = ARRAY(SELECT t - %(d)s FROM unnest({db}) WITH ORDINALITY AS u(t, n) ORDER BY n)")
             else:
                 sets.append(f"{db} = {db} - %({'h' if column.how == HOURS else 'd'})s")
-        statements.append((f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {', '.join(sets)}", params))
+        statements.append((f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)}", params))
     return statements
 
 
@@ -276,7 +282,8 @@ def _shift(delta: timedelta) -> None:
         return
     for attempt in range(_RETRIES):
         try:
-            with transaction.atomic(), connection.cursor() as cursor:
+            alias = _database()
+            with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
                 for sql, params in _statements(delta):
                     cursor.execute(sql, params)
             break
@@ -284,12 +291,13 @@ def _shift(delta: timedelta) -> None:
             if "deadlock" not in str(exc) or attempt == _RETRIES - 1:
                 raise
     if delta % HOUR:
-        # The rollup moved by whole hours, the rows it counted by all of delta: count its
-        # rolled hours again from those rows, so the insights add up as before.
+        # The rollup moved by whole hours, the rows it counted by all of delta (up to an hour
+        # further back): count its rolled hours again from those rows, from the hour before
+        # its first, so the insights add up as before.
         mark = apps.get_model("pgflow", "RollupState").objects.values_list("rolled_until", flat=True).first()
         first = apps.get_model("pgflow", "RunRollup").objects.order_by("start").values_list("start", flat=True).first()
         if mark is not None and first is not None:
-            rollup.rebuild(first, mark)
+            rollup.rebuild(first - HOUR, mark)
 
 
 def _deliver_alerts() -> None:

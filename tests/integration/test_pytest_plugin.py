@@ -225,6 +225,19 @@ def test_now_adds_up_the_advances_and_rows_move_back(pgflow_clock):
     assert WorkflowRun.objects.get(pk=run.pk).status == "running", "run_due=False runs nothing"
 
 
+def test_the_rollup_still_counts_each_run_once_after_an_advance_off_the_hour(pgflow_clock):
+    from django.db.models import Sum
+
+    from pgflow.models import RunRollup
+
+    run_workflow(wf.ThreeSteps.start())
+    pgflow_clock.advance(hours=2)  # its hour is closed and rolled
+    rolled = RunRollup.objects.filter(workflow_class=wf.ThreeSteps.workflow_path(), hours=1)
+    assert rolled.aggregate(n=Sum("finished"))["n"] == 1
+    pgflow_clock.advance(minutes=30)  # the rollup moves by whole hours, its hours counted again
+    assert rolled.aggregate(n=Sum("finished"))["n"] == 1
+
+
 def test_advance_refuses_what_is_not_a_move_forward(pgflow_clock):
     with pytest.raises(ValueError, match="only moves forward.*got -1 day"):
         pgflow_clock.advance(timedelta(seconds=-1))
