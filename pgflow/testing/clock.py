@@ -148,7 +148,9 @@ class Clock:
 
     @property
     def now(self) -> datetime:
-        """The time as pgflow's rows see it: the real time plus every advance so far."""
+        """The clock's time: the real time plus every advance so far. The schedules' ticks
+        are in this time; every other row keeps the real clock's (moved back instead), so a
+        time read from a row written before an advance is that much earlier than this."""
         return store.now() + self.advanced
 
     def advance(self, by: timedelta | None = None, /, *, run_due: bool = True, **units: float) -> Advanced:
