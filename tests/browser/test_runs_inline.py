@@ -130,6 +130,7 @@ def test_a_staff_user_starts_runs_and_pauses_one_from_the_objects_page(staff, li
     row.locator("a.pgflow-button-pause").click()
     assert "Nothing has changed yet" in page.locator("#pgflow-confirm-control").inner_text()
     page.fill("#pgflow-reason", "vendor asked")
+    page.screenshot(path=str(ARTIFACTS / "runs-inline-control-confirm.png"), full_page=True)
     page.click("input[type=submit][value^='Pause run']")
     page.wait_for_url(f"{base}{staff['first_url']}")
     assert f"Run {staff['earlier']} paused." in page.locator(".messagelist").inner_text()
