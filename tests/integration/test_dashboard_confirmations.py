@@ -10,6 +10,7 @@ import pytest
 
 from pgflow.models import Signal
 from pgflow.testing import run_workflow
+from tests import composition_workflows as cw
 from tests import dashboard_workflows as dw
 from tests import fanout_workflows as fw
 from tests import workflows as wf
@@ -61,3 +62,11 @@ def test_resume_of_a_failed_fan_out_says_it_re_sends_every_member(login, operato
         "Resume runs fan-out step fan again: a fresh batch re-sends all 2 members, the 1 that succeeded as well "
         "as the 1 that failed, so they must be safe to run twice."
     ) in page
+
+
+def test_skip_on_a_child_run_warns_that_its_parent_reads_its_outputs(login, operator):
+    parent = run_workflow(cw.Parent.start(input={"n": 2, "pause": [1]}))  # child 1 pauses on its step
+    child = parent.children.get(status="paused")
+    page = text(login(operator).get(run_url(child)))
+    assert f"this is a child run: its parent #{parent.pk} reads its outputs when it finishes." in page
+    assert "Skip it anyway?" in page.split('id="pgflow-controls-title"')[1]
