@@ -316,6 +316,32 @@ def resume_fan_out_hint(run: WorkflowRun, steps: list[dict[str, Any]]) -> str | 
     )
 
 
+def resume_fan_outs_note(runs: list[WorkflowRun]) -> str | None:
+    """:func:`resume_fan_out_hint` for a bulk Resume: how many of the paused ``runs`` stop on
+    a failed fan-out, and how many members their fresh batches re-send. Two queries."""
+    paused = {run.pk: run.current_step for run in runs if run.status == RunStatus.PAUSED and run.current_step}
+    latest: dict[int, Any] = {}
+    for run_id, step_name, batch_id in (
+        Step.objects.filter(run_id__in=paused, batch_id__isnull=False)
+        .order_by("run_id", "created_at", "id")
+        .values_list("run_id", "step_name", "batch_id")
+    ):
+        if step_name == paused[run_id]:
+            latest[run_id] = batch_id  # the current step's latest fan-out attempt
+    batches = list(
+        Batch.objects.filter(pk__in=set(latest.values()), failed__gt=0).values_list("total", "succeeded", "failed")
+    )
+    if not batches:
+        return None
+    total, succeeded, failed = (sum(column) for column in zip(*batches, strict=True))
+    count = len(batches)
+    return (
+        f"{count} of these runs resume{'s' if count == 1 else ''} a failed fan-out: "
+        f"{'its fresh batch re-sends' if count == 1 else 'their fresh batches re-send'} all {total} members, "
+        f"the {succeeded} that succeeded as well as the {failed} that failed, so they must be safe to run twice."
+    )
+
+
 def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, Any]:
     """Everything the run page shows but the forms."""
     steps, total_steps = latest_steps(run, STEP_FIELDS)

@@ -32,7 +32,7 @@ from pgflow.core.states import CONTROLS, Control, RunStatus, control_error
 from pgflow.exceptions import PgflowError
 from pgflow.models import Step, WorkflowRun
 
-from .. import confirm, insights, runlist, site, views
+from .. import confirm, insights, runlist, runpage, site, views
 from ..templatetags.pgflow_dashboard import when
 from ..timeformat import duration
 from . import inlines, subjects
@@ -415,6 +415,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 would_not_count=len(would_not),
                 selected=[run.pk for run in runs],
                 action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+                # Resume re-sends every member of a failed fan-out: say so before it does.
+                fan_out_note=runpage.resume_fan_outs_note(would) if control.name == "resume" else None,
             )
         actor = form.actor(request.user)
         applied: list[int] = []

@@ -14,7 +14,7 @@ from tests import composition_workflows as cw
 from tests import dashboard_workflows as dw
 from tests import fanout_workflows as fw
 from tests import workflows as wf
-from tests.dashboard_support import control_url, messages_of, run_url
+from tests.dashboard_support import changelist_url, control_url, messages_of, run_url
 
 pytest_plugins = ["tests.dashboard_fixtures"]  # the users and login fixtures
 
@@ -70,3 +70,15 @@ def test_skip_on_a_child_run_warns_that_its_parent_reads_its_outputs(login, oper
     page = text(login(operator).get(run_url(child)))
     assert f"this is a child run: its parent #{parent.pk} reads its outputs when it finishes." in page
     assert "Skip it anyway?" in page.split('id="pgflow-controls-title"')[1]
+
+
+def test_a_bulk_resume_says_what_the_failed_fan_outs_re_send(login, operator):
+    tasks = [("tests.fanout_tasks.double", [1]), ("tests.fanout_tasks.fail", ["no"])]
+    fans = [run_workflow(fw.Fan.start(input={"tasks": tasks})) for _ in range(2)]
+    other = run_workflow(wf.Failing.start())
+    selected = [run.pk for run in (*fans, other)]
+    page = text(login(operator).post(changelist_url(), {"action": "resume_runs", "_selected_action": selected}))
+    assert (
+        "2 of these runs resume a failed fan-out: their fresh batches re-send all 4 members, the 2 that succeeded "
+        "as well as the 2 that failed, so they must be safe to run twice."
+    ) in page
