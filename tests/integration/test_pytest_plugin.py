@@ -204,10 +204,11 @@ def test_a_finished_run_is_purged_once_past_retention(pgflow_clock):
     pgflow_clock.advance(days=29)
     assert WorkflowRun.objects.filter(pk__in=[run.pk, rerun.pk, ticked.pk]).count() == 3
     done = pgflow_clock.advance(days=2)  # RETENTION: 30 days
-    assert done.sweep["purged_runs"] == 3
+    assert done.sweep["purged_runs"] >= 3  # (and the runs of any other schedule declared)
     assert not WorkflowRun.objects.filter(pk__in=[run.pk, rerun.pk, ticked.pk]).exists()
     assert WorkflowRun.objects.get(pk=kept.pk).status == "running"
-    assert ScheduleTick.objects.filter(outcome="started", run__isnull=True).count() == 1, "its tick stays"
+    ticks = ScheduleTick.objects.filter(schedule__workflow_class=Hourly.workflow_path(), outcome="started")
+    assert ticks.filter(run__isnull=True).count() == 1, "its tick stays, naming no run"
     connection.check_constraints()  # what the sweep's commit checks: no row names a purged run
 
 

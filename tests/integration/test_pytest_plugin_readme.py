@@ -14,6 +14,7 @@ from django.core import mail
 import pgflow
 from example_project.shop.models import Order
 from pgflow import OnException, fan_out, step
+from pgflow.models import Alert, ScheduleTick
 from pgflow.testing import assert_steps
 
 NOTIFIED: list[int] = []
@@ -117,6 +118,43 @@ def test_the_gateway_down(db, pgflow_clock, pgflow_replace_step):
     assert_steps(run, ["reserve_stock"] + ["charge:failed"] * 6)
 
 
+class Nightly(pgflow.Workflow):
+    schedules = [pgflow.Schedule(name="nightly", cron="0 3 * * *", catch_up=timedelta(days=1))]
+
+    @step
+    def report(self):
+        return "reported"
+
+
+def test_after_three_days_down_the_last_night_is_caught_up(db, pgflow_clock):
+    pgflow_clock.advance(days=3)  # three 03:00 ticks at once: within catch_up (a day) one starts
+    assert [run.status for run in Nightly.runs()] == ["finished"]
+    missed = ScheduleTick.objects.get(schedule__workflow_class=Nightly.workflow_path(), outcome="missed")
+    assert missed.details["count"] == 2
+
+
+def test_every_night_starts_when_the_days_pass_one_by_one(db, pgflow_clock):
+    for _ in range(3):
+        pgflow_clock.advance(days=1)
+    assert Nightly.runs().count() == 3
+
+
+def test_an_alert_waits_its_cooldown(db, pgflow_clock, settings):
+    rule = {"name": "paused", "kind": "runs_paused", "count": 0, "cooldown": timedelta(minutes=30)}
+    settings.PGFLOW = {**settings.PGFLOW, "ALERTS": [{**rule, "targets": ["mail_admins"]}]}
+    run = checkout()
+    pgflow_clock.run_due()  # charge waits for the payment
+    run.pause()
+    pgflow_clock.advance(minutes=1)  # the rule holds: it fires
+    run.resume()
+    pgflow_clock.advance(minutes=1)  # it resolves
+    run.pause()
+    pgflow_clock.advance(minutes=10)  # it holds again, within the cooldown
+    assert Alert.objects.filter(rule__name="paused").count() == 1
+    pgflow_clock.advance(minutes=20)  # 32 minutes after the first firing
+    assert Alert.objects.filter(rule__name="paused").count() == 2
+
+
 # --- the README shows these tests ----------------------------------------------------------------
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -124,8 +162,9 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def test_the_readme_shows_these_tests():
     section = README.read_text().split("## Testing your workflows", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    shown = next(block for block in blocks if "def test_paid_before_the_charge_waits" in block)
-    body = shown[shown.index("def checkout():") :]
+    blocks = [block for block in re.findall(r"```python\n(.*?)```", section, re.S) if "def test_" in block]
+    assert len(blocks) == 2
     source = Path(__file__).read_text()
-    assert body in source, "the README's tests and this file's have drifted apart: copy one to the other"
+    for block in blocks:
+        body = block[re.search(r"^(def|class) ", block, re.M).start() :]
+        assert body in source, "the README's tests and this file's have drifted apart: copy one to the other"
