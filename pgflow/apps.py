@@ -1,6 +1,8 @@
 from django.apps import AppConfig
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import connections
 from django.db.models.signals import post_migrate
+
+from . import db
 
 
 class PgflowConfig(AppConfig):
@@ -25,8 +27,8 @@ def _sync_schedules(*, using: str = "default", **_: object) -> None:
     """After ``migrate``: the declared schedules into the table (the workers sync too)."""
     from .models import Schedule  # lazy: app registry; this module is imported before the models
 
-    # Not on another database, nor after migrating back to before the schedules existed.
-    if using != DEFAULT_DB_ALIAS or Schedule._meta.db_table not in connections[using].introspection.table_names():
+    # Not on another database than pgflow's, nor after migrating back to before the schedules existed.
+    if using != db.alias() or Schedule._meta.db_table not in connections[using].introspection.table_names():
         return
     from .schedules import sync  # lazy: app registry; it imports the models
 

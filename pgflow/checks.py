@@ -16,9 +16,9 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db import DatabaseError, connections, router
 
-from . import conf, registry
+from . import conf, db, registry
 from .exceptions import DefinitionError
 from .workflow import definition_problems, matcher_warnings
 
@@ -36,12 +36,12 @@ def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any
     """pgflow.E004 when pgflow's database is not PostgreSQL (a project left on startproject's
     SQLite): reads only the settings, so ``check`` says so and ``migrate`` (which runs the
     checks first) stops before it writes anything."""
-    aliases = {DEFAULT_DB_ALIAS, *(databases or ())}
+    aliases = {db.alias(), *(databases or ())}
     return [
         checks.Error(
             f"database {alias!r} uses {connections[alias].vendor} ({settings.DATABASES[alias].get('ENGINE')}); "
             "pgflow needs PostgreSQL (its claims, locks and indexes are PostgreSQL's)",
-            hint='Set DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"; see the README\'s Install.',
+            hint=f'Set DATABASES["{alias}"]["ENGINE"] = "django.db.backends.postgresql"; see the README\'s Install.',
             id="pgflow.E004",
         )
         for alias in sorted(aliases)
@@ -50,6 +50,30 @@ def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any
         # Django's dummy backend connects to nothing: a settings module that has no database
         # for a command that needs none (check, makemigrations) is no SQLite mistake.
         and settings.DATABASES[alias].get("ENGINE") != "django.db.backends.dummy"
+    ]
+
+
+@checks.register()
+def check_router(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgflow.E005 when Django's routers send pgflow's models elsewhere than
+    ``PGFLOW["DATABASE"]``: its ORM reads and writes would go to one database and its SQL to
+    another."""
+    from .models import WorkflowRun  # lazy: app registry; checks are imported with the app
+
+    alias = db.alias()
+    if alias not in settings.DATABASES:
+        return []  # pgflow.E001 says so
+    found = {router.db_for_read(WorkflowRun), router.db_for_write(WorkflowRun)}
+    if found == {alias}:
+        return []
+    return [
+        checks.Error(
+            f"PGFLOW['DATABASE'] is {alias!r}, but DATABASE_ROUTERS send pgflow's models to "
+            f"{' and '.join(repr(name) for name in sorted(found))}",
+            hint='Put "pgflow.db.Router" first in DATABASE_ROUTERS: it sends pgflow\'s models to PGFLOW["DATABASE"] '
+            "and migrates them only there (docs/reference.md, Settings).",
+            id="pgflow.E005",
+        )
     ]
 
 

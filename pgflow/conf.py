@@ -61,8 +61,11 @@ DEFAULTS: dict[str, Any] = {
     # Total time one alert notice may take to send (connect and the whole answer); a target
     # past it has failed and is tried again later. Targets are sent side by side.
     "ALERT_DELIVERY_DEADLINE": timedelta(seconds=10),
+    # The Django database alias pgflow keeps its tables in and writes through (pgflow/db.py);
+    # another than "default" needs pgflow.db.Router in DATABASE_ROUTERS.
+    "DATABASE": "default",
     # A Django database alias (a streaming replica) for the run list, the insights and the
-    # /metrics gauges; None reads everything from the primary (pgflow/readdb.py).
+    # /metrics gauges; None reads everything from DATABASE (pgflow/readdb.py).
     "READ_DATABASE": None,
     # The worker's stream and file log handlers write from one thread of its own, so step
     # threads that log do not queue on a handler's lock (pgflow/runtime/logwriter.py).
@@ -204,14 +207,18 @@ def validate(raw: object) -> list[str]:
 
 
 def _read_database_problems(raw: dict[str, Any]) -> list[str]:
-    alias = raw.get("READ_DATABASE")
-    if alias is None:
-        return []
     databases = getattr(settings, "DATABASES", {})
-    if isinstance(alias, str) and alias in databases:
-        return []
     aliases = ", ".join(repr(name) for name in databases)
-    return [f"PGFLOW['READ_DATABASE'] must be None or the alias of a database in DATABASES ({aliases}), got {alias!r}"]
+    problems = []
+    alias = raw.get("DATABASE", "default")
+    if not (isinstance(alias, str) and alias in databases):
+        problems.append(f"PGFLOW['DATABASE'] must be the alias of a database in DATABASES ({aliases}), got {alias!r}")
+    alias = raw.get("READ_DATABASE")
+    if alias is not None and not (isinstance(alias, str) and alias in databases):
+        problems.append(
+            f"PGFLOW['READ_DATABASE'] must be None or the alias of a database in DATABASES ({aliases}), got {alias!r}"
+        )
+    return problems
 
 
 def _observability_problems(raw: dict[str, Any]) -> list[str]:

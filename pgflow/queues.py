@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
+from . import db
 from .core.definitions import QUEUE_RULE, valid_queue
 from .core.events import actor_name
 from .models import QueueState
@@ -21,7 +21,7 @@ from .store import notify
 def _set(queue: str, *, paused: bool, actor: Any) -> QueueState:
     if not isinstance(queue, str) or not valid_queue(queue):
         raise ValueError(f"queue must be {QUEUE_RULE}, got {queue!r}")
-    with transaction.atomic():
+    with db.atomic():
         state, _ = QueueState.objects.update_or_create(
             queue=queue, defaults={"paused": paused, "changed_at": timezone.now(), "changed_by": actor_name(actor)}
         )

@@ -25,16 +25,17 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections
+from django.db import DatabaseError, InterfaceError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from . import db
 from .conf import pgflow_settings
 from .core import replicas
 
 CONNECT_TIMEOUT = 2  # seconds: a dead replica's host costs a page at most this, not the OS's minutes
 RETRY_SECONDS = 10.0  # a replica found down is not tried again for this long
 
-_alias: ContextVar[str] = ContextVar("pgflow_read_alias", default=DEFAULT_DB_ALIAS)
+_alias: ContextVar[str | None] = ContextVar("pgflow_read_alias", default=None)  # None: pgflow's database
 _down: dict[str, tuple[float, str, str]] = {}  # alias: (monotonic time, error, UTC time) it was found down
 _lock = threading.Lock()
 
@@ -60,12 +61,13 @@ def configured() -> str | None:
 
 
 def alias() -> str:
-    """The alias aggregate reads use here: the replica inside :func:`reading`, else the primary."""
-    return _alias.get()
+    """The alias aggregate reads use here: the replica inside :func:`reading`, else the primary
+    (``PGFLOW["DATABASE"]``)."""
+    return _alias.get() or db.alias()
 
 
 def connection() -> BaseDatabaseWrapper:
-    return connections[_alias.get()]
+    return connections[alias()]
 
 
 @contextmanager
@@ -81,8 +83,8 @@ def reading() -> Iterator[Route]:
 
 def route() -> Route:
     replica = configured()
-    if replica is None or replica == DEFAULT_DB_ALIAS:
-        return Route(DEFAULT_DB_ALIAS, None, None)
+    if replica is None or replica == db.alias():
+        return Route(db.alias(), None, None)
     with _lock:
         down = _down.get(replica)
         if down is not None and time.monotonic() - down[0] >= RETRY_SECONDS:
@@ -103,9 +105,7 @@ def route() -> Route:
 
 
 def _fallback(replica: str, down: tuple[float, str, str]) -> Route:
-    return Route(
-        DEFAULT_DB_ALIAS, replica, replicas.fallback_note(replica, down[1], down[2], RETRY_SECONDS), None, True
-    )
+    return Route(db.alias(), replica, replicas.fallback_note(replica, down[1], down[2], RETRY_SECONDS), None, True)
 
 
 def _standby(replica: str) -> replicas.Standby:
@@ -117,7 +117,7 @@ def _standby(replica: str) -> replicas.Standby:
         in_recovery, replayed_at, now, replay_lsn, paused = cursor.fetchone()
     primary_lsn = None
     if in_recovery:
-        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        with db.connection.cursor() as cursor:
             cursor.execute("SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END")
             primary_lsn = replicas.lsn(cursor.fetchone()[0])
     return replicas.Standby(

@@ -40,14 +40,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
 from django.utils import timezone
 
-from . import readdb
+from . import db, readdb
 from .core import histogram
 from .core.histogram import Histogram
 from .core.phases import ROLLED
 from .core.states import RunStatus, StepStatus
+from .db import connection
 from .models import FailureRollup, RollupState, RunRollup, StepRollup
 
 HOUR = timedelta(hours=1)
@@ -365,7 +365,7 @@ def roll(*, at: datetime | None = None, limit: int | None = HOURS_PER_SWEEP) -> 
     until = closed_until(at)
     rolled = 0
     while limit is None or rolled < limit:
-        with transaction.atomic():
+        with db.atomic():
             mark = _lock_watermark()
             start = mark
             if mark is None:
@@ -400,7 +400,7 @@ def rebuild(since: datetime, until: datetime) -> int:
     done = 0
     day = floor_to(since, DAY)
     while day < until:
-        with transaction.atomic():
+        with db.atomic():
             mark = _lock_watermark()
             if mark is None or day >= mark:
                 break
@@ -417,7 +417,7 @@ def rebuild(since: datetime, until: datetime) -> int:
 def purge(cutoff: datetime) -> int:
     """Delete the rollup rows of hours and days that ended before ``cutoff``; returns how many."""
     deleted = 0
-    with transaction.atomic(), connection.cursor() as cursor:
+    with db.atomic(), connection.cursor() as cursor:
         for table in ("pgflow_rollup_run", "pgflow_rollup_step"):
             cursor.execute(
                 f"DELETE FROM {table} WHERE (hours = 1 AND start <= %(hour)s) OR (hours = 24 AND start <= %(day)s)",

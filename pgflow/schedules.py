@@ -20,14 +20,15 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError
 from django.db.models import Min, Q
 from django.utils.module_loading import autodiscover_modules
 
-from . import registry, store
+from . import db, registry, store
 from .conf import pgflow_settings
 from .core import jsonvalue, ticks
 from .core.states import RunStatus
+from .db import connection
 from .exceptions import DefinitionError, InvalidTransition, PgflowError
 from .models import Schedule, ScheduleTick, WorkflowRun
 
@@ -85,8 +86,8 @@ def sync(*, now: datetime | None = None, **_: Any) -> dict[str, int]:
     at = now or store.now()
     wanted = declared()
     counts = {"created": 0, "updated": 0, "disabled": 0}
-    with transaction.atomic():
-        with transaction.get_connection().cursor() as cursor:
+    with db.atomic():
+        with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_SYNC_LOCK])
         rows = {
             (row.workflow_class, row.name): row
@@ -209,7 +210,7 @@ def delete(schedule_ids: Iterable[int]) -> int:
     commit and then collects its tick too, instead of deleting the ticks it saw, then the
     row, and failing on the tick that committed meanwhile (an IntegrityError). A schedule
     deleted first is skipped by the workers' tick claim (SKIP LOCKED), and is gone after."""
-    with transaction.atomic():
+    with db.atomic():
         locked = list(
             Schedule.objects.select_for_update()
             .filter(pk__in=list(schedule_ids))
@@ -224,7 +225,7 @@ def set_paused(schedule_id: int, paused: bool, *, now: datetime | None = None) -
     """Pause or resume a schedule. Resuming moves the next tick past ``now``: ticks due
     while paused are not caught up."""
     at = now or store.now()
-    with transaction.atomic():
+    with db.atomic():
         row = Schedule.objects.select_for_update().get(pk=schedule_id)
         if row.paused != paused:
             row.paused = paused
@@ -239,7 +240,7 @@ def start_now(schedule_id: int, *, actor: Any = None, now: datetime | None = Non
     """Start a run of the schedule at once, outside its ticks, with a key of its own
     (``schedule:<id>:now:<time>:<nonce>``); recorded as a ``manual`` tick."""
     at = now or store.now()
-    with transaction.atomic():
+    with db.atomic():
         row = Schedule.objects.select_for_update().get(pk=schedule_id)
         workflow = registry.resolve(row.workflow_class)
         key = f"schedule:{row.pk}:now:{at.astimezone(UTC).isoformat()}:{uuid.uuid4().hex[:8]}"
@@ -274,7 +275,7 @@ def fire_due(*, now: datetime | None = None, limit: int = BATCH) -> int:
     """Claim up to ``limit`` due schedules and act on their due ticks, in one transaction,
     each schedule in a savepoint of its own: one that cannot fire never holds up the others.
     Returns how many schedules were claimed (call again while it returns ``limit``)."""
-    with transaction.atomic():
+    with db.atomic():
         at = now or store.now()
         rows = list(
             Schedule.objects.select_for_update(skip_locked=True, of=("self",))
@@ -288,7 +289,7 @@ def fire_due(*, now: datetime | None = None, limit: int = BATCH) -> int:
 
 def fire(schedule_id: int, *, now: datetime | None = None) -> list[WorkflowRun]:
     """Act on one schedule's due ticks as of ``now`` (blocking on its lock); the runs started."""
-    with transaction.atomic():
+    with db.atomic():
         row = Schedule.objects.select_for_update(of=("self",)).get(pk=schedule_id)
         return _fire_alone(row, now or store.now())
 
@@ -299,7 +300,7 @@ def _fire_alone(row: Schedule, at: datetime) -> list[WorkflowRun]:
     is rolled back, the failure recorded as a skipped tick and its next tick moved on, so it
     is not first in line again at the next look and the batch's other schedules still fire."""
     try:
-        with transaction.atomic():
+        with db.atomic():
             return _fire(row, at)
     except Exception as exc:  # noqa: BLE001 - one schedule's failure is recorded on that schedule
         # (a lost connection fails the writes below too, and that reaches the caller)
@@ -313,7 +314,7 @@ def _fire_alone(row: Schedule, at: datetime) -> list[WorkflowRun]:
         extra={"action": "schedule_failed", "schedule": row.pk},
     )
     row.refresh_from_db()  # the savepoint's rollback undid what _fire wrote; so must the instance
-    with transaction.atomic():
+    with db.atomic():
         try:
             nxt: datetime | None = row.rule().next_after(at)
         except DefinitionError:
@@ -388,7 +389,7 @@ def _start(row: Schedule, workflow: type[Workflow], tick: datetime, *, buffered:
     recorded as a skipped tick with the reason, and None is returned."""
     details: dict[str, Any] = {"buffered": True} if buffered else {}
     try:
-        with transaction.atomic():
+        with db.atomic():
             run = workflow.start(input=dict(row.input), key=run_key(row.pk, tick))
     except Exception as exc:  # noqa: BLE001 - whatever refused the start is the tick's reason
         # (the savepoint is rolled back; a lost connection fails this write too, and that

@@ -31,13 +31,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.core.mail import mail_admins
-from django.db import connection, connections, transaction
+from django.db import connections
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from .. import rollup
+from .. import db, rollup
 from ..conf import pgflow_settings
 from ..core import alerting, histogram
+from ..db import connection
 from ..models import Alert, AlertDelivery, AlertRule, Worker
 
 logger = logging.getLogger("pgflow")
@@ -101,7 +102,7 @@ def evaluate(at: datetime) -> int:
 
 def _evaluate_one(rule: AlertRule, at: datetime) -> int:
     holds, value, message = measure(rule.kind, rule.params, at)
-    with transaction.atomic():
+    with db.atomic():
         locked = AlertRule.objects.select_for_update().get(pk=rule.pk)
         open_alert = Alert.objects.filter(rule=locked, resolved_at__isnull=True).first()
         last = Alert.objects.filter(rule=locked).order_by("-fired_at").values_list("fired_at", flat=True).first()
@@ -299,7 +300,7 @@ def deliver_due(at: datetime | None = None) -> int:
     """Send every delivery due now, side by side, each within its deadline; returns how many were sent."""
     at = at or timezone.now()
     deadline = pgflow_settings.seconds("ALERT_DELIVERY_DEADLINE")
-    with transaction.atomic():
+    with db.atomic():
         due = list(
             AlertDelivery.objects.select_for_update(skip_locked=True)
             .filter(next_at__lte=at)

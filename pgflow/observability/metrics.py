@@ -27,10 +27,10 @@ from datetime import datetime
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections, transaction
+from django.db import connections
 from django.utils import timezone
 
-from .. import readdb
+from .. import db, readdb
 from ..core import histogram, phases
 from ..core.flow import CANCEL, COMPLETE, FINISH, OUTCOME_WORDS, SKIP
 from ..core.states import OPEN_STEP, RunStatus
@@ -126,12 +126,12 @@ def _build(name: str) -> Any:
 
 def run_started(workflow_class: str) -> None:
     if _counting:
-        transaction.on_commit(lambda: _child("runs_started", workflow_class).inc())
+        db.on_commit(lambda: _child("runs_started", workflow_class).inc())
 
 
 def signal_received(workflow_class: str, name: str) -> None:
     if _counting:
-        transaction.on_commit(lambda: _child("signals", workflow_class, name).inc())
+        db.on_commit(lambda: _child("signals", workflow_class, name).inc())
 
 
 BEFORE_BODY = "ended_before_body"  # the runner's word for an attempt its prepare ended or parked

@@ -25,12 +25,11 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
-from django.db import connection
-
 from .. import store
 from ..conf import pgflow_settings
 from ..core import errors as error_capture
 from ..core.flow import PAUSE, Outcome
+from ..db import connection
 from . import connections
 from .answer import Answer
 

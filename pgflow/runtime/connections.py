@@ -32,10 +32,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connection, connections
+from django.db import InterfaceError, OperationalError, connections
 from django.db.backends.signals import connection_created
 
+from .. import db
 from ..conf import pgflow_settings
+from ..db import connection
 
 logger = logging.getLogger("pgflow")
 
@@ -293,18 +295,19 @@ class Watchdog:
         if threading.get_ident() in self._open or self._stop.is_set():
             return execute(sql, params, many, context)  # its thread guards the whole pass
         what, limit = getattr(self._marks, "each", None) or ("body's query", self.query_limit)
-        with self.guard(what, limit):
+        with self.guard(what, limit, context["connection"]):
             return execute(sql, params, many, context)
 
     @contextmanager
-    def guard(self, what: str, limit: float | None = None) -> Iterator[None]:
-        """The queries in this block, on this thread's connection, are bounded (by ``limit``
-        seconds, the watchdog's own by default)."""
+    def guard(self, what: str, limit: float | None = None, wrapper: Any = None) -> Iterator[None]:
+        """The queries in this block, on this thread's connection to pgflow's database (or on
+        ``wrapper``, a body's query's), are bounded (by ``limit`` seconds, the watchdog's own
+        by default)."""
         key = threading.get_ident()
         with self._lock:
             # The thread's own wrapper: ``connection`` is a proxy the watchdog's thread would
             # resolve to its own.
-            self._open[key] = (time.monotonic(), limit or self.limit, what, connections[DEFAULT_DB_ALIAS])
+            self._open[key] = (time.monotonic(), limit or self.limit, what, wrapper or connections[db.alias()])
         try:
             yield
         finally:

@@ -22,11 +22,11 @@ from datetime import datetime, timedelta
 
 import psycopg
 from django.apps import apps
-from django.db import connection
 
 from .. import fanout, rollup, store
 from ..conf import pgflow_settings
 from ..core.states import StepStatus
+from ..db import connection
 from ..models import Step
 from ..observability import alerts
 from ..signals import repair_waits

@@ -28,11 +28,12 @@ from typing import Any
 
 import psycopg
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, close_old_connections, connection, connections
+from django.db import DatabaseError, close_old_connections, connections
 from django.db import InterfaceError as DjangoInterfaceError
 
 from .. import observability, schedules, store
 from ..conf import pgflow_settings
+from ..db import connection
 from ..store import Claim
 from ..store.claims import Kinds, with_subjects
 from ..store.leases import reconnected
@@ -140,7 +141,7 @@ class Worker:
         )
         self.runner = Runner(finish=self.committer.submit, finish_later=self.committer.submit_later)
         pool: Slots[Claim, Result] = Slots(
-            self.concurrency, self._execute, self._finished, stopped=lambda: connection.close()
+            self.concurrency, self._execute, self._finished, stopped=connections.close_all
         )
         self.loop = EventLoop()
         threads = [

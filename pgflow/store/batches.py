@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F
 
+from .. import db
 from ..conf import pgflow_settings
 from ..core import errors as error_capture
 from ..core.events import EventKind
@@ -106,7 +106,7 @@ def open_batch(
                 batch.refresh_from_db()
                 _resolve(run, step, batch, at=at)
                 return "completed", True
-            transaction.on_commit(functools.partial(enqueue, batch.pk), robust=True)
+            db.on_commit(functools.partial(enqueue, batch.pk), robust=True)
     return "parked", True
 
 
@@ -175,7 +175,7 @@ def count_member(
     """Count one member's final result. Returns ``(counted, step_id)``: ``counted`` is False for a
     member counted already or gone with its batch; ``step_id`` is the waiting step when this
     member finished the batch (the caller resolves it, in a transaction of its own)."""
-    with transaction.atomic():
+    with db.atomic():
         changes: dict[str, Any] = {
             "status": BatchMember.Status.SUCCEEDED if succeeded else BatchMember.Status.FAILED,
             "finished_at": at,

@@ -20,8 +20,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
-
+from .. import db
 from ..core.states import OPEN_RUN, RunStatus
 from ..exceptions import InvalidTransition, WorkflowNotFound
 from ..models import BatchMember, WorkflowRun
@@ -51,7 +50,7 @@ def child_ended(run: WorkflowRun, *, at: datetime, reason: str = "") -> None:
 def parent_cancelled(run: WorkflowRun) -> None:
     """``run`` is being cancelled: once that commits, cancel its open children."""
     if WorkflowRun.objects.filter(parent_id=run.pk, status__in=list(OPEN_RUN)).exists():
-        transaction.on_commit(lambda: cancel_children(run.pk), robust=True)
+        db.on_commit(lambda: cancel_children(run.pk), robust=True)
 
 
 def cancel_children(parent_id: int) -> int:

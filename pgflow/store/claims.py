@@ -20,10 +20,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection, transaction
 
+from .. import db
 from ..conf import pgflow_settings
 from ..core.limits import RATE_GATE, SINGLETON_GATE, gate_prefix
+from ..db import connection
 from ..exceptions import WorkflowNotFound
 from ..models import WorkflowRun
 from ..registry import resolve
@@ -507,7 +508,7 @@ def claim(
     params.update(after_gates=[a[0] for a in after], after_rates=[a[1] for a in after], visits=gate_visits(limit))
     # Django's cursor binds the values into the SQL text: planned for them each time.
     pooled = not pgflow_settings.NOTIFY  # no session state: the claim's settings for its transaction
-    with transaction.atomic() if pooled else nullcontext(), connection.cursor() as cursor:
+    with db.atomic() if pooled else nullcontext(), connection.cursor() as cursor:
         if pooled:
             cursor.execute("SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true)")
         cursor.execute(CLAIM_SQL, params)
@@ -666,7 +667,7 @@ def next_due(queues: list[str]) -> datetime | None:
 
 def claim_step(step_id: int, *, worker: str, at: datetime | None = None) -> Claim | None:
     """Claim one specific scheduled attempt, due or not (``pgflow.testing`` skips waits)."""
-    with transaction.atomic(), connection.cursor() as cursor:
+    with db.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "UPDATE pgflow_step AS s SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, "
             "claim_token = gen_random_uuid(), lease_expires_at = %(lease_until)s, "

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
 from psycopg.types.json import Jsonb
 
+from .. import db
 from ..core.definitions import scheduled_plainly
 from ..core.events import EventKind
 from ..core.flow import COMPLETE, Outcome
@@ -60,7 +60,7 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
     applied: list[bool | None] = [False] * len(items)
     # Its statements are prepared (each runs on every batch) on psycopg's own cursor: Django's
     # would quote the batch's arrays into the SQL text element by element (store/cursors.py).
-    with transaction.atomic(), hot_cursor() as cursor:
+    with db.atomic(), hot_cursor() as cursor:
         cursor.execute(
             _LOCK,
             {

@@ -19,10 +19,10 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.db import connection
 from django.db.backends.utils import CursorWrapper
 
 from ..conf import pgflow_settings
+from ..db import connection
 
 logger = logging.getLogger("pgflow")
 
@@ -162,4 +162,4 @@ def preparing_cursor() -> CursorWrapper:
     those must see it as any query."""
     connection.close_if_health_check_failed()
     connection.ensure_connection()
-    return connection._prepare_cursor(_kept("preparing", _Preparing))  # type: ignore[attr-defined]  # what Django wraps its own with
+    return connection._prepare_cursor(_kept("preparing", _Preparing))  # what Django wraps its own with

@@ -14,12 +14,11 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
-
 from ..conf import pgflow_settings
 from ..core.events import SYSTEM, EventKind
 from ..core.flow import HANDED_BACK, LOST
 from ..core.states import RunStatus, StepStatus
+from ..db import connection
 from ..models import Step, WorkflowRun
 from .claims import Claim
 from .locking import event, locked, now

@@ -8,12 +8,13 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection, transaction
 from django.utils import timezone
 
+from .. import db
 from ..core.events import SYSTEM as SYSTEM  # store.starting reads it here
 from ..core.events import EventKind, actor_name
 from ..core.states import OPEN_STEP
+from ..db import connection
 from ..models import Event, Step, WorkflowRun
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def now() -> datetime:
 @contextmanager
 def locked(run_id: int) -> Iterator[WorkflowRun]:
     """A transaction holding the run's row lock; raises WorkflowRun.DoesNotExist for no run."""
-    with transaction.atomic():
+    with db.atomic():
         yield WorkflowRun.objects.select_for_update().get(pk=run_id)
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import connection, transaction
-
+from .. import db
 from ..core.limits import SINGLETON_GATE, gate_prefix
+from ..db import connection
 
 # A singleton's gate holds runs; every other gate holds attempts.
 _HOLDS_RUNS = f"k.name LIKE '{gate_prefix(SINGLETON_GATE)}%%'"
@@ -45,7 +45,7 @@ def purge_runs(cutoff: datetime, *, batch: int, rounds: int) -> int:
     locked now (SKIP LOCKED) waits for a later sweep."""
     deleted = 0
     for _ in range(rounds):
-        with transaction.atomic(), connection.cursor() as cursor:
+        with db.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 "SELECT id FROM pgflow_run WHERE status IN ('finished', 'cancelled') AND finished_at < %s "
                 "ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED",

@@ -11,16 +11,16 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db import connection
 from django.db.models import Field, Model
 from django.db.models.sql import InsertQuery
+
+from ..db import connection
 
 if TYPE_CHECKING:
     from ..core.definitions import StepDefinition
     from ..workflow import Workflow
 
 M = TypeVar("M", bound=Model)
-
 
 # --- what a claim returns -----------------------------------------------------------------------
 

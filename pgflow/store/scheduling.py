@@ -9,13 +9,12 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection
-
 from .. import evaluation
 from ..core.definitions import scheduled_plainly
 from ..core.events import EventKind
 from ..core.limits import NO_GATES, Gates
 from ..core.states import RunStatus, StepStatus
+from ..db import connection
 from ..exceptions import PgflowError, StepNotFound, WorkflowNotFound
 from ..models import Step, WorkflowRun
 from .locking import OPEN_STEP_VALUES, event, notify, now

@@ -10,16 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from django.contrib.contenttypes.models import ContentType
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError
 from django.db.models import Model
 from django.db.models.expressions import RawSQL
 
-from .. import evaluation, observability
+from .. import db, evaluation, observability
 from ..conf import pgflow_settings
 from ..core import jsonvalue
 from ..core.definitions import scheduled_plainly
 from ..core.events import EventKind
 from ..core.limits import NO_GATES
+from ..db import connection
 from ..exceptions import InputTooLarge, SingletonConflict
 from ..models import Event, Step, WorkflowRun
 from .cursors import control_cursor, lost_by_pooler, preparing_cursor
@@ -81,14 +82,14 @@ def start_run(
         and scheduled_plainly(first, singleton=workflow.singleton, delay_worked_out=due_at is not None)
     ):
         return _start_plain(workflow, run, first)
-    with transaction.atomic():
+    with db.atomic():
         if key is not None:
             existing = WorkflowRun.objects.filter(workflow_class=path, key=key).first()
             if existing:
                 return existing
         # A savepoint only with a key: a racing start with the same key loses cleanly. Each
         # statement saved here is a round trip off every start (and off its start latency).
-        with transaction.atomic() if key is not None else nullcontext():
+        with db.atomic() if key is not None else nullcontext():
             try:
                 run.traceparent = observability.run_starting(path)
                 run.save(force_insert=True)

@@ -7,8 +7,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
-
+from .. import db
 from ..core import jsonvalue
 from ..core.events import EventKind
 from ..core.flow import CANCEL, COMPLETE, FINISH, PAUSE, REATTEMPT, SKIP, Outcome, attempt_status
@@ -109,7 +108,7 @@ def apply(
 
 def _advance_or_pause_on_missing(run: WorkflowRun, step: Step, *, at: datetime, schedule: bool) -> None:
     try:
-        with transaction.atomic():  # a savepoint: a failure here leaves the attempt's close in place
+        with db.atomic():  # a savepoint: a failure here leaves the attempt's close in place
             advance(run, step.step_name, at=at, schedule=schedule)
     except (StepNotFound, WorkflowNotFound, WaitFailed) as exc:
         if isinstance(exc, WaitFailed):  # the run is on the step whose wait failed

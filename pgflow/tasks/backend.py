@@ -15,10 +15,9 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
 from django.utils import timezone
 
-from .. import store
+from .. import db, store
 from ..core.limits import Limit, Rate, Singleton
 from ..core.policy import OnException
 from ..core.ticks import Schedule
@@ -119,7 +118,7 @@ class PgflowBackend(BaseTaskBackend):
         )
         if run.created_at >= before:  # a new run, not the run of an existing key
             # Sent once the run is visible to workers (at once outside a transaction).
-            transaction.on_commit(lambda: task_enqueued.send(type(self), task_result=result))
+            db.on_commit(lambda: task_enqueued.send(type(self), task_result=result))
         return result
 
     def get_result(self, result_id: str) -> Any:

@@ -22,6 +22,7 @@ from pgflow.conf import pgflow_settings
         ({"PREPARE_START": "no"}, "PGFLOW['PREPARE_START'] must be True or False, got 'no'"),
         ({"WAKE_BEFORE_FLUSH": 1}, "PGFLOW['WAKE_BEFORE_FLUSH'] must be True or False, got 1"),
         ({"LOG_WRITER": "yes"}, "PGFLOW['LOG_WRITER'] must be True or False, got 'yes'"),
+        ({"DATABASE": "pgflw"}, "PGFLOW['DATABASE'] must be the alias of a database in DATABASES ('default'"),
         ({"NOTIFY": "off"}, "PGFLOW['NOTIFY'] must be True or False, got 'off'"),
         ({"ERROR_REPORTER": "no.such.module.report"}, "PGFLOW['ERROR_REPORTER'] must be None, a callable"),
         (

@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pgflow.observability.metrics",
             "pgflow.observability.tracing",
             "pgflow.readdb",
+            "pgflow.db",
         ),
     ),
     # The workflow class is the definition the store reads; only its start() calls the store,

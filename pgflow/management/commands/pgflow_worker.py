@@ -13,11 +13,12 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.db.migrations.executor import MigrationExecutor
 
 from pgflow.conf import pgflow_settings
 from pgflow.core.definitions import QUEUE_RULE, valid_queue
+from pgflow.db import connection
 from pgflow.observability import metrics
 from pgflow.runtime import logwriter
 from pgflow.runtime.processes import Supervisor

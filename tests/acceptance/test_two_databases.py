@@ -1,0 +1,108 @@
+"""pgflow in a database of its own (``PGFLOW["DATABASE"]``), the project's models in another:
+real processes (migrate, a shell that starts and signals, a worker) on two real databases,
+and not one of pgflow's tables in the project's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from django.db import connection
+
+from pgflow.models import WorkflowRun
+from tests.acceptance.conftest import ROOT
+from tests.invariants import assert_exactly_once
+
+
+def _server() -> dict[str, object]:
+    params = connection.get_connection_params()
+    return {k: v for k, v in params.items() if k in ("host", "port", "user", "password")}
+
+
+@pytest.fixture
+def project_db(transactional_db: None) -> Iterator[str]:
+    name = f"{connection.settings_dict['NAME']}_project"
+    with psycopg.connect(**_server(), dbname="postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with psycopg.connect(**_server(), dbname="postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def manage(project_db: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.two_databases_settings",
+            "PGFLOW_TEST_DB_NAME": connection.settings_dict["NAME"],
+            "PGFLOW_PROJECT_DB_NAME": project_db,
+            "PGFLOW_SWEEP_SECONDS": "0.5",
+            **(env or {}),
+        },
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def tables(database: str) -> set[str]:
+    with psycopg.connect(**_server(), dbname=database) as conn:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+    return {name for (name,) in rows}
+
+
+def test_runs_start_signal_and_finish_in_pgflows_own_database(project_db):
+    migrated = manage(project_db, "migrate", "--no-input")
+    assert migrated.returncode == 0, migrated.stderr
+    project = tables(project_db)
+    assert "auth_user" in project and "shop_order" in project  # the project's own tables are here
+    assert not {name for name in project if name.startswith("pgflow_")}  # and none of pgflow's
+
+    checked = manage(project_db, "check", "--fail-level", "ERROR")
+    assert checked.returncode == 0, checked.stderr
+
+    started = manage(
+        project_db,
+        "shell",
+        "-c",
+        "from tests import workflows as wf\n"
+        "runs = [wf.ThreeSteps.start() for _ in range(20)] + [wf.WaitsForPayment.start()]\n"
+        "print(' '.join(str(run.pk) for run in runs))",
+    )
+    assert started.returncode == 0, started.stderr
+    ids = [int(pk) for pk in started.stdout.splitlines()[-1].split()]
+    assert WorkflowRun.objects.filter(pk__in=ids).count() == 21  # in the test database: pgflow's
+
+    drained = manage(project_db, "pgflow_worker", "--burst", "--concurrency", "4")
+    assert drained.returncode == 0, drained.stderr
+    signalled = manage(
+        project_db,
+        "shell",
+        "-c",
+        f"import pgflow\nfrom pgflow.models import WorkflowRun\n"
+        f"pgflow.signal(WorkflowRun.objects.get(pk={ids[-1]}), 'payment', {{'amount': 5}})",
+    )
+    assert signalled.returncode == 0, signalled.stderr
+    drained = manage(project_db, "pgflow_worker", "--burst", "--concurrency", "4")
+    assert drained.returncode == 0, drained.stderr
+
+    assert set(WorkflowRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"finished"}
+    paid = WorkflowRun.objects.get(pk=ids[-1]).steps.get(step_name="charge").output
+    assert paid == {"paid": {"amount": 5}}
+    assert not {name for name in tables(project_db) if name.startswith("pgflow_")}
+    assert assert_exactly_once() == 21
+
+
+def test_a_missing_router_is_a_system_check_error(project_db):
+    checked = manage(project_db, "check", env={"PGFLOW_NO_ROUTER": "1"})
+    assert checked.returncode != 0
+    assert "pgflow.E005" in checked.stderr
+    assert "PGFLOW['DATABASE'] is 'pgflow', but DATABASE_ROUTERS send pgflow's models to 'default'" in checked.stderr
+    assert "pgflow.db.Router" in checked.stderr
