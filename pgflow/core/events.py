@@ -59,6 +59,9 @@ class EventKind(StrEnum):
     RERUN_OF = "rerun_of"
     # store.rerun.rerun_from, on the original: a re-run of it started (details: rerun, step_name)
     RERUN_AS = "rerun_as"
+    # store.commit (the group commit) and store.transitions.apply: a body's set_attributes()
+    # merged into the run's attributes at the step's commit (details: attributes, the keys set)
+    ATTRIBUTES_SET = "attributes_set"
 
     @property
     def label(self) -> str:

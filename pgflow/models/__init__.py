@@ -8,6 +8,7 @@
     workers    Worker                               pgflow.runtime.presence
     tokens     AccessToken                          pgflow_dashboard (the MCP's tokens)
     alerts     AlertRule, Alert, AlertDelivery      pgflow.observability.alerts; the admin's rules
+    views      SavedView                            pgflow_dashboard (the run list's saved searches)
 
 Every name is imported from ``pgflow.models`` (the public path, and the one the migrations
 name): the modules are where the classes live, not how they are imported. One app
@@ -21,6 +22,7 @@ from .rollup import FailureRollup, RollupState, RunRollup, StepRollup
 from .runs import Event, Signal, Step, WorkflowRun, WorkflowRunQuerySet
 from .schedules import Schedule, ScheduleTick
 from .tokens import AccessToken
+from .views import SavedView
 from .workers import Worker, WorkerQuerySet
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "QueueState",
     "RollupState",
     "RunRollup",
+    "SavedView",
     "Schedule",
     "ScheduleTick",
     "Signal",

@@ -24,7 +24,8 @@ class AlertRule(models.Model):
     origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.ADMIN)
     kind = models.CharField(
         max_length=32,
-        help_text="phase_p95, runs_paused, steps_overdue, waits_past_deadline, queue_without_worker or failure_rate",
+        help_text="phase_p95, runs_paused, steps_overdue, waits_past_deadline, queue_without_worker, failure_rate "
+        "or runs_matching",
     )
     params = models.JSONField(
         default=dict,

@@ -66,6 +66,10 @@ class WorkflowRun(models.Model):
     )
     # The class's pgflow.Singleton key for this run (None: no singleton, or its key was None).
     singleton_key = models.CharField(max_length=200, null=True, blank=True)
+    # Flat tags from start(attributes=...) and a body's set_attributes() (limits: pgflow.core.attributes),
+    # searched by attr.K:V through the GIN index pgflow_run_attributes. The column's own default too: a
+    # process still on the previous release inserts runs without it while the new one rolls out.
+    attributes = models.JSONField(default=dict, db_default=models.Value({}, models.JSONField()), blank=True)
 
     objects = WorkflowRunQuerySet.as_manager()
 
@@ -91,6 +95,8 @@ class WorkflowRun(models.Model):
                 name="pgflow_run_singleton",
                 condition=Q(singleton_key__isnull=False, status__in=["running", "paused"]),
             ),
+            # attributes: GIN pgflow_run_attributes (jsonb_path_ops), made by migration 0014 only:
+            # a GinIndex here would need django.contrib.postgres in INSTALLED_APPS (postgres.E005).
         ]
 
     def __str__(self) -> str:
