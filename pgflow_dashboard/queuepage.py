@@ -11,8 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
-
+from pgflow.db import connection
 from pgflow.models import QueueState, Worker
 
 # One scan of the open attempts (the claim indexes cover scheduled rows): per queue, the due

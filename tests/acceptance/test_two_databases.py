@@ -106,3 +106,33 @@ def test_a_missing_router_is_a_system_check_error(project_db):
     assert "pgflow.E005" in checked.stderr
     assert "PGFLOW['DATABASE'] is 'pgflow', but DATABASE_ROUTERS send pgflow's models to 'default'" in checked.stderr
     assert "pgflow.db.Router" in checked.stderr
+
+
+def test_the_dashboard_and_the_command_line_read_pgflows_database(project_db):
+    assert manage(project_db, "migrate", "--no-input").returncode == 0
+    # An operator in the project's database (auth is the project's), pages over pgflow's.
+    pages = manage(
+        project_db,
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import User\n"
+        "from django.test import Client\n"
+        "from tests import workflows as wf\n"
+        "from tests.dashboard_support import changelist_url, insights_url, run_url\n"
+        "from django.urls import reverse\n"
+        "run = wf.WaitsForPayment.start()\n"
+        "user = User.objects.create_superuser('ops', 'ops@example.com', 'pw')\n"
+        "client = Client()\n"
+        "client.force_login(user)\n"
+        "for url in (changelist_url(), run_url(run), insights_url(), insights_url(as_json=True),\n"
+        "            reverse('admin:pgflow_queuestate_changelist')):\n"
+        "    response = client.get(url)\n"
+        "    print(response.status_code, url, b'WaitsForPayment' in response.content)\n",
+    )
+    assert pages.returncode == 0, pages.stderr
+    lines = [line.split() for line in pages.stdout.splitlines() if line[:3].isdigit()]
+    assert [status for status, *_ in lines] == ["200"] * 5, pages.stdout
+    assert lines[0][2] == lines[1][2] == "True"  # the run list and the run page show the run
+    listed = manage(project_db, "pgflow", "runs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert '"tests.workflows.WaitsForPayment"' in listed.stdout
