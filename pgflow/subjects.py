@@ -18,6 +18,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.db.models import ManyToOneRel, Model, QuerySet
 from django.utils.functional import cached_property
 
+from . import db
 from .models import WorkflowRun
 
 
@@ -32,7 +33,8 @@ def subject_of(obj: Any) -> tuple[ContentType, str]:
     if obj.pk is None:
         raise ValueError(f"runs_for() takes a saved model instance; this {type(obj).__name__} has no primary key")
     # for_concrete_model, as start() stores it: a proxy's runs are its concrete model's.
-    return ContentType.objects.get_for_model(obj), str(obj.pk)
+    # pgflow's database's content type: the run stores its id there.
+    return ContentType.objects.db_manager(db.alias()).get_for_model(obj), str(obj.pk)
 
 
 def runs_for(obj: Any) -> QuerySet[WorkflowRun]:

@@ -448,7 +448,7 @@ def with_subjects(claims: list[Claim]) -> list[Claim]:
         return claims
     found: dict[tuple[int, str], Any] = {}
     for type_id, ids in wanted.items():
-        model = ContentType.objects.get_for_id(type_id).model_class()
+        model = ContentType.objects.db_manager(db.alias()).get_for_id(type_id).model_class()
         if model is None:
             continue
         for row in model._base_manager.filter(pk__in=sorted(ids)):

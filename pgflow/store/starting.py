@@ -14,8 +14,9 @@ from django.db import DatabaseError, IntegrityError
 from django.db.models import Model
 from django.db.models.expressions import RawSQL
 
-from .. import db, evaluation, observability
+from .. import db, evaluation, observability, tenants
 from ..conf import pgflow_settings
+from ..core import attributes as attribute_rules
 from ..core import jsonvalue
 from ..core.definitions import scheduled_plainly
 from ..core.events import EventKind
@@ -48,12 +49,15 @@ def start_run(
     key: str | None = None,
     parent: WorkflowRun | None = None,
     due_at: datetime | None = None,
+    attributes: Any = None,
 ) -> WorkflowRun:
     """Create a run and its first attempt in the caller's transaction (see Workflow.start);
     ``parent``: the run whose fan_out started it as a child (``batch.add_run``); ``due_at``:
     the first attempt is due then instead of after its step's wait (a ``django.tasks``
-    task's ``run_after``: a task due now takes the plain start's one statement)."""
+    task's ``run_after``: a task due now takes the plain start's one statement); ``attributes``:
+    the run's flat tags (``pgflow.core.attributes``), one more column of its row."""
     payload = _checked_input(input)
+    tags = attribute_rules.checked(attributes, "start(attributes=...)")
     subject_type, subject_id = _checked_subject(subject)
     if key is not None and (not isinstance(key, str) or not key or len(key) > 255 or jsonvalue.text_problem(key)):
         raise ValueError(
@@ -62,6 +66,8 @@ def start_run(
     path = workflow.workflow_path()
     at = now()
     first = workflow.steps().first()
+    # A child belongs to its parent's tenant, whatever is current where its batch opened.
+    tenant = parent.tenant if parent is not None else tenants.current()
     run = WorkflowRun(
         workflow_class=path,
         input=payload,
@@ -73,6 +79,8 @@ def start_run(
         created_at=at,
         updated_at=at,
         parent=parent,
+        tenant=tenant,
+        attributes=tags,
     )  # its traceparent is set just before its insert, which also counts it (metrics)
     due_later = due_at is not None and due_at > at
     if (
@@ -280,4 +288,5 @@ def _checked_subject(subject: Any) -> tuple[ContentType | None, str | None]:
         raise TypeError(f"subject must be a saved model instance or None, got {type(subject).__name__}")
     if subject.pk is None or subject._state.adding:
         raise ValueError(f"subject must be a saved model instance; this {type(subject).__name__} has no primary key")
-    return ContentType.objects.get_for_model(subject), str(subject.pk)
+    # pgflow's database's content type (ids differ between databases): the run's row points there.
+    return ContentType.objects.db_manager(db.alias()).get_for_model(subject), str(subject.pk)

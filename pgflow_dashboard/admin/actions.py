@@ -33,7 +33,7 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 
-from pgflow import Workflow
+from pgflow import Workflow, db
 from pgflow.core.states import OPEN_RUN
 from pgflow.exceptions import PgflowError
 from pgflow.models import WorkflowRun
@@ -188,7 +188,7 @@ def _find_existing(workflow: type[Workflow], plans: list[_Plan]) -> None:
     unkeyed = {str(plan.obj.pk): plan for plan in plans if plan.key is None and not plan.problem}
     if unkeyed:
         model = type(next(iter(unkeyed.values())).obj)
-        subject_type = ContentType.objects.get_for_model(model)
+        subject_type = ContentType.objects.db_manager(db.alias()).get_for_model(model)
         open_runs = WorkflowRun.objects.for_class(workflow).filter(
             subject_type=subject_type, subject_id__in=list(unkeyed), status__in=list(OPEN_RUN)
         )

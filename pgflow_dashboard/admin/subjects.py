@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
-from pgflow import readdb
+from pgflow import db, readdb
 from pgflow.models import WorkflowRun
 
 # The distinct subject types of the runs, by a loose index scan of pgflow_run_subject: one
@@ -61,7 +61,7 @@ class SubjectTypeFilter(admin.SimpleListFilter):
     parameter_name = "subject_type"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        types = [ContentType.objects.get_for_id(pk) for pk in subject_type_ids()]
+        types = [ContentType.objects.db_manager(db.alias()).get_for_id(pk) for pk in subject_type_ids()]
         return sorted(((str(ct.pk), type_label(ct)) for ct in types), key=lambda choice: choice[1])
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
