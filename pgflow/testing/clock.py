@@ -106,6 +106,7 @@ TIMES: tuple[Column, ...] = (
     Column("AlertDelivery", "next_at", SHIFT, "alerts: a delivery due (and its retries' backoff)"),
     Column("AlertDelivery", "delivered_at", SHIFT, "the alerts page"),
     Column("AlertDelivery", "created_at", SHIFT, "the alerts page"),
+    Column("SavedView", "created_at", SHIFT, "the run list's saved views"),
 )
 
 HOUR = timedelta(hours=1)
