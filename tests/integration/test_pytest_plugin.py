@@ -19,6 +19,7 @@ from pgflow import step
 from pgflow.models import Alert, Schedule, ScheduleTick, Step, WorkflowRun
 from pgflow.testing import Clock, assert_steps, replace_step, run_workflow
 from pgflow.testing.clock import KEEP, TIMES, time_columns
+from tests import pytest_plugin_workflows as pw
 from tests import workflows as wf
 
 pytest_plugins = ["pytester"]
@@ -28,14 +29,6 @@ CALLED: list[dict] = []
 
 def record(body: dict) -> None:
     CALLED.append(body)
-
-
-class Hourly(pgflow.Workflow):
-    schedules = [pgflow.Schedule(name="hourly", every=timedelta(hours=1), catch_up=timedelta(hours=3), overlap="allow")]
-
-    @step
-    def report(self):
-        return "reported"
 
 
 class Reminds(pgflow.Workflow):
@@ -110,7 +103,7 @@ def test_a_delayed_step_runs_when_its_wait_is_over(pgflow_clock):
     pgflow_clock.advance(days=2, hours=23)
     assert_steps(run, ["welcome", "remind:scheduled"])
     done = pgflow_clock.advance(hours=1)
-    assert run.pk in done.runs  # (with the runs of Hourly, whose ticks came due too)
+    assert run.pk in done.runs  # (with the runs of any schedule whose ticks came due too)
     assert_steps(run, ["welcome", "remind:completed"])
 
 
@@ -127,7 +120,13 @@ def test_an_advance_stops_at_each_due_time_in_order(pgflow_clock):
 # --- a schedule's catch-up ------------------------------------------------------------------
 
 
-def test_a_schedule_catches_up_the_ticks_within_catch_up_and_records_the_missed(pgflow_clock):
+@pytest.fixture
+def Hourly():  # noqa: N802 - the class
+    with pw.declared(pw.Hourly) as workflow:  # for this test only (see its module)
+        yield workflow
+
+
+def test_a_schedule_catches_up_the_ticks_within_catch_up_and_records_the_missed(pgflow_clock, Hourly):  # noqa: N803
     pgflow_clock.advance(timedelta(0))  # syncs the declared schedules
     row = Schedule.objects.get(workflow_class=Hourly.workflow_path(), name="hourly")
     first = row.next_tick_at
@@ -195,7 +194,7 @@ def test_an_attempt_whose_lease_runs_out_is_recovered_by_the_sweep(pgflow_clock)
 # --- retention --------------------------------------------------------------------------------
 
 
-def test_a_finished_run_is_purged_once_past_retention(pgflow_clock):
+def test_a_finished_run_is_purged_once_past_retention(pgflow_clock, Hourly):  # noqa: N803
     run = run_workflow(wf.ThreeSteps.start())
     rerun = run_workflow(run.rerun_from("three"))  # names run as the one it re-ran
     kept = run_workflow(wf.TwoApprovals.start())  # open (it waits, no timeout): never purged
