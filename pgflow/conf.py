@@ -70,6 +70,15 @@ DEFAULTS: dict[str, Any] = {
     # The worker's stream and file log handlers write from one thread of its own, so step
     # threads that log do not queue on a handler's lock (pgflow/runtime/logwriter.py).
     "LOG_WRITER": True,
+    # Tenants (pgflow/tenants.py): dotted path (or callable) returning the current tenant's key
+    # (a string, or None) when start() is called; stored on the run as run.tenant.
+    "TENANT": None,
+    # Dotted path (or callable) of callable(tenant) -> a context manager the worker enters
+    # around each body, condition and wait method of a run that has a tenant.
+    "TENANT_CONTEXT": None,
+    # Dotted path (or callable) of callable(user) -> None (every tenant) or the set of tenant
+    # keys whose runs that staff user sees in the dashboard and through MCP.
+    "TENANT_VISIBLE": None,
 }
 
 _DURATIONS = (
@@ -190,7 +199,7 @@ def validate(raw: object) -> list[str]:
             f"PGFLOW['HEARTBEAT_INTERVAL'] ({_seconds(beat):g}s) must be shorter than "
             f"PGFLOW['LEASE'] ({_seconds(lease):g}s), or every long step loses its lease"
         )
-    for key in ("ERROR_REPORTER", "BACKTRACE_CLEANER"):
+    for key in ("ERROR_REPORTER", "BACKTRACE_CLEANER", "TENANT", "TENANT_CONTEXT", "TENANT_VISIBLE"):
         problem = _callable_problem(key, raw.get(key))
         if problem:
             problems.append(problem)
@@ -256,6 +265,8 @@ def _observability_problems(raw: dict[str, Any]) -> list[str]:
 def _callable_problem(key: str, value: object) -> str | None:
     if value is None or callable(value):
         return None
+    if not isinstance(value, str):
+        return f"PGFLOW[{key!r}] must be None, a callable or the dotted path of one, got {value!r}"
     try:
         found = import_string(value)  # type: ignore[arg-type]
     except (ImportError, TypeError, ValueError) as exc:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 
+from . import tenants
 from .core.definitions import StepDefinition
 from .core.flow import FlowControl
 from .core.limits import NO_GATES, Gates, gates_of, key_value
@@ -125,10 +126,12 @@ def delay_seconds(workflow: Workflow, definition: StepDefinition, now: datetime)
 
 def evaluate(workflow: Workflow, reference: str | Callable[..., Any]) -> Any:
     """Call a method named ``reference`` of ``workflow``, or the callable ``reference(workflow)``;
-    an ``async def`` is awaited (:func:`settle`)."""
-    if isinstance(reference, str):
-        return settle(getattr(workflow, reference)())
-    return settle(reference(workflow))
+    an ``async def`` is awaited (:func:`settle`). In the run's tenant context (``PGFLOW["TENANT_CONTEXT"]``),
+    as its bodies are: a condition or a wait reads the tenant's data."""
+    with tenants.context_of(workflow):
+        if isinstance(reference, str):
+            return settle(getattr(workflow, reference)())
+        return settle(reference(workflow))
 
 
 def describe(reference: Any) -> str:

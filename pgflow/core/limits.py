@@ -21,6 +21,10 @@ from .jsonvalue import text_problem
 Key = str | Callable[..., Any] | None
 ON_CONFLICT = ("queue", "skip")
 MAX_KEY = 200  # characters of a computed key kept in a gate's name
+# key="tenant" on a class with no method of that name: the run's tenant (run.tenant), so
+# fairness by tenant needs no code. Its gates are named "tenant:<key>", apart from the keys
+# methods return.
+TENANT_KEY = "tenant"
 
 # The gate kinds, each a gate name's prefix before ``:`` (stored in pgflow_gate and on each
 # attempt: renaming one needs a data migration).
@@ -132,6 +136,9 @@ def key_value(instance: Any, key: Key, default: str, what: str = "a limit's key"
     (``step 'send': concurrency key``)."""
     if key is None:
         return default
+    if key == TENANT_KEY and tenant_key_of_run(type(instance)):
+        tenant = instance.run.tenant
+        return None if tenant is None else f"{TENANT_KEY}:{tenant}"[:MAX_KEY]
     value = getattr(instance, key)() if isinstance(key, str) else key(instance)
     if value is None:
         return None
@@ -146,6 +153,12 @@ def key_value(instance: Any, key: Key, default: str, what: str = "a limit's key"
     if problem:
         raise ValueError(f"{named} returned {value!r}: {problem}; return a string without it, or None")
     return text
+
+
+def tenant_key_of_run(cls: type) -> bool:
+    """Whether ``key="tenant"`` on ``cls`` means the run's tenant: the class defines no
+    ``tenant`` of its own (one that does keeps its method, as before tenants were stored)."""
+    return not callable(getattr(cls, TENANT_KEY, None))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .. import observability, store
+from .. import observability, store, tenants
 from ..core import jsonvalue
 from ..core.flow import FlowControl
 from ..core.states import StepStatus
@@ -46,7 +46,8 @@ def execute(prepared: Prepared) -> tuple[str, bool]:
     builder = BatchBuilder()
     try:
         # An async body is awaited here, in this thread: it only records its batch.add calls.
-        returned = settle(invoke(prepared.workflow, prepared.definition, builder))
+        with tenants.context_of(prepared.workflow):  # the run's tenant context, as any body's
+            returned = settle(invoke(prepared.workflow, prepared.definition, builder))
     except FlowControl as control:
         applied = store.finish(prepared.claim, control.outcome)
         return (control.outcome.word if applied else "ignored"), applied

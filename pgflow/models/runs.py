@@ -70,6 +70,9 @@ class WorkflowRun(models.Model):
     # searched by attr.K:V through the GIN index pgflow_run_attributes. The column's own default too: a
     # process still on the previous release inserts runs without it while the new one rolls out.
     attributes = models.JSONField(default=dict, db_default=models.Value({}, models.JSONField()), blank=True)
+    # PGFLOW["TENANT"]'s key when start() was called (a child's and a re-run's: their parent's,
+    # their original's); never changed after (pgflow/tenants.py). Indexed by pgflow_run_tenant.
+    tenant = models.CharField(max_length=100, null=True, blank=True)
 
     objects = WorkflowRunQuerySet.as_manager()
 
@@ -95,6 +98,8 @@ class WorkflowRun(models.Model):
                 name="pgflow_run_singleton",
                 condition=Q(singleton_key__isnull=False, status__in=["running", "paused"]),
             ),
+            # The run list filtered by tenant, newest first; runs without a tenant are not indexed.
+            models.Index(fields=["tenant", "created_at"], name="pgflow_run_tenant", condition=Q(tenant__isnull=False)),
             # attributes: GIN pgflow_run_attributes (jsonb_path_ops), made by migration 0014 only:
             # a GinIndex here would need django.contrib.postgres in INSTALLED_APPS (postgres.E005).
         ]

@@ -24,7 +24,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
-from .. import fanout, observability, store
+from .. import fanout, observability, store, tenants
 from ..conf import pgflow_settings
 from ..core import errors as error_capture
 from ..core import jsonvalue
@@ -285,10 +285,12 @@ def run_body(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
     """Call the step body; returns (outcome, output, error). Never raises for the body's sake.
     An ``async def`` body is awaited here (``pgflow.testing`` runs every body this way)."""
     try:
-        returned = invoke(prepared.workflow, prepared.definition, prepared.signal)
-        if inspect.isawaitable(returned):
-            prepared.workflow.outputs  # noqa: B018 - read here: a query cannot run in the body's loop
-            returned = settle(returned)
+        # The run's tenant context (PGFLOW["TENANT_CONTEXT"]): none for a run without a tenant.
+        with tenants.context_of(prepared.workflow):
+            returned = invoke(prepared.workflow, prepared.definition, prepared.signal)
+            if inspect.isawaitable(returned):
+                prepared.workflow.outputs  # noqa: B018 - read here: a query cannot run in the body's loop
+                returned = settle(returned)
     except FlowControl as control:  # first: a flow-control verb is not a failure
         return control.outcome, None, None
     except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt… fail the attempt too
@@ -301,7 +303,9 @@ def run_body(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
 async def run_body_async(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
     """``run_body`` for an ``async def`` body, awaited on the running loop."""
     try:
-        returned = await invoke(prepared.workflow, prepared.definition, prepared.signal)
+        # Entered in the body's task: the ORM calls it makes through sync_to_async share its context.
+        with tenants.context_of(prepared.workflow):
+            returned = await invoke(prepared.workflow, prepared.definition, prepared.signal)
     except FlowControl as control:
         return control.outcome, None, None
     except BaseException as exc:  # noqa: BLE001 - a cancelled body (its timeout) included

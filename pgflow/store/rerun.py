@@ -80,6 +80,7 @@ def rerun_from(run_id: int, step_name: str, *, input: Any = None, actor: Any = N
             updated_at=at,
             traceparent=observability.run_starting(original.workflow_class),
             rerun_of=original,
+            tenant=original.tenant,  # the same tenant's work, whoever re-runs it
         )
         event(rerun, EventKind.STARTED, at=at, actor=actor, workflow=original.workflow_class, key=key)
         _copy(rerun, workflow, plan["copied"], at=at)

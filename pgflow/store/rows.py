@@ -43,6 +43,7 @@ RUN_COLUMNS = (
     "parent_id",
     "rerun_of_id",
     "singleton_key",
+    "tenant",
 )
 # The attempt's own timestamps, for its trace span and metrics (pgflow.observability).
 STEP_COLUMNS = ("created_at", "scheduled_at", "waiting_since", "queue", "throttled_until")

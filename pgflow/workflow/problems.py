@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.definitions import FAN_OUT, QUEUE_RULE, SIGNAL, StepDefinition, check_priority, valid_queue
-from ..core.limits import Singleton
+from ..core.limits import TENANT_KEY, Singleton, tenant_key_of_run
 from ..core.policy import OnException, imported_class
 from ..evaluation import describe as _describe
 from ..exceptions import DefinitionError
@@ -50,7 +50,7 @@ def definition_problems(workflow: type[Workflow]) -> list[str]:
                     problems.append(f"step {definition.name!r}: {option} {problem}")
         for option in ("concurrency", "rate"):
             declared = getattr(definition, option)
-            if declared is not None and declared.key is not None:
+            if declared is not None and not _run_tenant(workflow, declared.key):
                 problem = _reference_problem(workflow, declared.key, 1, "(self)", "(workflow)")
                 if problem:
                     problems.append(f"step {definition.name!r}: {option} key {problem}")
@@ -67,7 +67,7 @@ def definition_problems(workflow: type[Workflow]) -> list[str]:
         if problem:
             problems.append(f"cancel_if {problem}")
     singleton = workflow.singleton
-    if isinstance(singleton, Singleton) and singleton.key is not None:
+    if isinstance(singleton, Singleton) and not _run_tenant(workflow, singleton.key):
         problem = _reference_problem(workflow, singleton.key, 1, "(self)", "(workflow)")
         if problem:
             problems.append(f"singleton key {problem}")
@@ -146,6 +146,11 @@ def _reference_problem(
     if not _accepts(reference, arity):
         return f"{_describe(reference)} must take {function}, got {inspect.signature(reference)}"
     return None
+
+
+def _run_tenant(workflow: type[Workflow], key: Any) -> bool:
+    """No key, or ``key="tenant"`` naming the run's tenant: nothing to check."""
+    return key is None or (key == TENANT_KEY and tenant_key_of_run(workflow))
 
 
 def _handler_problem(workflow: type[Workflow], policy: OnException) -> str | None:
