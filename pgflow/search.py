@@ -8,7 +8,8 @@ A query is words and qualifiers separated by spaces, every one of which must mat
     input.customer.id:42 output.charge.paid:>100 error:Timeout
     key:order-7 step:charge parent:12 attr.plan:gold "order 7"
 
-- ``attr.<name>:<value>``, ``input.<key>[.<key>…]:<value>``, ``output.<step>.<key>[.<key>…]:<value>``:
+- ``attr.<name>:<value>`` (a run's attributes: flat, so a name may hold dots),
+  ``input.<key>[.<key>…]:<value>``, ``output.<step>.<key>[.<key>…]:<value>``:
   a JSON value equals ``value``, or with ``>``, ``>=``, ``<``, ``<=`` before a number, compares
   with it. An unquoted value reads as JSON where it can (``42``, ``4.5``, ``true``, ``null``)
   and then matches that value or the same text as a string; a quoted one is a string only.
@@ -31,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .core import attributes as attribute_rules
 from .core.states import RunStatus
 
 JSONScalar = str | int | float | bool | None
@@ -245,14 +247,21 @@ def _pathed(token: Token, head: str, rest: str | None) -> Term:
         "input": "input.<key>[.<key>…]:<value>",
         "output": "output.<step>.<key>[.<key>…]:<value>",
     }[head]
-    path = tuple(rest.split(".")) if rest else ()
-    least = 2 if head == "output" else 1
-    if len(path) < least or any(not _SEGMENT.match(part) for part in path):
-        raise SearchError(
-            f"{token.text!r}: {head} needs a path of names separated by dots, written {shape}", token=token.text
-        )
-    if head == "attr" and len(path) > 1:
-        raise SearchError(f"{token.text!r}: attributes are flat: write {shape}", token=token.text)
+    if head == "attr":
+        # Attributes are flat, and a name may hold dots: attr.order.id is the name "order.id".
+        if not rest or not attribute_rules.KEY_PATTERN.fullmatch(rest):
+            raise SearchError(
+                f"{token.text!r}: attr needs an attribute's name ({attribute_rules.ACCEPTED_KEYS}), written {shape}",
+                token=token.text,
+            )
+        path: tuple[str, ...] = (rest,)
+    else:
+        path = tuple(rest.split(".")) if rest else ()
+        least = 2 if head == "output" else 1
+        if len(path) < least or any(not _SEGMENT.match(part) for part in path):
+            raise SearchError(
+                f"{token.text!r}: {head} needs a path of names separated by dots, written {shape}", token=token.text
+            )
     op, values = json_values(token, shape)
     return Term(qualifier=head, token=token.text, path=path, op=op, values=values)
 

@@ -11,18 +11,20 @@ Each qualifier filters the run row or asks for an attempt of it (``EXISTS`` over
   completed attempt of that step; a comparison (``>100``) matches JSON numbers only (jsonb
   orders every boolean above every number, so without the type check ``true > 100``).
 - ``error:`` an attempt with an error whose class or message holds the text (any case).
-- ``attr.<name>:`` the run's attributes: until runs store them (issue 41's
-  ``start(attributes=…)``), :func:`runs_matching` raises :class:`~pgflow.search.SearchError`
-  saying so, rather than matching nothing silently.
+- ``attr.<name>:`` the run's attributes, on the GIN index ``pgflow_run_attributes``
+  (jsonb_path_ops): a value is ``attributes @> {"name": value}``, a comparison the jsonpath
+  ``attributes @@ '$."name" > 100'`` (false for a value that is not a number). Django's
+  ``attributes__name=…`` would read the key of every row instead.
 - a bare word, the run list's plain search: a run id, part of a key, or a subject id.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import CharField, Exists, F, Func, OuterRef, Q, QuerySet, Value
+from django.db.models import BooleanField, CharField, Exists, F, Func, OuterRef, Q, QuerySet, Value
 from django.db.models.fields.json import KeyTransform
 from django.db.models.lookups import Exact
 from django.utils import timezone
@@ -32,13 +34,14 @@ from .models import Step, WorkflowRun
 from .search import MAX_RUN_ID, Query, SearchError, Term
 
 LOOKUPS = {"=": "exact", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
+JSONPATH_OPS = {">": ">", ">=": ">=", "<": "<", "<=": "<="}
 
 
 def runs_matching(
     query: Query, runs: QuerySet[WorkflowRun] | None = None, *, now: datetime | None = None
 ) -> QuerySet[WorkflowRun]:
     """``runs`` (every run by default) narrowed to those every term and word of ``query``
-    matches. Raises :class:`SearchError` for a qualifier runs cannot answer yet (``attr.``)."""
+    matches."""
     found = WorkflowRun.objects.all() if runs is None else runs
     moment = timezone.now() if now is None else now
     for term in query.terms:
@@ -90,13 +93,7 @@ def term_filter(term: Term, *, now: datetime) -> Q | Exists:
         )
         return Exists(completed)
     if name == "attr":
-        if not _stores_attributes():
-            raise SearchError(
-                f"{term.token!r}: runs do not store attributes yet (Workflow.start(attributes=…) is still to come); "
-                "search what the run holds with input.<key>:<value> or output.<step>.<key>:<value>",
-                token=term.token,
-            )
-        return json_filter("attributes", term.path, term)
+        return attribute_filter(term.path[0], term)
     raise SearchError(f"{term.token!r}: no filter for the qualifier {name!r}", token=term.token)
 
 
@@ -120,6 +117,22 @@ def _key(column: str, path: tuple[str, ...]) -> Any:
     return expression
 
 
-def _stores_attributes() -> bool:
-    # Read from the model, so the qualifier works the day the column lands.
-    return any(field.name == "attributes" for field in WorkflowRun._meta.get_fields())
+def attribute_filter(name: str, term: Term) -> Q:
+    """``attr.<name>:`` as operators the GIN index answers: ``@>`` for each value, ``@@`` for a comparison."""
+    if term.op == "=":
+        match = Q()
+        for value in term.values:
+            match |= Q(attributes__contains={name: value})
+        return match
+    # The name is letters, digits, _ . - (pgflow.core.attributes.KEY_PATTERN): safe in quotes.
+    number = json.dumps(term.value)
+    path = f'$."{name}" {JSONPATH_OPS[term.op]} {number}'
+    return Q(
+        Func(
+            F("attributes"),
+            Value(path),
+            arg_joiner=" @@ ",
+            template="(%(expressions)s::jsonpath)",
+            output_field=BooleanField(),
+        )
+    )

@@ -127,7 +127,7 @@ class Runner:
                 await sync_to_async(_read_outputs)(prepared)
             outcome, output, error = await run_body_async(prepared)
             if error is None and self._finish_later is not None and self._hand_over(held.token):
-                return self._pending(held, outcome, output, started)
+                return self._pending(held, outcome, output, started, prepared.workflow.attributes_set)
             # A failure, an outcome the timeout overtook, or a commit to wait for: queries.
             return await sync_to_async(self._conclude)(prepared, outcome, output, error, started)
         finally:
@@ -168,19 +168,25 @@ class Runner:
             if connections.lost_with_connection(error):
                 return self._lost(prepared, error, started)
             return self._fail(prepared, error, started)
+        # What the body's set_attributes() set: committed with its outcome.
+        attributes = prepared.workflow.attributes_set or None
         if self._finish_later is not None:
-            return self._pending(held, outcome, output, started)
-        applied = self._finish(store.Finished(claim=held, outcome=outcome, output=output))
+            return self._pending(held, outcome, output, started, attributes)
+        applied = self._finish(store.Finished(claim=held, outcome=outcome, output=output, attributes=attributes))
         return self._result(held, outcome.word if applied else "ignored", started, applied=applied)
 
-    def _pending(self, held: Claim, outcome: Outcome, output: Any, started: float) -> Result:
+    def _pending(
+        self, held: Claim, outcome: Outcome, output: Any, started: float, attributes: dict[str, Any] | None = None
+    ) -> Result:
         assert self._finish_later is not None
         return Result(
             claim=held,
             outcome=outcome.word,
             applied=False,
             seconds=time.monotonic() - started,
-            pending=self._finish_later(store.Finished(claim=held, outcome=outcome, output=output)),
+            pending=self._finish_later(
+                store.Finished(claim=held, outcome=outcome, output=output, attributes=attributes or None)
+            ),
         )
 
     def overdue(self, at: datetime) -> list[Any]:
@@ -278,7 +284,7 @@ def _read_outputs(prepared: Prepared) -> None:
 
 
 def _finish_one(item: store.Finished) -> bool:
-    return store.finish(item.claim, item.outcome, output=item.output, error=item.error)
+    return store.finish(item.claim, item.outcome, output=item.output, error=item.error, attributes=item.attributes)
 
 
 def run_body(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:

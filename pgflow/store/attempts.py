@@ -173,8 +173,10 @@ def finish(
     output: Any = None,
     error: dict[str, Any] | None = None,
     at: datetime | None = None,
+    attributes: dict[str, Any] | None = None,
 ) -> bool:
-    """After the body, under the run lock: apply ``outcome`` if the attempt is still ours.
+    """After the body, under the run lock: apply ``outcome`` if the attempt is still ours
+    (with what the body's ``set_attributes()`` set, merged into the run's).
 
     Returns False (and logs) for a late completion of an attempt that timed out, was taken
     over after its lease ran out, or was ended by an operator: it is never applied.
@@ -185,5 +187,5 @@ def finish(
         if step is None:
             log_ignored(held, "it was ended elsewhere (timed out, lease taken over, or an operator acted)")
             return False
-        apply(run, step, outcome, at=at, output=output, error=error)
+        apply(run, step, outcome, at=at, output=output, error=error, attributes=attributes)
     return True

@@ -402,8 +402,9 @@ def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
     claims = []
     for row in rows:
         fields = dict(zip(RUN_COLUMNS, row[6:_STEP_AT], strict=True))
-        if isinstance(fields["input"], str):  # a raw cursor may hand jsonb back as text
-            fields["input"] = json.loads(fields["input"])
+        for column in ("input", "attributes"):
+            if isinstance(fields[column], str):  # a raw cursor may hand jsonb back as text
+                fields[column] = json.loads(fields[column])
         outputs = row[_OUTPUTS_AT]
         if isinstance(outputs, str):
             outputs = json.loads(outputs)

@@ -41,6 +41,8 @@ class Finished:
     outcome: Outcome
     output: Any = None
     error: dict[str, Any] | None = None
+    # The body's set_attributes(), checked there: merged into the run's with this outcome.
+    attributes: dict[str, Any] | None = None
 
 
 def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bool | None]:
@@ -112,7 +114,15 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
         for item in other:  # the rare cases, one by one, with the full rules
             run_row = WorkflowRun.objects.get(pk=item.claim.run_id)
             step_row = Step.objects.get(pk=item.claim.step_id)
-            apply(run_row, step_row, item.outcome, at=at, output=item.output, error=item.error)
+            apply(
+                run_row,
+                step_row,
+                item.outcome,
+                at=at,
+                output=item.output,
+                error=item.error,
+                attributes=item.attributes,
+            )
     return applied
 
 
@@ -166,15 +176,17 @@ WITH next_steps AS (
     RETURNING 1
 ), events AS (
     INSERT INTO pgflow_event (run_id, step_id, event, actor, details, created_at)
-    SELECT v.run_id, v.step_id, v.event, 'system', '{}'::jsonb, %(at)s
-    FROM jsonb_to_recordset(%(events)s) AS v(n int, run_id bigint, step_id bigint, event text)
+    SELECT v.run_id, v.step_id, v.event, 'system', coalesce(v.details, '{}'::jsonb), %(at)s
+    FROM jsonb_to_recordset(%(events)s) AS v(n int, run_id bigint, step_id bigint, event text, details jsonb)
     ORDER BY v.n
     RETURNING 1
 ), moved AS (
     UPDATE pgflow_run AS r
     SET status = %(moves)s -> r.id::text ->> 'status', current_step = %(moves)s -> r.id::text ->> 'current_step',
         finished_at = CASE WHEN %(moves)s -> r.id::text ->> 'status' = 'finished' THEN %(at)s END,
-        updated_at = %(at)s, paused_reason = ''
+        updated_at = %(at)s, paused_reason = '',
+        attributes = CASE WHEN %(attributes)s ? r.id::text THEN r.attributes || (%(attributes)s -> r.id::text)
+                          ELSE r.attributes END
     WHERE r.id = ANY(%(run_ids)s::bigint[])
     RETURNING 1
 )
@@ -217,6 +229,7 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
     events: list[dict[str, Any]] = []
     moves: dict[str, dict[str, Any]] = {}  # by run id: the run's new status and current step
     outputs: dict[str, Any] = {}  # by attempt id: what its body returned (None: no key)
+    attributes: dict[str, Any] = {}  # by run id: what its body's set_attributes() set
     closing: list[int] = []
     due_queues: set[str] = set()
     fallback = []
@@ -245,6 +258,17 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
         closing.append(claim.step_id)
         if item.output is not None:
             outputs[str(claim.step_id)] = item.output
+        if item.attributes:
+            attributes[str(claim.run_id)] = item.attributes
+            events.append(
+                {
+                    "n": len(events),
+                    "run_id": claim.run_id,
+                    "step_id": claim.step_id,
+                    "event": EventKind.ATTRIBUTES_SET,
+                    "details": {"attributes": item.attributes},
+                }
+            )
         events.append(
             {"n": len(events), "run_id": claim.run_id, "step_id": claim.step_id, "event": EventKind.STEP_COMPLETED}
         )
@@ -269,6 +293,7 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
                     "steps": Jsonb(steps),
                     "events": Jsonb(events),
                     "moves": Jsonb(moves),
+                    "attributes": Jsonb(attributes),
                     "run_ids": [int(run_id) for run_id in moves],
                     "channel": CHANNEL,
                     "due_queues": sorted(due_queues),
@@ -282,4 +307,5 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
             item.outcome,
             at=at,
             output=item.output,
+            attributes=item.attributes,
         )

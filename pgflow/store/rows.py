@@ -43,6 +43,7 @@ RUN_COLUMNS = (
     "parent_id",
     "rerun_of_id",
     "singleton_key",
+    "attributes",  # set_attributes() checks its limits against the run's, without a query
     "tenant",
 )
 # The attempt's own timestamps, for its trace span and metrics (pgflow.observability).

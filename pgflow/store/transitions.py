@@ -59,8 +59,11 @@ def apply(
     output: Any = None,
     error: dict[str, Any] | None = None,
     reason: str = "",
+    attributes: dict[str, Any] | None = None,
 ) -> None:
     """Close the open attempt ``step`` with ``outcome`` and move the run on. Under ``locked``.
+    ``attributes``: what the body's ``set_attributes()`` set (checked there), merged into the
+    run's with an ``attributes_set`` event; not for an attempt that failed.
 
     The one place an attempt's end turns into the run's next state, whoever ended it: the
     body, a policy, a timeout, a signal wait's deadline, a batch, or an operator.
@@ -75,6 +78,8 @@ def apply(
         error = jsonvalue.storable(error)  # a message with a NUL or a lone surrogate still records
     status = attempt_status(outcome, failed=error is not None)
     close_attempt(step, status=status, outcome=outcome.word, at=at, output=output, error=error)
+    if attributes and error is None:
+        set_attributes(run, attributes, step=step, at=at, actor=actor)
     if error is not None:
         event(
             run,
@@ -104,6 +109,15 @@ def apply(
         if not paused:
             reschedule_same(run, step, at=at, delay=outcome.wait)
             run.save(update_fields=["current_step", "updated_at"])
+
+
+def set_attributes(
+    run: WorkflowRun, attributes: dict[str, Any], *, at: datetime, step: Step | None = None, actor: Any = None
+) -> None:
+    """Merge ``attributes`` (checked) over the run's, with an ``attributes_set`` event. Under ``locked``."""
+    run.attributes = {**(run.attributes or {}), **attributes}
+    run.save(update_fields=["attributes"])
+    event(run, EventKind.ATTRIBUTES_SET, step=step, at=at, actor=actor, attributes=attributes)
 
 
 def _advance_or_pause_on_missing(run: WorkflowRun, step: Step, *, at: datetime, schedule: bool) -> None:

@@ -40,6 +40,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar, overload
 
 from .. import registry
+from ..core import attributes as attribute_rules
 from ..core import flow
 from ..core.definitions import StepList, parse_waits, with_class_waits
 from ..core.durations import seconds
@@ -235,12 +236,20 @@ class Workflow(metaclass=WorkflowType):
         return cls.priority
 
     @classmethod
-    def start(cls, subject: Any = None, input: dict[str, Any] | None = None, key: str | None = None) -> Any:
-        """Start a run of this workflow; returns the ``WorkflowRun``. See ``pgflow.store.start_run``."""
+    def start(
+        cls,
+        subject: Any = None,
+        input: dict[str, Any] | None = None,
+        key: str | None = None,
+        *,
+        attributes: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Start a run of this workflow; returns the ``WorkflowRun``. See ``pgflow.store.start_run``.
+        ``attributes``: flat tags searched with ``attr.K:V`` (limits: ``pgflow.core.attributes``)."""
         # facade: start() is the user's door to store.start_run; the store sits above this class
         from .. import store
 
-        return store.start_run(cls, subject=subject, input=input, key=key)
+        return store.start_run(cls, subject=subject, input=input, key=key, attributes=attributes)
 
     @classmethod
     def runs(cls) -> QuerySet[Any]:
@@ -268,6 +277,7 @@ class Workflow(metaclass=WorkflowType):
         self._outputs_source = outputs
         self._outputs: dict[str, Any] | None = None
         self._subject = _UNSET
+        self._attributes_set: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         run_id = getattr(self._run, "pk", None)
@@ -301,6 +311,22 @@ class Workflow(metaclass=WorkflowType):
     @property
     def step_name(self) -> str | None:
         return self._step_name
+
+    def set_attributes(self, attributes: Mapping[str, Any] | None = None, /, **values: Any) -> None:
+        """Set the run's attributes (``self.set_attributes(plan="gold")``, or a dict for keys
+        such as ``"order.id"``): merged over the run's at this step's commit, with an
+        ``attributes_set`` event; an attempt that fails sets none. A value of None is kept
+        as null (the key stays). Checked now: a ValueError / TypeError names what is accepted."""
+        what = "set_attributes()"
+        new = {**attribute_rules.checked(attributes, what), **attribute_rules.checked(values, what)}
+        current = getattr(self._run, "attributes", None) if self._run is not None else None
+        attribute_rules.merged({**(current or {}), **self._attributes_set}, new)
+        self._attributes_set.update(new)
+
+    @property
+    def attributes_set(self) -> dict[str, Any]:
+        """What this attempt's ``set_attributes()`` calls set so far (committed with the step)."""
+        return dict(self._attributes_set)
 
     @property
     def attempt(self) -> int | None:

@@ -96,11 +96,13 @@ def test_bare_words_are_the_plain_search(shop):
     assert found("refund status:paused") == set()
 
 
-def test_attributes_are_not_stored_yet_and_the_error_says_so(shop):
+def test_attributes_are_searched_like_the_rest(shop):
+    tagged = sw.Refund.start(attributes={"plan": "gold", "amount": 120})
+    assert found("attr.plan:gold") == {tagged.pk}
+    assert found("attr.amount:>100 class:Refund") == {tagged.pk}
     with pytest.raises(SearchError) as caught:
-        list(runs_matching(parse("attr.plan:gold")))
-    assert "runs do not store attributes yet" in str(caught.value)
-    assert "input.<key>:<value>" in str(caught.value)
+        list(runs_matching(parse("attr.:gold")))
+    assert "attr needs an attribute's name" in str(caught.value)
 
 
 # --- the run list's search box, over HTTP -----------------------------------------------------
@@ -136,7 +138,7 @@ def test_a_bad_query_is_a_message_on_the_page_not_a_500(shop, login, viewer):
         ("status:sleeping", "status must be one of running, paused, finished, cancelled"),
         ("output.charge.paid:>lots", "> compares with a number"),
         ("since:forever", "since takes a duration such as 30m, 2h, 2d or 1w"),
-        ("attr.plan:gold", "runs do not store attributes yet"),
+        ("attr.plan:>gold", "> compares with a number (such as attr.<name>:>100)"),
         ("bogus:1", "unknown qualifier 'bogus'"),
     ):
         response = client.get(changelist_url(), {"q": query})

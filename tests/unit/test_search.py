@@ -63,6 +63,11 @@ def test_a_key_value_keeps_its_own_colons():
     ]
 
 
+def test_an_attribute_name_may_hold_dots_attributes_being_flat():
+    (term,) = parse("attr.order.id:>=7").terms
+    assert (term.qualifier, term.path, term.op, term.values) == ("attr", ("order.id",), ">=", (7,))
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"), [("30s", 30), ("30m", 1800), ("2h", 7200), ("2d", 172800), ("1w", 604800)]
 )
@@ -81,7 +86,8 @@ def test_since_reads_durations(text, seconds):
         ("output.charge:1", "'output.charge:1'", "output.<step>.<key>[.<key>…]:<value>"),
         ("input:42", "'input:42'", "input needs a path"),
         ("input..a:1", "'input..a:1'", "input needs a path"),
-        ("attr.a.b:1", "'attr.a.b:1'", "attributes are flat"),
+        ("attr.:1", "'attr.:1'", "attr needs an attribute's name (1-64 characters of A-Z a-z 0-9 _ . -)"),
+        ("attr.a/b:1", "'attr.a/b:1'", "written attr.<name>:<value>"),
         ("parent:abc", "'parent:abc'", "parent needs a run id"),
         ("step:", "'step:'", "step: needs a value"),
         ('error:"open', "'error:\"open'", 'the quote " is never closed'),
