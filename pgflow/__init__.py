@@ -8,15 +8,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .approvals import Approval, Decision
 from .core.flow import FlowControl
 from .core.limits import Limit, Rate, Singleton
 from .core.policy import OnException
 from .core.ticks import Schedule
 from .exceptions import (
+    AlreadyDecided,
+    ApprovalClosed,
+    ApprovalError,
     DefinitionError,
     FanOutFailed,
     InputTooLarge,
+    InvalidDecision,
     InvalidTransition,
+    NotAllowedToDecide,
     PgflowError,
     SingletonConflict,
     StepNotFound,
@@ -32,11 +38,18 @@ if TYPE_CHECKING:
     from .subjects import RunsRelation
 
 __all__ = [
+    "AlreadyDecided",
+    "Approval",
+    "ApprovalClosed",
+    "ApprovalError",
+    "Decision",
     "DefinitionError",
     "FanOutFailed",
     "FlowControl",
     "InputTooLarge",
+    "InvalidDecision",
     "InvalidTransition",
+    "NotAllowedToDecide",
     "Limit",
     "OnException",
     "PgflowError",
@@ -50,6 +63,7 @@ __all__ = [
     "Workflow",
     "WorkflowNotFound",
     "cancel_if",
+    "decide",
     "fan_out",
     "pause_queue",
     "resume_queue",
@@ -69,6 +83,24 @@ def signal(run_or_id: WorkflowRun | int, name: str, payload: Any = None, *, acto
     from .signals import signal as deliver  # lazy: app registry; models load only once Django is set up
 
     return deliver(run_or_id, name, payload, actor=actor)
+
+
+def decide(
+    run: WorkflowRun | int,
+    step_name: str,
+    *,
+    user: Any,
+    approve: bool,
+    data: Any = None,
+    comment: str = "",
+    actor: Any = None,
+) -> Any:
+    """Record ``user``'s decision on the approval step ``step_name`` of ``run`` (see
+    ``pgflow.deciding.decide``): the same checks as the admin's inbox; raises
+    ``NotAllowedToDecide``, ``InvalidDecision``, ``AlreadyDecided`` or ``ApprovalClosed``."""
+    from .deciding import decide as record  # lazy: app registry; models load only once Django is set up
+
+    return record(run, step_name, user=user, approve=approve, data=data, comment=comment, actor=actor)
 
 
 def pause_queue(queue: str, *, actor: Any = None) -> Any:

@@ -46,6 +46,8 @@ DEFAULTS: dict[str, Any] = {
     "SWEEP_INTERVAL": timedelta(seconds=10),
     "SHUTDOWN_GRACE": timedelta(seconds=30),  # how long SIGTERM lets running bodies finish
     "FAN_OUT_GRACE": timedelta(minutes=5),  # a finished batch whose callback is lost is resolved after this
+    # Whether the MCP server's decide_approval tool may decide, as the token's user (audited).
+    "MCP_MAY_DECIDE": False,
     # Keys masked at any depth in what the MCP server answers (matched case-insensitively, as substrings).
     "REDACT": ["password", "secret", "token", "api_key", "card"],
     # Who may read /metrics: clients from these addresses or networks, or any client sending
@@ -185,7 +187,7 @@ def validate(raw: object) -> list[str]:
                 "PGFLOW['HEARTBEAT_INTERVAL'] must be a positive timedelta, number of seconds or None, "
                 f"got {raw['HEARTBEAT_INTERVAL']!r}"
             )
-    for key in ("PREPARE_START", "NOTIFY", "WAKE_BEFORE_FLUSH", "LOG_WRITER"):
+    for key in ("PREPARE_START", "NOTIFY", "WAKE_BEFORE_FLUSH", "LOG_WRITER", "MCP_MAY_DECIDE"):
         if key in raw and not isinstance(raw[key], bool):
             problems.append(f"PGFLOW[{key!r}] must be True or False, got {raw[key]!r}")
     for key in ("ERROR_BACKTRACE_LINES", "MAX_LOST_ATTEMPTS", "MAX_INPUT_BYTES"):

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import async_to_sync
 
 from . import tenants
+from .approvals import Decision
 from .core.definitions import StepDefinition
 from .core.flow import FlowControl
 from .core.limits import NO_GATES, Gates, gates_of, key_value
@@ -37,9 +38,21 @@ def invoke(workflow: Workflow, definition: StepDefinition, argument: Any = None)
     """Run the step's body on ``workflow`` and return its output. A signal step gets the
     signal and a fan_out the batch builder, as ``argument``."""
     body = getattr(workflow, definition.method)
+    if definition.approval is not None:
+        argument = _decision(workflow, definition, argument)
     if definition.takes_argument:
         return body(argument)
     return body()
+
+
+def _decision(workflow: Workflow, definition: StepDefinition, signal: Any) -> Any:
+    """An approval step's ``decision``, from the decision signal; a rejection with an
+    ``on_reject`` action ends the step with it instead of running the body."""
+    decision = Decision.of(getattr(signal, "payload", signal))
+    action = definition.approval.on_reject
+    if not decision.approved and action is not None:
+        getattr(workflow, action)()  # pause() / cancel() / skip() raise the FlowControl
+    return decision
 
 
 def is_async(workflow_class: type[Workflow], definition: StepDefinition) -> bool:

@@ -44,3 +44,28 @@ class SingletonConflict(PgflowError):
     def __init__(self, message: str, *, open_run: Any) -> None:
         super().__init__(message)
         self.open_run = open_run
+
+
+class ApprovalError(PgflowError):
+    """``pgflow.decide()`` refused a decision; the subclasses say why."""
+
+
+class NotAllowedToDecide(ApprovalError, PermissionError):
+    """The user is not one the approval accepts: not an approver group's member, without its
+    permission, inactive, or the run's requester when ``self_approval=False``."""
+
+
+class AlreadyDecided(ApprovalError):
+    """The user has already decided this approval (a quorum counts distinct users)."""
+
+
+class ApprovalClosed(ApprovalError):
+    """Too late: the approval step is no longer waiting (decided, run, or the run ended)."""
+
+
+class InvalidDecision(ApprovalError, ValueError):
+    """The approval's form did not validate the data given; ``errors`` is the form's errors."""
+
+    def __init__(self, message: str, *, errors: Any = None) -> None:
+        super().__init__(message)
+        self.errors = errors

@@ -89,6 +89,9 @@ class StepDefinition:
     # The body reads ``self.subject``: the worker's claim loop reads the subjects of a claim's
     # attempts that need them (one query per subject model), so the body's read costs none.
     needs_subject: bool = False
+    # A pgflow.Approval (``@step(approval=...)``): a signal wait on ``approval:<name>`` whose
+    # body gets a pgflow.approvals.Decision; set by pgflow.workflow.building, not by declare().
+    approval: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():

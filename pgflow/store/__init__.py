@@ -21,6 +21,7 @@ One module per concept:
 - ``commit``: the worker's group commit (``finish_many``);
 - ``controls``: the operator's pause, resume, cancel and skip;
 - ``mailbox``: signals stored, taken and timed out;
+- ``decisions``: an approval's votes and its decision, stored as signals;
 - ``batches``: a fan-out's batch opened, its members counted, its step resolved;
 - ``rerun``: a run re-run from one of its steps;
 - ``children``: child runs as a fan-out's members, counted when they end;
@@ -39,6 +40,7 @@ from .children import repair_children
 from .claims import NOT_KNOWN, Claim, Claimed, claim, claim_notified, claim_step, next_due
 from .commit import Finished, finish_many
 from .controls import cancel, pause, resume, skip_step
+from .decisions import record_vote
 from .leases import hand_back, heartbeat, log_ignored, recover_lost
 from .locking import CHANNEL, TESTING_WORKER, actor_name, notify, now, read_note
 from .mailbox import deliver, time_out, wake_stale
@@ -80,6 +82,7 @@ __all__ = [
     "purge_runs",
     "quick_prepare",
     "read_note",
+    "record_vote",
     "recover_lost",
     "repair_children",
     "rerun_from",

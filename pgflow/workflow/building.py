@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import approvals
 from ..core.definitions import StepList, declare
 from ..core.limits import Limit, Rate, Singleton, checked
 from ..core.policy import OnException, coerce_all
@@ -174,7 +175,12 @@ def build(
 
 def _declare(steps: StepList, name: str, mark: StepMark) -> StepList:
     options = dict(mark.options)
+    approval = options.pop("approval", None)
+    if approval is not None:  # an approval is a signal wait on its reserved name
+        options = approvals.step_options(name, approval, options, fan_out=mark.fan_out)
     definition = declare(name, fan_out=mark.fan_out, **options)
+    if approval is not None:
+        definition = dataclasses.replace(definition, approval=approval)
     before, after = options.get("before_step"), options.get("after_step")
     if definition.name in steps:
         if before is not None or after is not None:

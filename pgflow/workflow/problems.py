@@ -122,6 +122,11 @@ def _body_problems(workflow: type[Workflow], definition: StepDefinition) -> list
         return [f"{where}: the body must return its output (def or async def), not yield it"]
     expected = _PARAMETERS[definition.kind]
     if not _accepts(body, len(expected)):
+        if definition.approval is not None:
+            return [
+                f"{where}: a step with approval takes (self, decision), "
+                f"got {definition.method}{inspect.signature(body)}"
+            ]
         hint = ""
         if definition.kind == "step" and _accepts(body, 2):
             hint = " (to wait for a signal, give @step(wait_for=...))"

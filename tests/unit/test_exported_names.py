@@ -6,12 +6,19 @@ from __future__ import annotations
 import pgflow
 
 PUBLIC = [
+    "AlreadyDecided",
+    "Approval",
+    "ApprovalClosed",
+    "ApprovalError",
+    "Decision",
     "DefinitionError",
     "FanOutFailed",
     "FlowControl",
     "InputTooLarge",
+    "InvalidDecision",
     "InvalidTransition",
     "Limit",
+    "NotAllowedToDecide",
     "OnException",
     "PgflowError",
     "Rate",
@@ -24,6 +31,7 @@ PUBLIC = [
     "Workflow",
     "WorkflowNotFound",
     "cancel_if",
+    "decide",
     "fan_out",
     "pause_queue",
     "resume_queue",

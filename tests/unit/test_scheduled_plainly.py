@@ -23,6 +23,7 @@ from pgflow.core.definitions import (
 # and priority_for). A field neither here nor in DELAYING_OPTIONS/GATING_OPTIONS fails.
 NOT_SCHEDULING = {
     "name",
+    "approval",
     "kind",
     "method",
     "skip_if",

@@ -1,0 +1,208 @@
+"""Deciding approvals from code and listing those a user may decide (the admin's inbox,
+the MCP server's ``list_approvals``).
+
+The checks on the user (groups, permission, self-approval) are ``pgflow.approvals.refusal``'s;
+the form is the approval's own Django form; the vote is written by
+``pgflow.store.record_vote`` under the run's lock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+from . import store
+from .approvals import Approval, Vote, refusal, signal_name, vote_name
+from .conf import pgflow_settings
+from .core.events import EventKind
+from .core.states import OPEN_RUN, StepStatus
+from .exceptions import ApprovalError, InputTooLarge, InvalidDecision, NotAllowedToDecide, WorkflowNotFound
+from .models import Event, Signal, Step, WorkflowRun
+from .registry import resolve
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What ``decide`` did: ``settled`` when this decision decided the approval (the step
+    runs next), else it is a vote counted towards ``quorum`` (``approvals`` so far)."""
+
+    settled: bool
+    approvals: int
+    quorum: int
+
+
+def approval_of(run: WorkflowRun, step_name: str) -> Approval:
+    """The run's class's approval on ``step_name``; ApprovalError naming its approval steps otherwise."""
+    try:
+        steps = resolve(run.workflow_class).steps()
+    except WorkflowNotFound as exc:
+        raise ApprovalError(f"run {run.pk}: its workflow class does not import ({exc})") from None
+    definition = steps.get(step_name)
+    if definition is None or definition.approval is None:
+        named = ", ".join(d.name for d in steps if d.approval is not None) or "none"
+        raise ApprovalError(f"run {run.pk}: step {step_name!r} is not an approval (its approval steps: {named})")
+    return definition.approval
+
+
+def requester(run: WorkflowRun, approval: Approval) -> str | None:
+    """The username of who requested the run: the approval's ``requester``, else the actor of
+    the run's ``started`` event when that names a user."""
+    if approval.requester is not None:
+        workflow = resolve(run.workflow_class)(run=run)
+        ref = approval.requester
+        who = getattr(workflow, ref)() if isinstance(ref, str) else ref(workflow)
+        if who is None:
+            return None
+        if callable(getattr(who, "get_username", None)):
+            return str(who.get_username())
+        if isinstance(who, int):
+            from django.contrib.auth import get_user_model  # lazy: the auth app's model, at call time
+
+            found = get_user_model().objects.filter(pk=who).first()
+            return found.get_username() if found else None
+        return str(who)
+    actor = Event.objects.filter(run=run, event=str(EventKind.STARTED)).values_list("actor", flat=True).first() or ""
+    return actor.removeprefix("user:") if actor.startswith("user:") else None
+
+
+def why_not(user: Any, run: WorkflowRun, approval: Approval) -> str | None:
+    """Why ``user`` may not decide ``approval`` on ``run``, or None when they may."""
+    active = bool(getattr(user, "is_authenticated", False) and getattr(user, "is_active", False))
+    username = user.get_username() if active else ""
+    groups = frozenset(user.groups.values_list("name", flat=True)) if active and approval.groups else frozenset()
+    has_permission = bool(active and approval.permission and user.has_perm(approval.permission))
+    return refusal(
+        approval,
+        active=active,
+        username=username,
+        user_groups=groups,
+        has_permission=has_permission,
+        requester=requester(run, approval) if active and not approval.self_approval else None,
+    )
+
+
+def cleaned(approval: Approval, data: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The approval form's cleaned data as JSON values; InvalidDecision with the form's errors."""
+    if approval.form is None:
+        return dict(data or {})
+    form = approval.form(data=data or {})
+    if not form.is_valid():
+        problems = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in form.errors.items())
+        raise InvalidDecision(f"the approval's form did not validate: {problems}", errors=form.errors)
+    return json.loads(json.dumps(form.cleaned_data, cls=DjangoJSONEncoder))
+
+
+def decide(
+    run: WorkflowRun | int,
+    step_name: str,
+    *,
+    user: Any,
+    approve: bool,
+    data: Mapping[str, Any] | None = None,
+    comment: str = "",
+    actor: Any = None,
+) -> Recorded:
+    """Record ``user``'s decision on the approval step ``step_name`` of ``run``.
+
+    Raises ``NotAllowedToDecide``, ``InvalidDecision`` (the form's errors), ``AlreadyDecided``
+    or ``ApprovalClosed`` (the step no longer waits); ``ApprovalError`` for a step that is no
+    approval. ``actor``: who the audit trail names (default: ``user``; the MCP server names
+    its agent on the user's behalf).
+    """
+    if not isinstance(approve, bool):
+        raise TypeError(f"approve must be True or False, got {approve!r}")
+    if not isinstance(comment, str):
+        raise TypeError(f"comment must be a string, got {comment!r}")
+    if not isinstance(run, WorkflowRun):
+        run = WorkflowRun.objects.get(pk=run)
+    approval = approval_of(run, step_name)
+    reason = why_not(user, run, approval)
+    if reason is not None:
+        raise NotAllowedToDecide(f"run {run.pk}, step {step_name!r}: {reason}")
+    values = cleaned(approval, data) if approve else {}
+    vote = {
+        "approved": approve,
+        "decided_by": {"id": user.pk, "username": user.get_username()},
+        "data": values,
+        "comment": comment,
+        "at": store.now().isoformat(),
+    }
+    size = len(json.dumps(vote))
+    if size > pgflow_settings.MAX_INPUT_BYTES:
+        raise InputTooLarge(f"the decision is {size} bytes as JSON; the limit is PGFLOW['MAX_INPUT_BYTES']")
+    settled = store.record_vote(run.pk, step_name, vote, quorum=approval.quorum, actor=actor or user)
+    return Recorded(settled=settled, approvals=len(open_votes(run, step_name)), quorum=approval.quorum)
+
+
+def open_votes(run: WorkflowRun, step_name: str) -> list[Vote]:
+    """The approvals counted so far towards the quorum (none once the approval is decided)."""
+    payloads = Signal.objects.filter(run=run, name=vote_name(step_name), consumed_at__isnull=True).order_by(
+        "received_at", "id"
+    )
+    return [Vote.of(s.payload) for s in payloads if isinstance(s.payload, Mapping)]
+
+
+def history(run: WorkflowRun) -> list[dict[str, Any]]:
+    """Every approval step of ``run`` with its votes and decisions, oldest first (the run page)."""
+    try:
+        steps = [d for d in resolve(run.workflow_class).steps() if d.approval is not None]
+    except WorkflowNotFound:
+        return []
+    found = []
+    for definition in steps:
+        names = {signal_name(definition.name): True, vote_name(definition.name): False}
+        votes = []
+        for row in Signal.objects.filter(run=run, name__in=names).order_by("received_at", "id"):
+            if not isinstance(row.payload, Mapping):
+                continue
+            vote = Vote.of(row.payload)
+            votes.append({"vote": vote, "settles": names[row.name], "received_at": row.received_at})
+        waiting = Step.objects.filter(run=run, step_name=definition.name, status=StepStatus.WAITING).exists()
+        found.append({"step": definition.name, "approval": definition.approval, "votes": votes, "waiting": waiting})
+    return found
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """One approval waiting for a user's decision (an inbox row)."""
+
+    run: WorkflowRun
+    step: Step
+    approval: Approval
+    waiting_since: datetime | None
+    votes: list[Vote]
+
+
+def waiting_for(user: Any, *, limit: int = 200) -> list[Waiting]:
+    """The approvals ``user`` may decide now, oldest wait first: those whose step waits, whose
+    groups / permission / self-approval rule let the user in, and that they have not voted on."""
+    steps = (
+        Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True, run__status__in=list(OPEN_RUN))
+        .select_related("run")
+        .order_by("waiting_since", "id")
+    )
+    approvals: dict[tuple[str, str], Approval | None] = {}
+    found: list[Waiting] = []
+    for step in steps.iterator(chunk_size=500):
+        pair = (step.run.workflow_class, step.step_name)
+        if pair not in approvals:
+            try:
+                definition = resolve(pair[0]).steps().get(pair[1])
+            except WorkflowNotFound:
+                definition = None
+            approvals[pair] = definition.approval if definition is not None else None
+        approval = approvals[pair]
+        if approval is None or why_not(user, step.run, approval) is not None:
+            continue
+        votes = open_votes(step.run, step.step_name)
+        if any(v.decided_by == user.get_username() for v in votes):
+            continue
+        found.append(Waiting(run=step.run, step=step, approval=approval, waiting_since=step.waiting_since, votes=votes))
+        if len(found) >= limit:
+            break
+    return found
