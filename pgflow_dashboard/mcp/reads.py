@@ -20,6 +20,8 @@ from django.utils.dateparse import parse_datetime
 from pgflow.conf import pgflow_settings
 from pgflow.core.states import RunStatus
 from pgflow.models import Batch, Event, Signal, Step, Worker, WorkflowRun
+from pgflow.search import ACCEPTED, SearchError, parse
+from pgflow.searching import runs_matching
 
 from .. import insights, runfacts, runpage, timeline
 from ..window import WorkflowWindow
@@ -124,10 +126,13 @@ def search_runs(
     started_before: str | None = None,
     limit: int = DEFAULT_SEARCH,
     parent: int | None = None,
+    query: str | None = None,
 ) -> dict[str, Any]:
     if not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH:
         raise Refused(f"limit must be a whole number from 1 to {MAX_SEARCH}, got {limit!r}")
     runs: QuerySet[WorkflowRun] = WorkflowRun.objects.all()
+    if query:
+        runs = _by_query(runs, query)
     if status:
         if status not in STATUSES:
             raise Refused(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
@@ -154,6 +159,18 @@ def search_runs(
         runs = runs.filter(created_at__lt=_moment("started_before", started_before))
     found = list(runs.order_by("-created_at", "-id")[:limit])
     return {"count": len(found), "limit": limit, "runs": [_run_row(run) for run in found]}
+
+
+def _by_query(runs: QuerySet[WorkflowRun], query: str) -> QuerySet[WorkflowRun]:
+    """The run list's search language (pgflow.search): a query that cannot be read is a
+    refusal naming the part at fault and what the language accepts."""
+    try:
+        return runs_matching(parse(query), runs)
+    except SearchError as exc:
+        message = str(exc)
+        if ACCEPTED not in message:
+            message = f"{message}; {ACCEPTED}"
+        raise Refused(f"query: {message}") from exc
 
 
 def _by_subject(runs: QuerySet[WorkflowRun], subject: str) -> QuerySet[WorkflowRun]:
@@ -186,6 +203,7 @@ def _run_row(run: WorkflowRun) -> dict[str, Any]:
         "updated_at": run.updated_at,
         "finished_at": run.finished_at,
         "paused_reason": run.paused_reason or None,
+        "attributes": run.attributes,
     }
 
 

@@ -80,8 +80,11 @@ def build(principal: Principal) -> MCPServer:
         started_before: str | None = None,
         limit: int = reads.DEFAULT_SEARCH,
         parent: int | None = None,
+        query: str | None = None,
     ) -> dict[str, Any]:
         """Runs matching every filter given, newest first, at most `limit` (1 to 200).
+        query: the run list's search language, e.g. 'attr.plan:gold status:paused input.customer.id:42
+        output.charge.paid:>100 error:Timeout step:charge key:order-7 class:Checkout since:2d'.
         status: running, paused, finished or cancelled. workflow: the class name or dotted path.
         key: the idempotency key. subject: 'app_label.model:id' or an id. error_class: runs with an attempt
         that failed with it (name or dotted path). started_after / started_before: ISO 8601 date-times.
@@ -99,6 +102,7 @@ def build(principal: Principal) -> MCPServer:
                 started_before=started_before,
                 limit=limit,
                 parent=parent,
+                query=query,
             ),
         )
 
