@@ -20,6 +20,7 @@ from django.urls import NoReverseMatch, reverse
 from pgflow.core.events import PAUSE_ENDS, EventKind
 from pgflow.core.limits import RATE_GATE, SINGLETON_GATE, describe_gate, gate_kind
 from pgflow.core.states import CONTROLS, OPEN_RUN, RERUNNABLE_RUN, Control, RunStatus, StepStatus, control_error
+from pgflow.deciding import history
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.fanout.builder import TASK_KEY
 from pgflow.models import Batch, BatchMember, Event, Gate, ScheduleTick, Signal, Step, WorkflowRun
@@ -401,6 +402,7 @@ def context(run: WorkflowRun, site: AdminSite, *, now: datetime) -> dict[str, An
         "limits": {"attempts": MAX_ATTEMPTS, "events": MAX_EVENTS, "errors": MAX_ERRORS},
         "started_by_schedule": started_by_schedule(run),
         "rerun_steps": rerun_steps(run),
+        "approvals": history(run),  # each approval step's votes and decision (pgflow.deciding)
         **family(run, now=now),
     }
 

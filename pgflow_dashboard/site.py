@@ -9,7 +9,8 @@ engine's app (and ``insights.json`` would still not fit under ``pgflow/insights/
 a custom ``AdminSite`` class is not what users run.
 
 So :func:`mount` wraps two methods of the one site instance given (``admin.site``):
-``get_urls`` gains the two insights routes in front of the site's own, each wrapped with
+``get_urls`` gains the two insights routes and the approvals inbox's two
+(:mod:`pgflow_dashboard.inbox`) in front of the site's own, each wrapped with
 ``admin_site.admin_view`` (login, staff, CSRF, never-cache) and checked for the
 ``WorkflowRun`` view permission by the view; ``get_app_list`` gains an "Insights" row in
 the pgflow block of the index, the app index and the navigation sidebar, for users who
@@ -30,6 +31,8 @@ from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
 
 from pgflow.models import WorkflowRun
+
+from .inbox import inbox_urls
 
 if TYPE_CHECKING:
     from .admin.runs import WorkflowRunAdmin
@@ -59,7 +62,7 @@ def mount(site: admin.AdminSite) -> None:
     site_app_list: Callable[..., list[dict[str, Any]]] = site.get_app_list
 
     def get_urls() -> list[Any]:
-        return insights_urls(site) + site_urls()
+        return insights_urls(site) + inbox_urls(site) + site_urls()
 
     def get_app_list(request: HttpRequest, app_label: str | None = None) -> list[dict[str, Any]]:
         return with_insights_row(site, request, site_app_list(request, app_label))

@@ -1,0 +1,155 @@
+"""The approvals inbox: ``/admin/pgflow/inbox/`` lists the approvals the signed-in user may
+decide, oldest wait first, and ``/admin/pgflow/inbox/<run>/<step>/`` decides one with the
+approval's own Django form.
+
+Mounted by :mod:`pgflow_dashboard.site` behind ``admin_site.admin_view`` (login, staff, CSRF).
+Who may decide is the approval's rule (groups, permission, self-approval), not the
+``WorkflowRun`` model permissions: an approver need not see the run list. Deciding goes through
+``pgflow.decide``, which records the decision as a signal with the user as its actor.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+
+import pgflow
+from pgflow.approvals import Approval
+from pgflow.deciding import Waiting, approval_of, open_votes, waiting_for, why_not
+from pgflow.exceptions import ApprovalError, InvalidDecision
+from pgflow.models import Step, WorkflowRun
+
+from .runpage import subject
+from .timeformat import duration
+
+INBOX_URL_NAME = "pgflow_inbox"
+DECIDE_URL_NAME = "pgflow_inbox_decide"
+INPUT_SUMMARY = 160  # characters of a run's input shown in a row
+
+
+class DecisionForm(forms.Form):
+    """What every decision takes besides the approval's own form."""
+
+    comment = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}))
+
+
+def inbox_urls(site: admin.AdminSite) -> list[URLPattern]:
+    label = WorkflowRun._meta.app_label
+    return [
+        path(f"{label}/inbox/", site.admin_view(lambda request: inbox_page(site, request)), name=INBOX_URL_NAME),
+        path(
+            f"{label}/inbox/<int:run_id>/<str:step_name>/",
+            site.admin_view(lambda request, run_id, step_name: decide_page(site, request, run_id, step_name)),
+            name=DECIDE_URL_NAME,
+        ),
+    ]
+
+
+def input_summary(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= INPUT_SUMMARY else text[: INPUT_SUMMARY - 1] + "…"
+
+
+def _context(site: admin.AdminSite, request: HttpRequest, title: str) -> dict[str, Any]:
+    request.current_app = site.name
+    return {**site.each_context(request), "title": title, "subtitle": None, "opts": WorkflowRun._meta}
+
+
+def _run_url(site: admin.AdminSite, request: HttpRequest, run: WorkflowRun) -> str | None:
+    if not request.user.has_perm("pgflow.view_workflowrun"):
+        return None
+    return reverse(f"{site.name}:pgflow_workflowrun_change", args=[run.pk])
+
+
+def row(site: admin.AdminSite, request: HttpRequest, item: Waiting, *, now: Any) -> dict[str, Any]:
+    run = item.run
+    return {
+        "run": run,
+        "step_name": item.step.step_name,
+        "subject": subject(run, site),
+        "input": input_summary(run.input),
+        "waiting_for": duration((now - item.waiting_since).total_seconds()) if item.waiting_since else "",
+        "waiting_since": item.waiting_since,
+        "approvals": len(item.votes),
+        "quorum": item.approval.quorum,
+        "decide_url": reverse(f"{site.name}:{DECIDE_URL_NAME}", args=[run.pk, item.step.step_name]),
+        "run_url": _run_url(site, request, run),
+    }
+
+
+def inbox_page(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
+    now = timezone.now()
+    context = _context(site, request, "Approvals waiting for you")
+    context["rows"] = [row(site, request, item, now=now) for item in waiting_for(request.user)]
+    return TemplateResponse(request, "admin/pgflow_dashboard/inbox.html", context)
+
+
+def decide_page(site: admin.AdminSite, request: HttpRequest, run_id: int, step_name: str) -> HttpResponse:
+    run = WorkflowRun.objects.filter(pk=run_id).first()
+    if run is None:
+        raise Http404(f"no run {run_id}")
+    try:
+        approval = approval_of(run, step_name)
+    except ApprovalError as exc:
+        raise Http404(str(exc)) from None
+    inbox_url = reverse(f"{site.name}:{INBOX_URL_NAME}")
+    context = _context(site, request, f"Decide {step_name} of {run.workflow_name} #{run.pk}")
+    refused = why_not(request.user, run, approval)
+    waiting = Step.objects.filter(run=run, step_name=step_name, status="waiting").first()
+    posted = request.method == "POST"
+    form = _form(approval, request.POST if posted else None)
+    decision_form = DecisionForm(request.POST if posted else None)
+    context.update(
+        run=run,
+        step_name=step_name,
+        approval=approval,
+        subject=subject(run, site),
+        input=json.dumps(run.input, indent=2, ensure_ascii=False, default=str),
+        waiting=waiting,
+        votes=open_votes(run, step_name),
+        refused=refused,
+        form=form,
+        decision_form=decision_form,
+        inbox_url=inbox_url,
+        run_url=_run_url(site, request, run),
+    )
+    if refused is not None:
+        return TemplateResponse(request, "admin/pgflow_dashboard/decide.html", context, status=403)
+    if not posted:
+        return TemplateResponse(request, "admin/pgflow_dashboard/decide.html", context)
+    approve = request.POST.get("decision") == "approve"
+    if request.POST.get("decision") not in ("approve", "reject"):
+        context["problem"] = "Choose Approve or Reject."
+        return TemplateResponse(request, "admin/pgflow_dashboard/decide.html", context, status=400)
+    comment = decision_form.cleaned_data["comment"] if decision_form.is_valid() else ""
+    try:
+        recorded = pgflow.decide(run, step_name, user=request.user, approve=approve, data=request.POST, comment=comment)
+    except InvalidDecision:
+        # The bound form shows its own errors by its fields.
+        return TemplateResponse(request, "admin/pgflow_dashboard/decide.html", context, status=400)
+    except ApprovalError as exc:
+        messages.error(request, str(exc))
+        return redirect(inbox_url)
+    what = "Approved" if approve else "Rejected"
+    if recorded.settled:
+        messages.success(request, f"{what} {step_name} of run {run.pk}: the step runs next.")
+    else:
+        messages.success(
+            request, f"{what} {step_name} of run {run.pk}: {recorded.approvals} of {recorded.quorum} approvals so far."
+        )
+    return redirect(inbox_url)
+
+
+def _form(approval: Approval, data: Any) -> forms.BaseForm | None:
+    if approval.form is None:
+        return None
+    form: forms.BaseForm = approval.form(data=data)
+    return form

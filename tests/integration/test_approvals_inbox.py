@@ -1,0 +1,109 @@
+"""The approvals inbox over HTTP: what each user is offered, the form's validation errors,
+and the decision recorded with the user as its actor."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import Group
+from django.urls import reverse
+
+from pgflow.models import Event, Signal
+from pgflow.testing import run_workflow
+from tests import approval_workflows as aw
+from tests.dashboard_support import make_user, run_url
+
+pytest_plugins = ["tests.dashboard_fixtures"]
+
+pytestmark = pytest.mark.django_db
+
+INBOX = "/admin/pgflow/inbox/"
+
+
+def in_finance(*users):
+    group, _ = Group.objects.get_or_create(name="finance")
+    for user in users:
+        user.groups.add(group)
+    return users
+
+
+def parked(workflow, **input):
+    return run_workflow(workflow.start(input=input))
+
+
+def rows(response):
+    return re.findall(r'data-run="(\d+)" data-step="(\w+)"', response.content.decode())
+
+
+def decide_url(run, step="review"):
+    return reverse("admin:pgflow_inbox_decide", args=[run.pk, step])
+
+
+def test_the_inbox_url_is_under_admin_pgflow():
+    assert reverse("admin:pgflow_inbox") == INBOX
+
+
+def test_each_user_sees_the_approvals_they_may_decide_oldest_first(login):
+    ann, rob, olga = make_user("ann"), make_user("rob"), make_user("olga")
+    in_finance(ann, rob)
+    boss = make_user("boss", perms=("change_workflowrun",))
+    first = parked(aw.Refund, amount="5", requested_by="rob")
+    second = parked(aw.TwoApprovers)
+    by_permission = parked(aw.ByPermission)
+    assert rows(login(ann).get(INBOX)) == [(str(first.pk), "review"), (str(second.pk), "review")]
+    assert rows(login(rob).get(INBOX)) == [(str(second.pk), "review")]  # not their own request
+    assert rows(login(boss).get(INBOX)) == [(str(by_permission.pk), "review")]
+    empty = login(olga).get(INBOX)
+    assert rows(empty) == []
+    assert "No approval is waiting for you." in empty.content.decode()
+    page = login(ann).get(INBOX).content.decode()
+    assert "&quot;amount&quot;: &quot;5&quot;" in page  # the input summary
+    assert "1 of 2" not in page and "0 of 2" in page
+
+
+def test_deciding_shows_the_forms_errors_then_records_the_decision_by_the_user(login):
+    ann = make_user("ann")
+    in_finance(ann)
+    run = parked(aw.Refund, requested_by="rob")
+    client = login(ann)
+    page = client.get(decide_url(run))
+    assert page.status_code == 200
+    assert 'name="amount"' in page.content.decode() and 'name="reason"' in page.content.decode()
+    bad = client.post(decide_url(run), {"amount": "-3", "reason": "", "decision": "approve"})
+    assert bad.status_code == 400
+    text = bad.content.decode()
+    assert "Ensure this value is greater than or equal to 0." in text
+    assert "This field is required." in text
+    assert not Signal.objects.filter(run=run).exists()
+    done = client.post(decide_url(run), {"amount": "7.25", "reason": "late", "comment": "fine", "decision": "approve"})
+    assert done.status_code == 302 and done["Location"] == INBOX
+    assert rows(client.get(INBOX)) == []
+    received = Event.objects.get(run=run, event="signal_received")
+    assert received.actor == "user:ann"
+    run = run_workflow(run)
+    assert run.steps.get(step_name="review").output["data"] == {"amount": "7.25", "reason": "late"}
+
+
+def test_a_user_outside_the_group_is_refused_the_decide_page(login):
+    olga = make_user("olga")
+    run = parked(aw.Refund, requested_by="rob")
+    page = login(olga).get(decide_url(run))
+    assert page.status_code == 403
+    assert "olga is in none of the approver groups (finance)" in page.content.decode()
+    refused = login(olga).post(decide_url(run), {"amount": "1", "reason": "x", "decision": "approve"})
+    assert refused.status_code == 403
+    assert not Signal.objects.filter(run=run).exists()
+
+
+def test_a_rejection_needs_no_form_data_and_the_run_page_shows_who_decided(login):
+    ann, bea = make_user("ann"), make_user("bea")
+    in_finance(ann, bea)
+    admin_user = make_user("root", superuser=True)
+    run = parked(aw.TwoApprovers)
+    login(ann).post(decide_url(run), {"decision": "approve", "comment": "ok by me"})
+    login(bea).post(decide_url(run), {"decision": "reject", "comment": "over budget"})
+    page = login(admin_user).get(run_url(run)).content.decode()
+    section = page[page.index('id="pgflow-approvals-title"') :]
+    assert "ann" in section and "approved" in section and "ok by me" in section
+    assert "bea" in section and "rejected" in section and "over budget" in section
