@@ -15,9 +15,10 @@ import getpass
 from dataclasses import dataclass
 from typing import Any
 
+from .. import records
 from ..core import jsonvalue
 from ..core.events import ACTOR_LIMIT
-from ..core.states import CONTROLS, OPEN_RUN, RERUNNABLE_RUN, RunStatus, StepStatus, control_error
+from ..core.states import CONTROLS, OPEN_RUN, RERUNNABLE_RUN, RunStatus, control_error
 from ..exceptions import PgflowError
 from ..models import WorkflowRun
 from ..signals import NAME_LIMIT, signal
@@ -111,7 +112,8 @@ class Change:
             effect = CONTROLS[CONTROL_OF[self.verb]].effect
             answer["would"] = f"{effect}: run {run.pk} ({run.workflow_name}, {run.status}{where})"
         elif self.verb == "signal":
-            answer["would"] = f"deliver signal {self.name!r} to run {run.pk}: {_signal_effect(run, self.name or '')}"
+            effect = records.signal_effect(run, self.name or "")
+            answer["would"] = f"deliver signal {self.name!r} to run {run.pk}: {effect}"
         else:
             plan = run.rerun_plan(self.step or "")
             copied = list(plan["copied"])
@@ -158,15 +160,3 @@ def _storable(value: Any, option: str) -> None:
         jsonvalue.encode(value, option)
     except (TypeError, ValueError) as exc:
         raise CliError(str(exc), code=BAD_ARGUMENTS) from None
-
-
-def _signal_effect(run: WorkflowRun, name: str) -> str:
-    step = run.step_set.filter(status=StepStatus.WAITING, batch__isnull=True).first()
-    if step is not None and run.status == RunStatus.RUNNING:
-        try:
-            definition = run.workflow().steps().get(step.step_name)
-        except PgflowError:
-            definition = None
-        if definition is not None and definition.wait_for == name:
-            return f"it wakes step {step.step_name}, which waits for it"
-    return "it is kept until a step waiting for that name consumes it"

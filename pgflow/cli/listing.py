@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
+from .. import records
 from ..core.states import RunStatus
 from ..models import WorkflowRun
 from ..search import MAX_RUN_ID, SearchError, parse
@@ -74,7 +75,7 @@ def run_row(run: WorkflowRun) -> dict[str, Any]:
         "status": run.status,
         "current_step": run.current_step,
         "key": run.key,
-        "subject": subject_label(run),
+        "subject": records.subject_label(run),
         "parent_id": run.parent_id,
         "rerun_of_id": run.rerun_of_id,
         "created_at": run.created_at,
@@ -82,13 +83,6 @@ def run_row(run: WorkflowRun) -> dict[str, Any]:
         "finished_at": run.finished_at,
         "paused_reason": run.paused_reason or None,
     }
-
-
-def subject_label(run: WorkflowRun) -> str | None:
-    if run.subject_type_id is None or run.subject_id is None:
-        return None
-    content_type = run.subject_type
-    return f"{content_type.app_label}.{content_type.model}:{run.subject_id}" if content_type else run.subject_id
 
 
 def format_runs(answer: dict[str, Any]) -> list[str]:

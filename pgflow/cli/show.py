@@ -10,6 +10,7 @@ from typing import Any
 from django.apps import apps
 from django.utils import timezone
 
+from .. import records
 from ..core.events import PAUSE_ENDS, EventKind
 from ..core.phases import PHASES, pieces
 from ..core.states import OPEN_STEP, RunStatus
@@ -89,23 +90,8 @@ def details(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
             if a["error"]
         ],
         "paused_periods": paused_periods([dict(e) for e in events], status=run.status, now=now),
-        "signals": [
-            {"name": s.name, "payload": s.payload, "received_at": s.received_at, "consumed_at": s.consumed_at}
-            for s in reversed(list(signals))
-        ],
-        "batches": [
-            {
-                "id": b.pk,
-                "description": b.description,
-                "status": b.status,
-                "total": b.total,
-                "succeeded": b.succeeded,
-                "failed": b.failed,
-                "created_at": b.created_at,
-                "finished_at": b.finished_at,
-            }
-            for b in reversed(list(batches))
-        ],
+        "signals": records.signal_rows(reversed(list(signals))),
+        "batches": records.batch_rows(reversed(list(batches))),
         "events": [
             {
                 "event": e["event"],

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pgflow import records
 from pgflow.core import jsonvalue
 from pgflow.core.states import CONTROLS as RUN_CONTROLS
-from pgflow.core.states import OPEN_RUN, RERUNNABLE_RUN, RunStatus, StepStatus, control_error
+from pgflow.core.states import OPEN_RUN, RERUNNABLE_RUN, RunStatus, control_error
 from pgflow.exceptions import PgflowError
 from pgflow.models import WorkflowRun
 from pgflow.signals import NAME_LIMIT, signal
@@ -72,7 +73,7 @@ def send_signal(run_id: int, name: str, payload: Any, *, actor: str, dry_run: bo
             "dry_run": True,
             "run_id": run.pk,
             "status": run.status,
-            "would": f"deliver signal {name!r} to run {run.pk}: {_effect(run, name)}",
+            "would": f"deliver signal {name!r} to run {run.pk}: {records.signal_effect(run, name)}",
             "actor": actor,
             "changed": False,
         }
@@ -153,13 +154,3 @@ def _rerun_effect(run: WorkflowRun, step_name: str, copied: list[str], *, new_in
     )
 
 
-def _effect(run: WorkflowRun, name: str) -> str:
-    step = run.step_set.filter(status=StepStatus.WAITING, batch__isnull=True).first()
-    if step is not None and run.status == RunStatus.RUNNING:
-        try:
-            definition = run.workflow().steps().get(step.step_name)
-        except PgflowError:
-            definition = None
-        if definition is not None and definition.wait_for == name:
-            return f"it wakes step {step.step_name}, which waits for it"
-    return "it is kept until a step waiting for that name consumes it"

@@ -17,6 +17,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from pgflow import records
 from pgflow.conf import pgflow_settings
 from pgflow.core.states import RunStatus
 from pgflow.models import Batch, Event, Signal, Step, Worker, WorkflowRun
@@ -198,20 +199,13 @@ def _run_row(run: WorkflowRun) -> dict[str, Any]:
         "status": run.status,
         "current_step": run.current_step,
         "key": run.key,
-        "subject": _subject_label(run),
+        "subject": records.subject_label(run),
         "created_at": run.created_at,
         "updated_at": run.updated_at,
         "finished_at": run.finished_at,
         "paused_reason": run.paused_reason or None,
         "attributes": run.attributes,
     }
-
-
-def _subject_label(run: WorkflowRun) -> str | None:
-    if run.subject_type_id is None or run.subject_id is None:
-        return None
-    content_type = run.subject_type
-    return f"{content_type.app_label}.{content_type.model}:{run.subject_id}" if content_type else run.subject_id
 
 
 # --- get_run and explain_run ----------------------------------------------------------------------
@@ -280,23 +274,8 @@ def get_run(run_id: int, *, now: datetime) -> dict[str, Any]:
             for attempt in attempts
             if attempt["error"]
         ],
-        "signals": [
-            {"name": s.name, "payload": s.payload, "received_at": s.received_at, "consumed_at": s.consumed_at}
-            for s in signals
-        ],
-        "batches": [
-            {
-                "id": b.pk,
-                "description": b.description,
-                "status": b.status,
-                "total": b.total,
-                "succeeded": b.succeeded,
-                "failed": b.failed,
-                "created_at": b.created_at,
-                "finished_at": b.finished_at,
-            }
-            for b in batches
-        ],
+        "signals": records.signal_rows(signals),
+        "batches": records.batch_rows(batches),
         "events": events,
     }
 

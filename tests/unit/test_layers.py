@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Bottom first. A module belongs to the layer of its longest matching prefix.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("pgflow.core", "pgflow.exceptions")),
+    # pgflow.search is pure (a query string in, a plain Query out): alert rules check theirs with it.
+    ("core", ("pgflow.core", "pgflow.exceptions", "pgflow.approvals", "pgflow.search")),
     (
         "foundations",
         (
@@ -54,6 +55,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "features",
         (
             "pgflow.signals",
+            "pgflow.deciding",
             "pgflow.fanout",
             "pgflow.failures",
             "pgflow.rollup",
@@ -61,6 +63,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pgflow.queues",
             "pgflow.observability.alerts",
             "pgflow.tasks",
+            "pgflow.records",
+            "pgflow.searching",  # a Query as a queryset: the run list, the CLI, the MCP, alert rules
         ),
     ),
     (
