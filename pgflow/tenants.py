@@ -64,6 +64,12 @@ def context(tenant: str | None) -> AbstractContextManager[Any]:
     return _callable(setting)(tenant)  # type: ignore[no-any-return]
 
 
+def in_context(tenant: str | None) -> bool:
+    """Whether a run of ``tenant`` has a context to run in (the worker then runs its async
+    bodies in a step thread, where the context is entered)."""
+    return tenant is not None and pgflow_settings.TENANT_CONTEXT is not None
+
+
 def context_of(workflow: Any) -> AbstractContextManager[Any]:
     """``context`` for the run of a workflow instance (the claim read its tenant: no query)."""
     run = getattr(workflow, "run", None)

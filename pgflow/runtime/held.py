@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import tenants
 from ..evaluation import is_async, reads_outputs
 from ..registry import registered
 from ..store import Claim
@@ -65,15 +66,19 @@ class Held:
         counted as sync: it takes an async slot instead while one is free (the thread it was
         counted in was never used), or runs in that thread (run_body awaits it there) holding
         an async slot too, so neither bound is passed; the next claims know its steps."""
+        # A tenant's async body runs in a step thread, in its tenant's context there (its
+        # sync_to_async calls come back to that thread, and its connection): the loop's one
+        # thread for sync code is every body's, and can be in one tenant's schema at a time.
+        in_thread = tenants.in_context(held.run_fields.get("tenant"))
         if free.is_async(held):
-            return ASYNC
+            return (False, True) if in_thread else ASYNC
         if not body_is_async(held):
             return SYNC
         self.async_steps = async_steps()
         self.readers = output_readers()
         with self.lock:
             room = self._room(True) > 0
-        return ASYNC if room else (False, True)
+        return ASYNC if room and not in_thread else (False, True)
 
     def hold(self, held: Claim, slots: tuple[bool, ...]) -> None:
         with self.lock:

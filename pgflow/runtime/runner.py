@@ -309,7 +309,8 @@ def run_body(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
 async def run_body_async(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
     """``run_body`` for an ``async def`` body, awaited on the running loop."""
     try:
-        # Entered in the body's task: the ORM calls it makes through sync_to_async share its context.
+        # The worker runs a tenant's async body in a step thread (runtime/held.py) when a
+        # TENANT_CONTEXT is set; entered here too, for a context kept in context variables.
         with tenants.context_of(prepared.workflow):
             returned = await invoke(prepared.workflow, prepared.definition, prepared.signal)
     except FlowControl as control:
