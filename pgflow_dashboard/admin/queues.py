@@ -70,15 +70,17 @@ class QueueAdmin(SeenByRunViewers):
                 content_type="text/plain",
             )
         form = confirm.posted(request.POST)
-        if action == "pause" and valid_queue(queue) and form.needs_page:
-            # Pausing stops every worker claiming the queue: say what it holds first.
+        if valid_queue(queue) and form.needs_page:
+            # Pausing stops every worker claiming the queue, resuming lets them all claim what
+            # piled up at once: say what it holds first.
             row = next((row for row in queuepage.queues(timezone.now()) if row["queue"] == queue), None)
             return confirm.page(
                 request,
                 self.admin_site,
                 "admin/pgflow_dashboard/queue_confirm.html",
                 form,
-                title=f"Pause queue {queue!r}?",
+                title=f"{action.capitalize()} queue {queue!r}?",
+                action=action,
                 opts=self.model._meta,
                 queue=queue,
                 row=row,

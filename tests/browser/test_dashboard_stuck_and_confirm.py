@@ -124,6 +124,12 @@ def test_each_stuck_run_says_why_and_the_dangerous_actions_ask_first(stuck, live
     page.click(".pgflow-confirm-form button[value=pause]")
     assert "Queue 'mail' paused." in page.locator(".messagelist").inner_text()
     assert "(reason: mail vendor down)" in page.locator("#content-main").inner_text()
+    # Resuming it asks too: every worker serving it claims what piled up at once.
+    page.click("button[value=resume]")
+    assert "Resuming queue mail lets every worker serving it claim" in page.locator("#content-main").inner_text()
+    assert_fits(page, "queue resume")
+    page.click(".pgflow-confirm-form button[value=resume]")
+    assert "Queue 'mail' resumed." in page.locator(".messagelist").inner_text()
 
     # Skip warns in its dialog that a later step reads the skipped output; dismissed, nothing changes.
     page.goto(f"{base}{run_url(stuck['no worker'][0])}")

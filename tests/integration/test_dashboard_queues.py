@@ -70,8 +70,15 @@ def test_an_operator_pauses_and_resumes_a_queue_and_the_page_says_who(login, ope
     assert "paused by user:operator (reason: vendor outage)" in row_of(page, "limits")
     assert "paused by user:operator" in row_of(page, "limits") and "<strong>paused</strong>" in row_of(page, "limits")
     assert store.claim(worker="w", queues=["limits"], limit=4) == []  # the engine honours it
-    response = client.post(url(), {"action": "resume", "queue": "limits"}, follow=True)
-    assert "resumed by user:operator" in row_of(html.unescape(response.content.decode()), "limits")
+    asked = client.post(url(), {"action": "resume", "queue": "limits"}).content.decode()
+    asked = html.unescape(" ".join(asked.split()))
+    assert "Resuming queue <code>limits</code> lets every worker serving it claim its attempts again" in asked
+    assert "It has <strong>1</strong> attempt due now" in asked and 'value="resume">Resume queue limits' in asked
+    assert QueueState.objects.get(queue="limits").paused  # nothing changed until it is confirmed
+    resumed = {"action": "resume", "queue": "limits", "confirm": "yes", "reason": "vendor back"}
+    response = client.post(url(), resumed, follow=True)
+    page = html.unescape(response.content.decode())
+    assert "resumed by user:operator (reason: vendor back)" in row_of(page, "limits")
     assert QueueState.objects.get(queue="limits").paused is False
     assert len(store.claim(worker="w", queues=["limits"], limit=4)) == 1
 
