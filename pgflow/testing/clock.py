@@ -28,10 +28,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.apps import apps
-from django.db import OperationalError, connections, models, router, transaction
+from django.db import OperationalError, connections, models, transaction
 from django.db.models import Min
 
-from .. import rollup, schedules, store
+from .. import db, rollup, schedules, store
 from ..core.states import RunStatus, StepStatus
 from ..models import AlertDelivery, Step
 from ..observability import alerts
@@ -253,8 +253,8 @@ def _delta(by: Any, units: dict[str, float]) -> timedelta:
 
 
 def _database() -> str:
-    """The alias pgflow's tables are on: where the project's routers send its models."""
-    return router.db_for_write(Step)
+    """The alias pgflow's tables are on (``PGFLOW["DATABASE"]``)."""
+    return db.alias()
 
 
 def _statements(delta: timedelta) -> list[tuple[str, dict[str, Any]]]:
