@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from .. import search
 from . import phases
 
 PHASES = phases.PHASES  # a phase_p95 rule's phase: any phase of an attempt
@@ -30,7 +31,11 @@ ALERT_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "waits_past_deadline": (("count",), ()),
     "queue_without_worker": (("queue", "after"), ()),
     "failure_rate": (("percent", "window", "workflow_class", "step", "min_attempts"), ("percent",)),
+    # The runs a search matches (pgflow.search), written out or a saved view's by name; its
+    # threshold is a count of runs (the rule fires above it), not a duration.
+    "runs_matching": (("query", "view", "threshold"), ()),
 }
+COUNT_THRESHOLD = ("runs_matching",)  # the kinds whose threshold is a count, 0 or more
 DURATION_PARAMS = ("threshold", "window", "after")
 DEFAULTS: dict[str, Any] = {"window": 3600.0, "after": 300.0, "count": 0, "min_attempts": 1}
 COMMON = ("name", "kind", "targets", "cooldown", "enabled")
@@ -93,7 +98,11 @@ def rule_problems(raw: Any) -> list[str]:
             problems.append(f"kind {kind!r} needs {key!r}")
     if kind == "phase_p95" and raw.get("phase") is not None and raw["phase"] not in PHASES:
         problems.append(f"'phase' must be one of {', '.join(PHASES)}, got {raw['phase']!r}")
+    if kind in COUNT_THRESHOLD:
+        problems.extend(_search_problems(raw))
     for key in DURATION_PARAMS:
+        if kind in COUNT_THRESHOLD and key == "threshold":
+            continue
         if raw.get(key) is not None and not ((_seconds(raw[key]) or 0) > 0):
             problems.append(f"{key!r} must be a positive timedelta or number of seconds, got {raw[key]!r}")
     for key in ("count", "min_attempts"):
@@ -116,6 +125,31 @@ def rule_problems(raw: Any) -> list[str]:
     return problems
 
 
+def _search_problems(raw: dict[str, Any]) -> list[str]:
+    """A runs_matching rule: a query the search language reads, or a saved view's name (one
+    of them), and a whole-number threshold."""
+    query, view, threshold = raw.get("query"), raw.get("view"), raw.get("threshold")
+    problems = []
+    if (query is None) == (view is None):
+        problems.append(
+            "kind 'runs_matching' needs either 'query' (a run search, e.g. \"attr.plan:gold status:paused\") "
+            "or 'view' (a saved view's name), not both"
+        )
+    if query is not None:
+        if not (isinstance(query, str) and query.strip()):
+            problems.append(f"'query' must be a non-empty search, got {query!r}")
+        else:
+            try:
+                search.parse(query)
+            except search.SearchError as exc:
+                problems.append(f"'query' cannot be read: {exc}")
+    if view is not None and not (isinstance(view, str) and view.strip()):
+        problems.append(f"'view' must be a saved view's name, got {view!r}")
+    if threshold is not None and not (type(threshold) is int and threshold >= 0):
+        problems.append(f"'threshold' must be a whole number of runs, 0 or more, got {threshold!r}")
+    return problems
+
+
 def parse(raw: dict[str, Any]) -> Rule:
     """A checked rule dict as a Rule; raises ValueError naming every problem."""
     problems = rule_problems(raw)
@@ -123,7 +157,11 @@ def parse(raw: dict[str, Any]) -> Rule:
         raise ValueError("; ".join(problems))
     accepted, _ = ALERT_KINDS[raw["kind"]]
     params = {key: raw.get(key, DEFAULTS.get(key)) for key in accepted}
+    if raw["kind"] in COUNT_THRESHOLD:
+        params["threshold"] = raw.get("threshold") or 0
     for key in DURATION_PARAMS:
+        if raw["kind"] in COUNT_THRESHOLD and key == "threshold":
+            continue
         if params.get(key) is not None:
             params[key] = _seconds(params[key])
     cooldown = raw.get("cooldown")

@@ -35,11 +35,12 @@ from django.db import connections
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from .. import db, rollup
+from .. import db, rollup, search
 from ..conf import pgflow_settings
 from ..core import alerting, histogram
 from ..db import connection
-from ..models import Alert, AlertDelivery, AlertRule, Worker
+from ..models import Alert, AlertDelivery, AlertRule, SavedView, Worker
+from ..searching import runs_matching
 
 logger = logging.getLogger("pgflow")
 
@@ -259,6 +260,22 @@ def _queue_without_worker(params: dict[str, Any], at: datetime) -> tuple[bool, f
     )
 
 
+def _runs_matching(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
+    """The runs a search matches (the run list's, on its indexes), or a saved view's by name."""
+    text, shown = params.get("query"), f"{params.get('query')!r}"
+    if text is None:
+        text = SavedView.objects.filter(name=params["view"]).values_list("query", flat=True).first()
+        if text is None:
+            return False, None, f"no saved view is named {params['view']!r}: nothing to count"
+        shown = f"saved view {params['view']!r} ({text})"
+    try:
+        count = runs_matching(search.parse(text), now=at).count()
+    except search.SearchError as exc:  # a saved view edited since, into a search that cannot be read
+        return False, None, f"{shown} cannot be read: {exc}"
+    threshold = params.get("threshold") or 0
+    return count > threshold, count, f"{count} runs match {shown} (more than {threshold})"
+
+
 # kind -> its measure: one for each of alerting.ALERT_KINDS (tests/unit/test_alerting.py checks it).
 MEASURES = {
     "phase_p95": _phase_p95,
@@ -267,6 +284,7 @@ MEASURES = {
     "waits_past_deadline": _waits_past_deadline,
     "queue_without_worker": _queue_without_worker,
     "failure_rate": _failure_rate,
+    "runs_matching": _runs_matching,
 }
 
 

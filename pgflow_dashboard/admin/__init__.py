@@ -13,7 +13,8 @@ a setting a test patches (``MAX_BULK_RUNS``) is read from its own module, :mod:`
 - :mod:`.alerts`: alert rules and the alerts they raised;
 - :mod:`.inlines`: ``RunsInline``, an object's runs on its own change page;
 - :mod:`.actions`: ``start_workflow_action``, an action starting a workflow per object;
-- :mod:`.subjects`: the run list's filter by subject type.
+- :mod:`.subjects`: the run list's filter by subject type;
+- :mod:`.savedviews`: saved views (named run list searches) and the run list's filter by one.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .runs import (
     WorkflowClassFilter,
     WorkflowRunAdmin,
 )
+from .savedviews import SavedViewAdmin, SavedViewFilter
 from .schedules import ScheduleAdmin, ScheduleForm
 from .subjects import SubjectTypeFilter
 from .tokens import AccessTokenAdmin
@@ -48,6 +50,8 @@ __all__ = [
     "DeliveryInline",
     "ErrorClassFilter",
     "ParentFilter",
+    "SavedViewAdmin",
+    "SavedViewFilter",
     "QueueAdmin",
     "RunsInline",
     "ScheduleAdmin",

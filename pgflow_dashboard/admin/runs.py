@@ -35,8 +35,10 @@ from pgflow.models import Step, WorkflowRun
 from .. import confirm, insights, runlist, runpage, site, views
 from ..templatetags.pgflow_dashboard import when
 from ..timeformat import duration
-from . import inlines, subjects
+from . import inlines, savedviews, subjects
+from .savedviews import SavedViewFilter
 from .subjects import SubjectTypeFilter
+from .tenants import TenantFilter, in_use, scoped, visible_to
 
 MAX_LISTED_REFUSALS = 20  # a bulk action's warning names at most this many runs one by one
 MAX_LISTED_APPLIED = 50  # and its success message at most this many run ids
@@ -176,12 +178,20 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         "duration_label",
     )
     list_display_links = ("id",)
-    list_filter = (StatusFilter, WorkflowClassFilter, SubjectTypeFilter, "created_at", ErrorClassFilter, ParentFilter)
+    list_filter = (
+        SavedViewFilter,
+        StatusFilter,
+        WorkflowClassFilter,
+        SubjectTypeFilter,
+        "created_at",
+        ErrorClassFilter,
+        ParentFilter,
+    )
     search_fields = ("id", "key", "subject_id")  # searched by get_search_results below
     search_help_text = (
         "A run id, an idempotency key (or part of one), a subject id, or qualifiers: status:paused "
         "class:Checkout input.customer.id:42 output.charge.paid:>100 error:Timeout step:charge key:order-7 "
-        "since:2d parent:<run id> (docs/reference.md, Searching runs)."
+        "attr.plan:gold since:2d parent:<run id> (docs/reference.md, Searching runs)."
     )
     list_select_related = ("subject_type",)
     list_per_page = 50
@@ -203,6 +213,23 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: WorkflowRun | None = None) -> bool:
         return False
 
+    # --- tenants (PGFLOW["TENANT"]): a column and a filter, when the project has them ------------
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        shown = super().get_list_display(request)
+        if not in_use() or "tenant_label" in shown:
+            return shown
+        at = list(shown).index("workflow") + 1 if "workflow" in shown else len(shown)
+        return (*shown[:at], "tenant_label", *shown[at:])
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        shown = super().get_list_filter(request)
+        return (*shown, TenantFilter) if in_use() and TenantFilter not in shown else shown
+
+    @admin.display(description="tenant", ordering="tenant")
+    def tenant_label(self, run: WorkflowRun) -> str:
+        return run.tenant or "—"
+
     # --- the list ----------------------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
@@ -214,9 +241,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             .values("created_at")[:1]
         )
         end = Coalesce(F("finished_at"), Now())
+        # PGFLOW["TENANT_VISIBLE"]: a restricted user's list, run pages and endpoints hold only
+        # their tenants' runs (another's is not found).
         return (
-            super()
-            .get_queryset(request)
+            scoped(super().get_queryset(request), visible_to(request))
             .annotate(
                 current_since=Subquery(entered),
                 run_duration=ExpressionWrapper(end - F("created_at"), output_field=DurationField()),
@@ -230,6 +258,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         extra_context = {"title": "Workflow runs", **(extra_context or {})}  # not "Select workflow run to change"
+        searched = request.GET.get("q", "").strip()
+        if searched and request.user.has_perm("pgflow.add_savedview"):  # "Save this search as a view"
+            extra_context.setdefault("pgflow_save_view_url", savedviews.save_url(self.admin_site.name, searched))
         if request.method != "GET":  # a bulk action posts here: it reads and acts on the primary
             return super().changelist_view(request, extra_context)
         with readdb.reading() as route:
@@ -466,6 +497,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         if request.method not in ("GET", "HEAD"):
             return HttpResponseNotAllowed(["GET", "HEAD"])
         run = self.get_object(request, unquote(object_id))
+        if run is None and visible_to(request) is not None:
+            # A user restricted to some tenants: another tenant's run is not found, as one that does not exist.
+            raise Http404(f"no workflow run with id {object_id!r}")
         if run is None:
             # What every admin change page does for a missing object.
             self.message_user(
@@ -512,12 +546,12 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     # --- insights (mounted at /admin/pgflow/insights/ by pgflow_dashboard.site) ----------------
 
     def insights_view(self, request: HttpRequest) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
+        if not self.has_view_permission(request) or visible_to(request) is not None:
+            raise PermissionDenied  # the insights count every tenant's runs
         return views.insights_page(self, request)
 
     def insights_json_view(self, request: HttpRequest) -> JsonResponse:
-        if not self.has_view_permission(request):
+        if not self.has_view_permission(request) or visible_to(request) is not None:
             raise PermissionDenied
         return views.insights_json(request)
 
