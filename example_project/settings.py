@@ -155,6 +155,7 @@ PGFLOW = {
     "NOTIFY": env.bool("PGFLOW_NOTIFY", default=True),  # False: a worker behind a transaction pooler
     "SWEEP_INTERVAL": timedelta(seconds=env.float("PGFLOW_SWEEP_SECONDS", default=10)),
     "SHUTDOWN_GRACE": timedelta(seconds=env.float("PGFLOW_SHUTDOWN_GRACE_SECONDS", default=30)),
+    "MCP_MAY_DECIDE": env.bool("PGFLOW_MCP_MAY_DECIDE", default=False),  # agents decide approvals as their user
 }
 
 if os.environ.get("PGFLOW_READ_DATABASE_URL"):

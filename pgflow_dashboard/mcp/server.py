@@ -26,17 +26,21 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pgflow.conf import pgflow_settings
 from pgflow.runtime.presence import version
 
-from . import actions, reads
+from . import actions, approvals, reads
 from .redact import redact
 
 VIEW = "pgflow.view_workflowrun"
 CHANGE = "pgflow.change_workflowrun"
+# The approval tools need no model permission: the approval's own rule says who may decide.
+APPROVER = "approver"
 SERVER_NAME = "pgflow"
 INSTRUCTIONS = (
     "pgflow runs durable, step-based workflows inside this Django project. Read tools (insights, stuck, "
     "search_runs, get_run, explain_run, workers) need the view permission on workflow runs; action tools "
     "(pause_run, resume_run, cancel_run, skip_step, send_signal, rerun_from) need the change permission and default to "
-    "dry_run=true: call again with dry_run=false to act. Every action is recorded in the run's audit trail."
+    "dry_run=true: call again with dry_run=false to act. Every action is recorded in the run's audit trail. "
+    "Approval tools (list_approvals, decide_approval) act for your user: the approvals waiting for them, and, only "
+    "where PGFLOW['MCP_MAY_DECIDE'] allows it, deciding one as them, dry run first."
 )
 
 
@@ -163,6 +167,44 @@ def build(principal: Principal) -> MCPServer:
             ctx, CHANGE, lambda actor: actions.rerun_from(run_id, step_name, input, actor=actor, dry_run=dry_run)
         )
 
+    @server.tool()
+    async def list_approvals(ctx: Context) -> dict[str, Any]:
+        """The approvals waiting for your user's decision, oldest wait first: run, step, subject, input, how
+        long it has waited, approvals so far of the quorum, and the approval form's fields. Needs no model
+        permission: the approval's groups, permission and self-approval rule decide what is listed."""
+        user_id = principal.user_id
+        return await call(ctx, APPROVER, lambda _actor: approvals.list_approvals(user_id, now=timezone.now()))
+
+    @server.tool()
+    async def decide_approval(
+        ctx: Context,
+        run_id: int,
+        step_name: str,
+        approve: bool,
+        data: Any = None,
+        comment: str = "",
+        dry_run: bool = True,
+    ) -> dict[str, Any]:
+        """Approve or reject the approval step `step_name` of a run as your user, with the approval form's
+        fields in `data`. Refused unless PGFLOW['MCP_MAY_DECIDE'] is True; the same checks as the admin's inbox;
+        recorded in the run's audit trail as the agent for your user. dry_run (default true) only says what
+        would happen."""
+        user_id = principal.user_id
+        return await call(
+            ctx,
+            APPROVER,
+            lambda actor: approvals.decide_approval(
+                user_id,
+                run_id,
+                step_name,
+                approve=approve,
+                data=data,
+                comment=comment,
+                actor=actor,
+                dry_run=dry_run,
+            ),
+        )
+
     return server
 
 
@@ -170,7 +212,7 @@ def _guarded(principal: Principal, agent: str, need: str, work: Callable[[str], 
     user = get_user_model().objects.filter(pk=principal.user_id).first()
     if user is None or not user.is_active:
         raise ToolError("the user this server acts as no longer exists or is inactive")
-    if not user.has_perm(need) and not (need == VIEW and user.has_perm(CHANGE)):
+    if need != APPROVER and not user.has_perm(need) and not (need == VIEW and user.has_perm(CHANGE)):
         raise ToolError(f"user {user.get_username()!r} lacks the {need} permission this tool needs")
     actor = f"agent:{agent} for user:{user.get_username()}"
     try:
