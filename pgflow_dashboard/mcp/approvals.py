@@ -43,7 +43,7 @@ def list_approvals(user_id: int, *, now: datetime) -> dict[str, Any]:
                 "waiting_seconds": (now - item.waiting_since).total_seconds() if item.waiting_since else None,
                 "approvals": len(item.votes),
                 "quorum": item.approval.quorum,
-                "form_fields": sorted(item.approval.form.base_fields) if item.approval.form else [],
+                "form_fields": sorted(getattr(item.approval.form, "base_fields", {})),
             }
         )
     return {"user": user.get_username(), "count": len(rows), "approvals": rows}
