@@ -133,8 +133,8 @@ def decide_page(site: admin.AdminSite, request: HttpRequest, run_id: int, step_n
     try:
         recorded = pgflow.decide(run, step_name, user=request.user, approve=approve, data=request.POST, comment=comment)
     except InvalidDecision:
-        # The bound form shows its own errors by its fields.
-        return TemplateResponse(request, "admin/pgflow_dashboard/decide.html", context, status=400)
+        # The bound form shows its own errors by its fields (200, as the admin's own forms answer).
+        return TemplateResponse(request, "admin/pgflow_dashboard/decide.html", context)
     except ApprovalError as exc:
         messages.error(request, str(exc))
         return redirect(inbox_url)
