@@ -33,10 +33,11 @@ from django.db.models import Min
 
 from .. import db, rollup, schedules, store
 from ..core.states import RunStatus, StepStatus
-from ..models import AlertDelivery, Step
+from ..models import AlertDelivery, QueueState, Step
 from ..observability import alerts
 from ..runtime import sweep
-from .inline import run_workflow
+from ..runtime.runner import Runner
+from .inline import run_inline
 
 # What becomes of each column when the clock moves by D.
 SHIFT = "shift"  # back by D
@@ -110,7 +111,7 @@ TIMES: tuple[Column, ...] = (
 )
 
 HOUR = timedelta(hours=1)
-MAX_ROUNDS = 100  # passes over the due steps at one stop: more means a run loops
+MAX_ROUNDS = 1000  # passes over the due steps at one stop (one attempt of each run a pass)
 MAX_STOPS = 1000  # stops of one advance
 _PAST = timedelta(microseconds=1)  # a lease is lost once the clock is past its end
 _RETRIES = 3  # a shift that meets a worker's locks in the other order (a deadlock) is tried again
@@ -314,32 +315,41 @@ def _deliver_alerts() -> None:
 
 
 def run_due_steps() -> list[int]:
-    """Run every running run's due attempts here (and the members of the batches opened
-    here), until none is due that was not tried already; returns the runs that ran."""
+    """Run every running run's due attempts here, as a worker would (one claim each, a paused
+    queue's left alone), and the members of the batches opened here, until nothing is due
+    that was not tried already; returns the runs that ran."""
+    runner = Runner()
     ran: list[int] = []
-    tried: set[tuple[int, int]] = set()
+    tried: set[tuple[int, int, str]] = set()
     for _ in range(MAX_ROUNDS):
-        due = _due() - tried
+        due = sorted(_due() - tried)
         if not due:
             break
-        for run_id in sorted({run_id for run_id, _ in due}):
-            run_workflow(run_id, skip_waits=False)
+        for run_id, step_id, status in due:
+            step = Step.objects.get(pk=step_id)
+            if status == StepStatus.WAITING:
+                run_inline(step, skip_waits=False)
+            else:
+                held = store.claim_step(step_id, worker=store.TESTING_WORKER)
+                if held is not None:
+                    runner.execute(held)
             if run_id not in ran:
                 ran.append(run_id)
-        # An attempt still due after its run ran cannot run here (a limit holds it, a child
-        # waits for a signal): it is not tried again. A run that a child's end or a tick woke
-        # has a new attempt, which runs in the next round.
-        tried |= due
+        # An attempt still open after its turn cannot move here (a child waits for a signal,
+        # a limit holds it): it is not tried again. What it led to is due in the next round.
+        tried.update(due)
     return ran
 
 
-def _due() -> set[tuple[int, int]]:
-    """``(run, attempt)`` of the running runs' due attempts, and of their fan-outs whose
-    batch was opened here (its members run here too; a worker's went to django-q2)."""
+def _due() -> set[tuple[int, int, str]]:
+    """``(run, attempt, status)`` of the running runs' due attempts outside paused queues, and of
+    their fan-outs whose batch was opened here (its members run here too; a worker's went
+    to django-q2)."""
     running = Step.objects.filter(run__status=RunStatus.RUNNING)
-    due = running.filter(status=StepStatus.SCHEDULED, scheduled_at__lte=store.now())
+    paused = QueueState.objects.filter(paused=True).values_list("queue", flat=True)
+    due = running.filter(status=StepStatus.SCHEDULED, scheduled_at__lte=store.now()).exclude(queue__in=paused)
     fanned = running.filter(status=StepStatus.WAITING, batch__isnull=False, worker=store.TESTING_WORKER)
-    return {*due.values_list("run_id", "pk"), *fanned.values_list("run_id", "pk")}
+    return {*due.values_list("run_id", "pk", "status"), *fanned.values_list("run_id", "pk", "status")}
 
 
 def _wake() -> None:

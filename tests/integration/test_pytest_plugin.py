@@ -117,6 +117,16 @@ def test_an_advance_stops_at_each_due_time_in_order(pgflow_clock):
     assert_steps(run, ["first", "hold:skipped", "last:completed"])
 
 
+def test_a_paused_queues_steps_wait_for_it_to_resume(pgflow_clock):
+    run = wf.ThreeSteps.start()
+    pgflow.pause_queue("workflows")
+    pgflow_clock.advance(minutes=5)
+    assert_steps(run, ["one:scheduled"])
+    pgflow.resume_queue("workflows")
+    pgflow_clock.run_due()
+    assert_steps(run, ["one", "two", "three:completed"])
+
+
 # --- a schedule's catch-up ------------------------------------------------------------------
 
 
