@@ -163,8 +163,8 @@ class Clock:
         falls due within the advance (a delayed step, a wait's deadline, a lease's end, an
         alert's delivery) and runs what is due then, and so on to the end: so a step that
         runs at +1 h and then waits a day times out at +1 d 1 h, as it would live. At each
-        stop it runs, once, the sweep, the schedules' due ticks and the due steps (here, as
-        ``run_workflow`` does, without skipping waits). Schedules make no stop: ticks that
+        stop it runs, once, the sweep, the schedules' due ticks and the due steps (here, each
+        claimed as a worker claims it; a paused queue's wait for its resume). Schedules make no stop: ticks that
         fall due between two stops are due at the next, as after a worker's downtime
         (within ``catch_up`` they start, older ones are recorded missed).
 
