@@ -350,3 +350,14 @@ def test_a_projects_test_gets_the_fixtures_from_the_install_alone(pytester, monk
     result.assert_outcomes(passed=1)
     without = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:pgflow", "-q", timeout=240)
     without.stdout.fnmatch_lines(["*fixture 'pgflow_clock' not found*"])
+
+
+def test_the_child_runs_of_a_fan_out_run_and_the_parent_resumes(pgflow_clock):
+    from tests import composition_workflows as cw
+
+    run = cw.Parent.start(input={"n": 3})
+    pgflow_clock.run_due()
+    run.refresh_from_db()
+    assert run.status == "finished"
+    assert WorkflowRun.objects.filter(parent=run).count() == 3
+    assert set(WorkflowRun.objects.filter(parent=run).values_list("status", flat=True)) == {"finished"}
