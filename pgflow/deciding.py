@@ -70,11 +70,13 @@ def requester(run: WorkflowRun, approval: Approval) -> str | None:
     return actor.removeprefix("user:") if actor.startswith("user:") else None
 
 
-def why_not(user: Any, run: WorkflowRun, approval: Approval) -> str | None:
-    """Why ``user`` may not decide ``approval`` on ``run``, or None when they may."""
+def why_not(user: Any, run: WorkflowRun, approval: Approval, *, groups: frozenset[str] | None = None) -> str | None:
+    """Why ``user`` may not decide ``approval`` on ``run``, or None when they may. ``groups``:
+    the user's group names, when the caller read them once for many approvals."""
     active = bool(getattr(user, "is_authenticated", False) and getattr(user, "is_active", False))
     username = user.get_username() if active else ""
-    groups = frozenset(user.groups.values_list("name", flat=True)) if active and approval.groups else frozenset()
+    if groups is None:
+        groups = _groups(user) if active and approval.groups else frozenset()
     has_permission = bool(active and approval.permission and user.has_perm(approval.permission))
     return refusal(
         approval,
@@ -84,6 +86,10 @@ def why_not(user: Any, run: WorkflowRun, approval: Approval) -> str | None:
         has_permission=has_permission,
         requester=requester(run, approval) if active and not approval.self_approval else None,
     )
+
+
+def _groups(user: Any) -> frozenset[str]:
+    return frozenset(user.groups.values_list("name", flat=True))
 
 
 def cleaned(approval: Approval, data: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -188,6 +194,9 @@ def waiting_for(user: Any, *, limit: int = 200) -> list[Waiting]:
     )
     approvals: dict[tuple[str, str], Approval | None] = {}
     found: list[Waiting] = []
+    if not (getattr(user, "is_authenticated", False) and getattr(user, "is_active", False)):
+        return found
+    groups = _groups(user)
     for step in steps.iterator(chunk_size=500):
         pair = (step.run.workflow_class, step.step_name)
         if pair not in approvals:
@@ -197,7 +206,7 @@ def waiting_for(user: Any, *, limit: int = 200) -> list[Waiting]:
                 definition = None
             approvals[pair] = definition.approval if definition is not None else None
         approval = approvals[pair]
-        if approval is None or why_not(user, step.run, approval) is not None:
+        if approval is None or why_not(user, step.run, approval, groups=groups) is not None:
             continue
         votes = open_votes(step.run, step.step_name)
         if any(v.decided_by == user.get_username() for v in votes):
