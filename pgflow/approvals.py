@@ -24,7 +24,8 @@ from .exceptions import DefinitionError
 PREFIX = "approval:"
 VOTE_SUFFIX = ":vote"
 ON_TIMEOUT = ("pause", "cancel", "skip")
-ON_REJECT = (None, "pause", "cancel", "skip")
+# Not "pause": a resumed attempt carries its decision over, so it would pause again.
+ON_REJECT = (None, "cancel", "skip")
 _STEP_OPTIONS_TAKEN = ("wait_for", "wait_timeout", "on_timeout")
 
 
@@ -49,8 +50,7 @@ class Approval:
     ``requester``: a method name or callable taking the workflow, returning the requesting
     user (a user, a username or a user id); None reads the actor of the run's ``started``
     event. ``timeout`` / ``on_timeout``: as ``wait_timeout`` / ``on_timeout``. ``on_reject``:
-    None runs the body with ``decision.approved == False``; "pause", "cancel" or "skip" acts
-    instead.
+    None runs the body with ``decision.approved == False``; "cancel" or "skip" acts instead.
     """
 
     form: type | None = None
@@ -115,7 +115,7 @@ def declaration_problems(approval: Approval) -> list[str]:
         problems.append("on_timeout only applies with a timeout")
     if approval.on_reject not in ON_REJECT:
         problems.append(
-            f"on_reject must be None (the body decides) or one of 'pause', 'cancel', 'skip', got {approval.on_reject!r}"
+            f"on_reject must be None (the body decides), 'cancel' or 'skip', got {approval.on_reject!r}"
         )
     return problems
 

@@ -51,7 +51,7 @@ def _decision(workflow: Workflow, definition: StepDefinition, signal: Any) -> An
     decision = Decision.of(getattr(signal, "payload", signal))
     action = definition.approval.on_reject
     if not decision.approved and action is not None:
-        getattr(workflow, action)()  # pause() / cancel() / skip() raise the FlowControl
+        getattr(workflow, action)()  # cancel() / skip() raise the FlowControl
     return decision
 
 

@@ -30,7 +30,8 @@ class Form(forms.Form):
         ({"timeout": -5}, "timeout"),
         ({"timeout": 60, "on_timeout": "retry"}, "on_timeout must be one of 'pause', 'cancel', 'skip'"),
         ({"on_timeout": "cancel"}, "on_timeout only applies with a timeout"),
-        ({"on_reject": "fail"}, "on_reject must be None (the body decides) or one of 'pause', 'cancel', 'skip'"),
+        ({"on_reject": "fail"}, "on_reject must be None (the body decides), 'cancel' or 'skip'"),
+        ({"on_reject": "pause"}, "on_reject must be None (the body decides), 'cancel' or 'skip'"),
         ({"requester": 3}, "requester must be a method name or a callable"),
     ],
 )
