@@ -104,3 +104,10 @@ class OwnTenantMethod(pgflow.Workflow):
     @step(concurrency=pgflow.Limit(max=2, key="tenant"))
     def only(self) -> None:
         return None
+
+
+def visible_tenants(user) -> set[str] | None:
+    """PGFLOW["TENANT_VISIBLE"] of the dashboard tests: "acme-…" users see acme's runs,
+    "globex-…" users globex's, everyone else every tenant's."""
+    prefix = user.get_username().partition("-")[0]
+    return {prefix} if prefix in ("acme", "globex") else None

@@ -41,6 +41,7 @@ from pgflow.subjects import subject_of
 
 from .. import confirm, runbar, runlist, runpage
 from ..timeformat import duration
+from .tenants import scoped, visible_to
 
 BAR_ATTEMPTS = 30  # a run's bar draws at most its latest this many attempts
 
@@ -136,7 +137,7 @@ class RunsInline(GenericInlineModelAdmin):
         if obj is None or obj.pk is None:  # the add page: no runs yet
             return {"runs": [], "total": 0, "all_url": None}
         now = timezone.now()
-        every = self.runs_of(obj)
+        every = scoped(self.runs_of(obj), visible_to(request))  # PGFLOW["TENANT_VISIBLE"]
         runs = list(every[: self.max_runs])
         total = len(runs) if len(runs) < self.max_runs else every.count()
         runlist.attach(runs, now=now)  # run.doing: the status badge's words, as the run list's

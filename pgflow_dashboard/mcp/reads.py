@@ -9,6 +9,9 @@ turns it into a tool error.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,6 +43,33 @@ STATUSES = tuple(status.value for status in RunStatus)
 
 class Refused(ValueError):
     """A tool argument or request that cannot be served; the message says why."""
+
+
+# The tenants whose runs this tool call may read or act on (PGFLOW["TENANT_VISIBLE"] for the
+# token's user), set by the server around each call; None: every tenant.
+_TENANTS: ContextVar[frozenset[str] | None] = ContextVar("pgflow_mcp_tenants", default=None)
+
+
+@contextmanager
+def tenant_scope(keys: frozenset[str] | None) -> Iterator[None]:
+    """Tool calls inside see only the runs of the tenants ``keys`` (None: every run)."""
+    token = _TENANTS.set(keys)
+    try:
+        yield
+    finally:
+        _TENANTS.reset(token)
+
+
+def visible_runs() -> QuerySet[WorkflowRun]:
+    """The runs this call may see: another tenant's run is as one that does not exist."""
+    keys = _TENANTS.get()
+    every = WorkflowRun.objects.all()
+    return every if keys is None else every.filter(tenant__in=sorted(keys))
+
+
+def _every_tenant(tool: str) -> None:
+    if _TENANTS.get() is not None:
+        raise Refused(f"{tool} counts the runs of every tenant; your user sees only some tenants' runs (search_runs)")
 
 
 MAX_SECRET_RUNS = 500  # runs an answer names whose inputs and payloads are read for secret values
@@ -82,10 +112,12 @@ def insights_for(window: str, *, now: datetime) -> dict[str, Any]:
         parsed = WorkflowWindow.parse(window, retention=pgflow_settings.RETENTION, now=now)
     except WorkflowWindow.Invalid as exc:
         raise Refused(str(exc)) from exc
+    _every_tenant("insights")
     return insights.compute(parsed)
 
 
 def stuck(*, now: datetime) -> dict[str, Any]:
+    _every_tenant("stuck")
     return insights.stuck(now)
 
 
@@ -131,7 +163,7 @@ def search_runs(
 ) -> dict[str, Any]:
     if not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH:
         raise Refused(f"limit must be a whole number from 1 to {MAX_SEARCH}, got {limit!r}")
-    runs: QuerySet[WorkflowRun] = WorkflowRun.objects.all()
+    runs = visible_runs()
     if query:
         runs = _by_query(runs, query)
     if status:
@@ -212,7 +244,7 @@ def _run_row(run: WorkflowRun) -> dict[str, Any]:
 
 
 def find_run(run_id: int) -> WorkflowRun:
-    run = WorkflowRun.objects.filter(pk=run_id).first()
+    run = visible_runs().filter(pk=run_id).first()
     if run is None:
         raise Refused(f"no workflow run with id {run_id}")
     return run

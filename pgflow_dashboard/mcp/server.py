@@ -23,6 +23,7 @@ from django.utils import timezone
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from pgflow import tenants
 from pgflow.conf import pgflow_settings
 from pgflow.runtime.presence import version
 
@@ -216,7 +217,9 @@ def _guarded(principal: Principal, agent: str, need: str, work: Callable[[str], 
         raise ToolError(f"user {user.get_username()!r} lacks the {need} permission this tool needs")
     actor = f"agent:{agent} for user:{user.get_username()}"
     try:
-        answer = work(actor)
+        # PGFLOW["TENANT_VISIBLE"] for the token's user: its tools see only those tenants' runs.
+        with reads.tenant_scope(tenants.visible(user)):
+            answer = work(actor)
     except reads.Refused as exc:
         raise ToolError(str(exc)) from exc
     keys = pgflow_settings.REDACT

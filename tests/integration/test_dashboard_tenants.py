@@ -1,0 +1,138 @@
+"""The dashboard and MCP by tenant: the run list's tenant column and filter, and
+PGFLOW["TENANT_VISIBLE"]: a user restricted to tenant A never sees tenant B's runs, in the
+run list, on a run's page and endpoints, in a subject's runs inline, or through MCP tools."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import anyio
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import Permission
+from django.db import connections
+from django.urls import reverse
+from mcp import Client
+
+from example_project.shop.models import Order
+from pgflow.models import WorkflowRun
+from pgflow_dashboard.mcp.server import Principal, build
+from tests import tenant_workflows as tw
+from tests.dashboard_support import changelist_url, control_url, insights_url, make_user, run_url, timeline_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+pytest_plugins = ["tests.dashboard_fixtures"]  # the login fixture
+
+PERMS = ("view_workflowrun", "change_workflowrun")
+
+
+@pytest.fixture
+def runs(settings) -> dict[str | None, list[WorkflowRun]]:
+    settings.PGFLOW = {
+        **settings.PGFLOW,
+        "TENANT": "tests.tenant_workflows.current_tenant",
+        "TENANT_VISIBLE": "tests.tenant_workflows.visible_tenants",
+    }
+    started: dict[str | None, list[WorkflowRun]] = {}
+    for tenant in ("acme", "globex", None):
+        with tw.as_tenant(tenant):
+            started[tenant] = [tw.Seen.start(), tw.Seen.start()]
+    return started
+
+
+def listed(response: Any) -> set[int]:
+    return {run.pk for run in response.context["cl"].result_list}
+
+
+def ids(runs: list[WorkflowRun]) -> set[int]:
+    return {run.pk for run in runs}
+
+
+def test_a_user_of_every_tenant_sees_a_tenant_column_and_filters_by_tenant(login, runs):
+    client = login(make_user("ops", perms=PERMS))
+    page = client.get(changelist_url())
+    assert listed(page) == ids(runs["acme"] + runs["globex"] + runs[None])
+    html = page.content.decode()
+    assert re.search(r'<th scope="col" class="sortable column-tenant_label">.*?Tenant</a>', html, re.S)
+    assert html.count('<td class="field-tenant_label">acme</td>') == 2
+    assert re.search(r'href="\?tenant=acme"[^>]*>acme</a>', html) and re.search(r'href="\?tenant=globex"', html)
+    assert listed(client.get(changelist_url() + "?tenant=globex")) == ids(runs["globex"])
+    assert client.get(run_url(runs["globex"][0])).status_code == 200
+
+
+@pytest.mark.parametrize(("tenant", "other"), [("acme", "globex"), ("globex", "acme")])
+def test_a_user_restricted_to_a_tenant_never_sees_anothers_runs(login, runs, tenant, other):
+    client = login(make_user(f"{tenant}-ops", perms=PERMS))
+    page = client.get(changelist_url())
+    assert listed(page) == ids(runs[tenant])  # neither the other tenant's nor those without one
+    html = page.content.decode()
+    assert f'href="?tenant={tenant}"' in html and f"?tenant={other}" not in html
+    assert listed(client.get(changelist_url() + f"?tenant={other}")) == set()
+    mine, theirs = runs[tenant][0], runs[other][0]
+    assert client.get(run_url(mine)).status_code == 200
+    assert client.get(timeline_url(mine)).status_code == 200
+    assert client.get(run_url(theirs)).status_code == 404
+    assert client.get(run_url(runs[None][0])).status_code == 404
+    assert client.get(timeline_url(theirs)).status_code == 404
+    assert client.post(control_url(theirs), {"action": "pause"}).status_code == 404
+    assert WorkflowRun.objects.get(pk=theirs.pk).status == "running"
+    # A bulk action posted with the other tenant's ids acts on none of them.
+    client.post(changelist_url(), {"action": "pause_runs", "_selected_action": [theirs.pk], "post": "yes"})
+    assert WorkflowRun.objects.get(pk=theirs.pk).status == "running"
+    # The insights count every tenant's runs: refused.
+    assert client.get(insights_url()).status_code == 403
+    assert client.get(insights_url(as_json=True)).status_code == 403
+
+
+def call_tools(user, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    async def session() -> list[Any]:
+        async with Client(build(Principal(user_id=user.pk))) as client:
+            results = [await client.call_tool(name, arguments) for name, arguments in calls]
+        await sync_to_async(connections.close_all, thread_sensitive=True)()  # the tools' thread's
+        return results
+
+    return anyio.run(session)
+
+
+def text(result: Any) -> str:
+    return result.content[0].text
+
+
+def test_mcp_tools_see_only_the_tokens_users_tenants(runs):
+    restricted, everyone = make_user("acme-agent", perms=PERMS), make_user("agent", perms=PERMS)
+    theirs = runs["globex"][0]
+    found, got, explained, paused, insights = call_tools(
+        restricted,
+        [
+            ("search_runs", {}),
+            ("get_run", {"run_id": theirs.pk}),
+            ("explain_run", {"run_id": theirs.pk}),
+            ("pause_run", {"run_id": theirs.pk, "dry_run": False}),
+            ("insights", {}),
+        ],
+    )
+    assert {row["run_id"] for row in json.loads(text(found))["runs"]} == ids(runs["acme"])
+    for refused in (got, explained, paused):
+        assert refused.is_error and f"no workflow run with id {theirs.pk}" in text(refused)
+    assert WorkflowRun.objects.get(pk=theirs.pk).status == "running"
+    assert insights.is_error and "counts the runs of every tenant" in text(insights)
+    (everything, mine) = call_tools(everyone, [("search_runs", {}), ("get_run", {"run_id": theirs.pk})])
+    assert {row["run_id"] for row in json.loads(text(everything))["runs"]} == ids(
+        runs["acme"] + runs["globex"] + runs[None]
+    )
+    assert not mine.is_error
+
+
+def test_a_subjects_runs_inline_lists_only_the_users_tenants(login, runs):
+    order = Order.objects.create(customer="ada", email="ada@example.com", total_cents=1200, vendors=[1])
+    started = {}
+    for tenant in ("acme", "globex"):
+        with tw.as_tenant(tenant):
+            started[tenant] = tw.Seen.start(subject=order)
+    user = make_user("acme-clerk", perms=PERMS)
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="shop", codename="view_order"))
+    html = login(user).get(reverse("admin:shop_order_change", args=[order.pk])).content.decode()
+    shown = {int(pk) for pk in re.findall(r'<tr class="pgflow-run-row" data-run="(\d+)">', html)}
+    assert shown == {started["acme"].pk}
