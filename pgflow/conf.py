@@ -16,12 +16,16 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from .core import archiving
 from .core.alerting import rule_problems
 from .core.definitions import QUEUE_RULE, valid_queue
 
 DEFAULTS: dict[str, Any] = {
     "QUEUE": "workflows",  # default queue of step attempts
     "RETENTION": timedelta(days=30),  # finished/cancelled runs older than this are purged; None keeps them
+    # Where retention writes runs before it purges them (pgflow.archive): None, or
+    # {"STORAGE": a STORAGES alias, "PREFIX": "pgflow-archive/", "KEEP": "all" or "failed"}.
+    "ARCHIVE": None,
     "ERROR_BACKTRACE_LINES": 50,
     "LEASE": timedelta(seconds=60),  # an attempt whose worker stops heartbeating is re-run after this
     "MAX_LOST_ATTEMPTS": 3,  # a step that loses its worker this many times in a row pauses the run
@@ -261,6 +265,7 @@ def _observability_problems(raw: dict[str, Any]) -> list[str]:
     else:
         for index, rule in enumerate(alerts):
             problems.extend(f"PGFLOW['ALERTS'][{index}]: {problem}" for problem in rule_problems(rule))
+    problems.extend(archiving.problems(raw.get("ARCHIVE")))
     return problems
 
 
@@ -270,7 +275,7 @@ def _callable_problem(key: str, value: object) -> str | None:
     if not isinstance(value, str):
         return f"PGFLOW[{key!r}] must be None, a callable or the dotted path of one, got {value!r}"
     try:
-        found = import_string(value)  # type: ignore[arg-type]
+        found = import_string(value)
     except (ImportError, TypeError, ValueError) as exc:
         return f"PGFLOW[{key!r}] must be None, a callable or the dotted path of one, got {value!r} ({exc})"
     if not callable(found):

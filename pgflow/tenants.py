@@ -61,7 +61,7 @@ def context(tenant: str | None) -> AbstractContextManager[Any]:
     setting = pgflow_settings.TENANT_CONTEXT
     if setting is None:
         return _NO_CONTEXT
-    return _callable(setting)(tenant)  # type: ignore[no-any-return]
+    return _callable(setting)(tenant)
 
 
 def in_context(tenant: str | None) -> bool:
@@ -95,7 +95,7 @@ def visible(user: Any) -> frozenset[str] | None:
 
 @functools.lru_cache(maxsize=16)
 def _imported(path: str) -> Callable[..., Any]:
-    return import_string(path)  # type: ignore[no-any-return]
+    return import_string(path)
 
 
 def _callable(setting: Any) -> Callable[..., Any]:

@@ -44,4 +44,4 @@ def schema_context(tenant: str) -> AbstractContextManager[Any]:
     # django-tenants imported when called: this module is named from settings, before apps load.
     from django_tenants.utils import schema_context as entered
 
-    return entered(tenant)  # type: ignore[no-any-return]
+    return entered(tenant)

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 import psycopg
 from django.apps import apps
 
-from .. import fanout, rollup, store
+from .. import archive, fanout, rollup, store
 from ..conf import pgflow_settings
 from ..core.states import StepStatus
 from ..db import connection
@@ -172,4 +172,5 @@ def purge(*, at: datetime) -> int:
         return 0
     cutoff = at - (retention if isinstance(retention, timedelta) else timedelta(seconds=retention))
     rollup.purge(cutoff)
-    return store.purge_runs(cutoff, batch=RETENTION_BATCH, rounds=RETENTION_ROUNDS)
+    writer = archive.write if archive.configured() is not None else None  # PGFLOW["ARCHIVE"]: before the purge
+    return store.purge_runs(cutoff, batch=RETENTION_BATCH, rounds=RETENTION_ROUNDS, archive=writer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from .. import db
@@ -39,10 +40,14 @@ _PURGE = [
 ]
 
 
-def purge_runs(cutoff: datetime, *, batch: int, rounds: int) -> int:
+def purge_runs(
+    cutoff: datetime, *, batch: int, rounds: int, archive: Callable[[list[int]], set[int]] | None = None
+) -> int:
     """Delete up to ``rounds`` batches of ``batch`` finished and cancelled runs that ended before
     ``cutoff``, each batch in its own short transaction; returns how many runs went. A run
-    locked now (SKIP LOCKED) waits for a later sweep."""
+    locked now (SKIP LOCKED) waits for a later sweep. ``archive`` (``pgflow.archive.write``)
+    gets each batch's ids, locked, and returns those it wrote (or need not keep): only those
+    are deleted; after a batch it could not write whole, the purge stops until the next sweep."""
     deleted = 0
     for _ in range(rounds):
         with db.atomic(), connection.cursor() as cursor:
@@ -54,9 +59,14 @@ def purge_runs(cutoff: datetime, *, batch: int, rounds: int) -> int:
             ids = [row[0] for row in cursor.fetchall()]
             if not ids:
                 break
-            for statement in _PURGE:
-                cursor.execute(statement, {"ids": ids})
+            selected = len(ids)
+            if archive is not None:
+                written = archive(ids)
+                ids = [run_id for run_id in ids if run_id in written]
+            if ids:
+                for statement in _PURGE:
+                    cursor.execute(statement, {"ids": ids})
             deleted += len(ids)
-        if len(ids) < batch:
+        if selected < batch or len(ids) < selected:  # the last batch, or one the archive could not write
             break
     return deleted

@@ -50,7 +50,7 @@ def definition_problems(workflow: type[Workflow]) -> list[str]:
                     problems.append(f"step {definition.name!r}: {option} {problem}")
         for option in ("concurrency", "rate"):
             declared = getattr(definition, option)
-            if declared is not None and not _run_tenant(workflow, declared.key):
+            if declared is not None and declared.key is not None and not _run_tenant(workflow, declared.key):
                 problem = _reference_problem(workflow, declared.key, 1, "(self)", "(workflow)")
                 if problem:
                     problems.append(f"step {definition.name!r}: {option} key {problem}")
@@ -67,7 +67,7 @@ def definition_problems(workflow: type[Workflow]) -> list[str]:
         if problem:
             problems.append(f"cancel_if {problem}")
     singleton = workflow.singleton
-    if isinstance(singleton, Singleton) and not _run_tenant(workflow, singleton.key):
+    if isinstance(singleton, Singleton) and singleton.key is not None and not _run_tenant(workflow, singleton.key):
         problem = _reference_problem(workflow, singleton.key, 1, "(self)", "(workflow)")
         if problem:
             problems.append(f"singleton key {problem}")
@@ -154,8 +154,8 @@ def _reference_problem(
 
 
 def _run_tenant(workflow: type[Workflow], key: Any) -> bool:
-    """No key, or ``key="tenant"`` naming the run's tenant: nothing to check."""
-    return key is None or (key == TENANT_KEY and tenant_key_of_run(workflow))
+    """``key="tenant"`` naming the run's tenant (no method of the class): nothing to check."""
+    return key == TENANT_KEY and tenant_key_of_run(workflow)
 
 
 def _handler_problem(workflow: type[Workflow], policy: OnException) -> str | None:

@@ -42,9 +42,9 @@ def in_use() -> bool:
 
 def visible_to(request: HttpRequest) -> frozenset[str] | None:
     """The tenants whose runs the request's user sees; None for every tenant."""
-    cached = getattr(request, "_pgflow_tenants", False)
-    if cached is not False:
-        return cached  # type: ignore[no-any-return]
+    if hasattr(request, "_pgflow_tenants"):
+        cached: frozenset[str] | None = request._pgflow_tenants
+        return cached
     found = tenants.visible(request.user)
     request._pgflow_tenants = found  # type: ignore[attr-defined] # asked once per request
     return found

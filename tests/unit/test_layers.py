@@ -65,6 +65,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pgflow.tasks",
             "pgflow.records",
             "pgflow.searching",  # a Query as a queryset: the run list, the CLI, the MCP, alert rules
+            "pgflow.archive",  # the runs retention purges, written before (the sweep hands it in)
         ),
     ),
     (
