@@ -34,6 +34,9 @@ ALERT_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # The runs a search matches (pgflow.search), written out or a saved view's by name; its
     # threshold is a count of runs (the rule fires above it), not a duration.
     "runs_matching": (("query", "view", "threshold"), ()),
+    # Approval steps (pgflow.Approval) waiting longer than `after` for a decision: a reminder,
+    # or an escalation with a longer `after` and other targets.
+    "approvals_waiting": (("count", "after", "workflow_class", "step"), ()),
 }
 COUNT_THRESHOLD = ("runs_matching",)  # the kinds whose threshold is a count, 0 or more
 DURATION_PARAMS = ("threshold", "window", "after")

@@ -39,7 +39,9 @@ from .. import db, rollup, search
 from ..conf import pgflow_settings
 from ..core import alerting, histogram
 from ..db import connection
-from ..models import Alert, AlertDelivery, AlertRule, SavedView, Worker
+from ..exceptions import WorkflowNotFound
+from ..models import Alert, AlertDelivery, AlertRule, SavedView, Step, Worker
+from ..registry import resolve
 from ..searching import runs_matching
 
 logger = logging.getLogger("pgflow")
@@ -276,6 +278,36 @@ def _runs_matching(params: dict[str, Any], at: datetime) -> tuple[bool, float | 
     return count > threshold, count, f"{count} runs match {shown} (more than {threshold})"
 
 
+def _approvals_waiting(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
+    """Approval steps waiting for a decision for longer than ``after`` (their class read once per step)."""
+    waits = (
+        Step.objects.filter(
+            status="waiting", batch__isnull=True, waiting_since__lte=at - timedelta(seconds=params["after"])
+        )
+        .values_list("run__workflow_class", "step_name", "run_id")
+        .order_by("waiting_since", "id")
+    )
+    approval: dict[tuple[str, str], bool] = {}
+    found = []
+    for path, step, run_id in waits.iterator(chunk_size=1000):
+        if (path, step) not in approval:
+            try:
+                definition = resolve(path).steps().get(step)
+            except WorkflowNotFound:
+                definition = None
+            approval[(path, step)] = definition is not None and definition.approval is not None
+        if approval[(path, step)] and _matches(params, path, step):
+            found.append(f"{step} of run {run_id}")
+    count = len(found)
+    listed = f": {', '.join(found[:10])}{' …' if count > 10 else ''}" if found else ""
+    return (
+        count > params["count"],
+        count,
+        f"{count} approvals of {_scope(params)} waiting for a decision for more than {params['after']:g}s "
+        f"(more than {params['count']}){listed}",
+    )
+
+
 # kind -> its measure: one for each of alerting.ALERT_KINDS (tests/unit/test_alerting.py checks it).
 MEASURES = {
     "phase_p95": _phase_p95,
@@ -285,6 +317,7 @@ MEASURES = {
     "queue_without_worker": _queue_without_worker,
     "failure_rate": _failure_rate,
     "runs_matching": _runs_matching,
+    "approvals_waiting": _approvals_waiting,
 }
 
 

@@ -167,7 +167,7 @@ def test_phase_p95_of_the_throttled_phase(settings):
 def test_each_kind_is_checked_with_a_message_naming_what_is_accepted():
     assert alerting.rule_problems({"name": "x", "kind": "nope"}) == [
         "'kind' must be one of phase_p95, runs_paused, steps_overdue, waits_past_deadline, queue_without_worker, "
-        "failure_rate, runs_matching, got 'nope'"
+        "failure_rate, runs_matching, approvals_waiting, got 'nope'"
     ]
     problems = alerting.rule_problems(
         {"name": "x", "kind": "phase_p95", "phase": "slept", "threshold": -1, "targets": ["sms"]}

@@ -9,7 +9,8 @@ import pytest
 from django.contrib.auth.models import Group
 
 import pgflow
-from pgflow.models import Signal
+from pgflow.models import Alert, Signal
+from pgflow.observability import alerts
 from pgflow.runtime import sweep
 from pgflow.testing import run_workflow
 from tests import approval_workflows as aw
@@ -159,3 +160,31 @@ def test_nobody_deciding_in_time_applies_on_timeout_through_the_sweep():
     assert run.events.get(event="timed_out").details == {"signal": "approval:review", "action": "cancel"}
     with pytest.raises(pgflow.ApprovalClosed):
         pgflow.decide(run, "review", user=ann, approve=True)
+
+
+@pytest.mark.django_db
+def test_an_alert_rule_reminds_of_approvals_waiting_too_long(settings):
+    settings.PGFLOW = {
+        **settings.PGFLOW,
+        "ALERTS": [
+            {
+                "name": "remind",
+                "kind": "approvals_waiting",
+                "after": timedelta(hours=4),
+                "targets": [{"callable": "tests.integration.test_alerts.record"}],
+            }
+        ],
+    }
+    run = parked(aw.TwoApprovers)
+    run_workflow(aw.TwoApprovers.start(input={"x": 1}))
+    waiting = run.steps.get(step_name="review")
+
+    def check(at):
+        alerts.sync_declared(at)
+        return alerts.evaluate(at)
+
+    assert check(waiting.waiting_since + timedelta(hours=3)) == 0
+    assert check(waiting.waiting_since + timedelta(hours=5)) == 1
+    message = Alert.objects.get(rule__name="remind").message
+    assert message.startswith("2 approvals of every workflow waiting for a decision for more than 14400s")
+    assert f"review of run {run.pk}" in message
