@@ -32,6 +32,7 @@ from django.urls import URLPattern, path, reverse
 
 from pgflow.models import WorkflowRun
 
+from .archived import archived_urls
 from .inbox import inbox_urls
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def mount(site: admin.AdminSite) -> None:
     site_app_list: Callable[..., list[dict[str, Any]]] = site.get_app_list
 
     def get_urls() -> list[Any]:
-        return insights_urls(site) + inbox_urls(site) + site_urls()
+        return insights_urls(site) + inbox_urls(site) + archived_urls(site) + site_urls()
 
     def get_app_list(request: HttpRequest, app_label: str | None = None) -> list[dict[str, Any]]:
         return with_insights_row(site, request, site_app_list(request, app_label))
