@@ -24,7 +24,7 @@ from django.db import DatabaseError
 from django.db.models import Min, Q
 from django.utils.module_loading import autodiscover_modules
 
-from . import db, registry, store
+from . import db, registry, store, tenants
 from .conf import pgflow_settings
 from .core import jsonvalue, ticks
 from .core.states import RunStatus
@@ -159,6 +159,7 @@ def _apply(row: Schedule, declaration: ticks.Schedule, at: datetime) -> bool:
         "input": dict(declaration.input),
         "overlap": declaration.overlap,
         "catch_up": declaration.catch_up,
+        "tenant": declaration.tenant,
         "enabled": True,
         "disabled_reason": "",
     }
@@ -244,7 +245,8 @@ def start_now(schedule_id: int, *, actor: Any = None, now: datetime | None = Non
         row = Schedule.objects.select_for_update().get(pk=schedule_id)
         workflow = registry.resolve(row.workflow_class)
         key = f"schedule:{row.pk}:now:{at.astimezone(UTC).isoformat()}:{uuid.uuid4().hex[:8]}"
-        run = workflow.start(input=dict(row.input), key=key)
+        with tenants.acting_for(row.tenant):
+            run = workflow.start(input=dict(row.input), key=key)
         ScheduleTick.objects.create(
             schedule=row,
             tick_at=at,
@@ -389,7 +391,7 @@ def _start(row: Schedule, workflow: type[Workflow], tick: datetime, *, buffered:
     recorded as a skipped tick with the reason, and None is returned."""
     details: dict[str, Any] = {"buffered": True} if buffered else {}
     try:
-        with db.atomic():
+        with db.atomic(), tenants.acting_for(row.tenant):
             run = workflow.start(input=dict(row.input), key=run_key(row.pk, tick))
     except Exception as exc:  # noqa: BLE001 - whatever refused the start is the tick's reason
         # (the savepoint is rolled back; a lost connection fails this write too, and that

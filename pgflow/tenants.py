@@ -15,8 +15,9 @@ looked up only for a run whose tenant is set.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -45,8 +46,27 @@ def checked(value: Any, what: str = "a tenant key") -> str | None:
     return value
 
 
+# A tenant that starts made here are for, over PGFLOW["TENANT"] (a schedule's runs).
+_ACTING_FOR: ContextVar[str | None] = ContextVar("pgflow_acting_for", default=None)
+
+
+@contextmanager
+def acting_for(tenant: str | None) -> Iterator[None]:
+    """Runs started inside belong to ``tenant`` (checked), whatever PGFLOW["TENANT"] would
+    return; ``None`` changes nothing."""
+    token = _ACTING_FOR.set(checked(tenant))
+    try:
+        yield
+    finally:
+        _ACTING_FOR.reset(token)
+
+
 def current() -> str | None:
-    """The current tenant's key: what ``PGFLOW["TENANT"]`` returns now (None when unset)."""
+    """The current tenant's key: the one ``acting_for`` names, else what ``PGFLOW["TENANT"]``
+    returns now (None when unset)."""
+    acting = _ACTING_FOR.get()
+    if acting is not None:
+        return acting
     setting = pgflow_settings.TENANT
     if setting is None:
         return None

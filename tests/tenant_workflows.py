@@ -111,3 +111,17 @@ def visible_tenants(user) -> set[str] | None:
     "globex-…" users globex's, everyone else every tenant's."""
     prefix = user.get_username().partition("-")[0]
     return {prefix} if prefix in ("acme", "globex") else None
+
+
+class Nightly(pgflow.Workflow):
+    """Schedules per tenant: acme's runs and globex's, and one of no tenant."""
+
+    schedules = [
+        pgflow.Schedule(name="acme nightly", cron="0 0 1 1 *", tenant="acme"),
+        pgflow.Schedule(name="globex nightly", cron="0 0 1 1 *", tenant="globex", overlap="allow"),
+        pgflow.Schedule(name="shared nightly", cron="0 0 1 1 *"),
+    ]
+
+    @step
+    def only(self) -> dict[str, str | None]:
+        return {"tenant": CURRENT.get()}

@@ -97,6 +97,9 @@ class Schedule:
     input: Mapping[str, Any] = field(default_factory=dict)
     overlap: str = "skip"
     catch_up: timedelta | None = None
+    # The tenant its runs belong to (run.tenant, pgflow.tenants), whatever PGFLOW["TENANT"]
+    # says where the worker starts them; None: as any start.
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
         found = problems(
@@ -113,6 +116,12 @@ class Schedule:
             raise DefinitionError(f"Schedule {found['name']}")
         if found:
             raise DefinitionError(f"Schedule {self.name!r}: {next(iter(found.values()))}")
+        tenant = self.tenant
+        if tenant is not None and not (isinstance(tenant, str) and 0 < len(tenant) <= TENANT_LIMIT):
+            raise DefinitionError(
+                f"Schedule {self.name!r}: tenant must be None or a tenant key (a non-empty string of at most "
+                f"{TENANT_LIMIT} characters), got {tenant!r}"
+            )
 
     @property
     def rule(self) -> Rule:
@@ -124,6 +133,7 @@ class Schedule:
 MAX_SPAN = timedelta(days=3650)
 NAME_LIMIT = 200  # the Schedule row's name column
 CRON_LIMIT = 200  # the Schedule row's cron column
+TENANT_LIMIT = 100  # the Schedule row's tenant column (and the run's)
 ONE_RULE = "a schedule takes cron= or every=, exactly one of them"
 FIELDS = ("name", "cron", "every", "timezone", "input", "overlap", "catch_up")
 

@@ -1,7 +1,8 @@
 """Tenants: ``pgflow_run.tenant`` (``PGFLOW["TENANT"]``'s key when the run started) and its
-partial index ``pgflow_run_tenant`` (the run list filtered by tenant, newest first).
+partial index ``pgflow_run_tenant`` (the run list filtered by tenant, newest first);
+``pgflow_schedule.tenant`` (a declared ``Schedule(tenant=...)``: its runs' tenant).
 
-The column is nullable with no default: adding it rewrites no row, and the previous
+The columns are nullable with no default: adding them rewrites no row, and the previous
 release's INSERTs, which do not name it, still work while it rolls out. The index is built
 CONCURRENTLY, as 0014's: a plain CREATE INDEX on a live run table would hold up every start
 and commit while it builds, so the migration is not atomic.
@@ -18,6 +19,11 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="schedule",
+            name="tenant",
+            field=models.CharField(blank=True, max_length=100, null=True),
+        ),
         migrations.AddField(
             model_name="workflowrun",
             name="tenant",

@@ -49,6 +49,8 @@ class Schedule(models.Model):
     catch_up = models.DurationField(
         null=True, blank=True, help_text="missed ticks this recent start after downtime; empty: none"
     )
+    # The tenant its runs belong to (a declaration's Schedule(tenant=...)); None: as any start.
+    tenant = models.CharField(max_length=100, null=True, blank=True)
     enabled = models.BooleanField(default=True, help_text="off when the declaration left the code")
     paused = models.BooleanField(default=False)
     disabled_reason = models.CharField(max_length=300, blank=True, default="")

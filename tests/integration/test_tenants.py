@@ -4,12 +4,17 @@ PGFLOW["TENANT_CONTEXT"] entered around each body, condition and wait of a run t
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from pgflow.models import Step, WorkflowRun
-from pgflow.testing import run_workflow
+import pgflow
+from pgflow import schedules
+from pgflow.exceptions import DefinitionError
+from pgflow.models import Schedule, Step, WorkflowRun
+from pgflow.testing import fire_schedule, run_workflow
 from tests import tenant_workflows as tw
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,3 +110,20 @@ def test_a_bad_tenant_key_refuses_the_start_naming_the_setting(settings, returne
     with pytest.raises((TypeError, ValueError), match=said.replace("[", r"\[").replace("]", r"\]")):
         tw.Seen.start()
     assert not WorkflowRun.objects.exists()
+
+
+def test_a_schedule_declared_for_a_tenant_starts_its_runs_as_that_tenant(tenanted):
+    acme = fire_schedule(tw.Nightly, "acme nightly")
+    with tw.as_tenant("initech"):  # whatever is current where the worker fires it
+        globex = fire_schedule(tw.Nightly, "globex nightly")
+    shared = fire_schedule(tw.Nightly, "shared nightly")
+    assert [WorkflowRun.objects.get(pk=run.pk).tenant for run in (acme, globex, shared)] == ["acme", "globex", None]
+    assert Schedule.objects.get(name="globex nightly").tenant == "globex"
+    now = schedules.start_now(Schedule.objects.get(name="acme nightly").pk)
+    assert now.tenant == "acme"
+    assert run_workflow(acme).outputs == {"only": {"tenant": "acme"}}
+
+
+def test_a_schedules_tenant_must_be_a_tenant_key():
+    with pytest.raises(DefinitionError, match="Schedule 'x': tenant must be None or a tenant key .* got ''"):
+        pgflow.Schedule(name="x", every=timedelta(hours=1), tenant="")
