@@ -26,7 +26,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from pgflow import readdb, search, searching
+from pgflow import archive, readdb, search, searching
 from pgflow.core import jsonvalue
 from pgflow.core.states import CONTROLS, Control, RunStatus, control_error
 from pgflow.exceptions import PgflowError
@@ -261,6 +261,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         searched = request.GET.get("q", "").strip()
         if searched and request.user.has_perm("pgflow.add_savedview"):  # "Save this search as a view"
             extra_context.setdefault("pgflow_save_view_url", savedviews.save_url(self.admin_site.name, searched))
+        if archive.configured() is not None and visible_to(request) is None:  # runs retention purged
+            extra_context.setdefault("pgflow_archive_url", reverse(f"{self.admin_site.name}:pgflow_archived_runs"))
         if request.method != "GET":  # a bulk action posts here: it reads and acts on the primary
             return super().changelist_view(request, extra_context)
         with readdb.reading() as route:

@@ -45,6 +45,8 @@ def archived(settings, tmp_path):
 
 def test_the_archive_is_searched_by_key_class_day_and_attribute(archived, login, viewer):
     client = login(viewer)
+    runs = client.get(reverse("admin:pgflow_workflowrun_changelist")).content.decode()
+    assert f'<a href="{reverse(LIST)}" class="viewlink">Archived runs</a>' in runs  # the run list links it
     page = client.get(reverse(LIST))
     assert page.status_code == 200
     assert rows(page.content.decode()) == [archived["other"].pk, archived["gold"].pk]  # newest id first
