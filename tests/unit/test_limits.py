@@ -29,10 +29,10 @@ def test_a_wrong_value_is_refused(make, message):
 
 
 def test_an_unknown_key_method_is_refused_when_the_class_is_created():
-    with pytest.raises(DefinitionError, match=r"step 'send': concurrency key 'tenant' names no method of Mailer"):
+    with pytest.raises(DefinitionError, match=r"step 'send': concurrency key 'region' names no method of Mailer"):
 
         class Mailer(pgflow.Workflow):
-            @step(concurrency=Limit(max=2, key="tenant"))
+            @step(concurrency=Limit(max=2, key="region"))
             def send(self): ...
 
 
