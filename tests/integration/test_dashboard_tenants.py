@@ -71,7 +71,7 @@ def test_a_user_restricted_to_a_tenant_never_sees_anothers_runs(login, runs, ten
     assert f'href="?tenant={tenant}"' in html and f"?tenant={other}" not in html
     assert listed(client.get(changelist_url() + f"?tenant={other}")) == set()
     mine, theirs = runs[tenant][0], runs[other][0]
-    assert client.get(run_url(mine)).status_code == 200
+    assert f'<dd id="pgflow-tenant"><code>{tenant}</code></dd>' in client.get(run_url(mine)).content.decode()
     assert client.get(timeline_url(mine)).status_code == 200
     assert client.get(run_url(theirs)).status_code == 404
     assert client.get(run_url(runs[None][0])).status_code == 404
