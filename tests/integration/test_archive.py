@@ -7,10 +7,12 @@ searched by key, class and attribute."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from datetime import timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 
 import pgflow
 from pgflow import archive
@@ -114,3 +116,30 @@ def test_a_bad_archive_setting_is_named_with_what_is_accepted():
     assert validate({"ARCHIVE": {"BUCKET": "x"}}) == [
         "unknown key 'BUCKET' in PGFLOW['ARCHIVE'] (accepted: STORAGE, PREFIX, KEEP)"
     ]
+
+
+def test_restore_brings_an_archived_run_back_as_the_ended_run_it_was(settings, tmp_path):
+    configure(settings, tmp_path)
+    waiting = run_workflow(wf.WaitsForPayment.start(input={"plan": "pro"}, attributes={"plan": "gold"}))
+    pgflow.signal(waiting, "payment", {"amount": 5})
+    run = ended(run_workflow(waiting), 40)
+    before = {
+        "steps": list(run.steps.values_list("step_name", "status", "output")),
+        "events": list(run.events.values_list("event", "details")),
+    }
+    assert sweep.purge(at=now()) == 1
+    out = io.StringIO()
+    call_command("pgflow_archive", "restore", str(run.pk), stdout=out)
+    assert f"restored run {run.pk} (WaitsForPayment, finished)" in out.getvalue()
+    back = WorkflowRun.objects.get(pk=run.pk)
+    assert (back.status, back.attributes, back.input) == ("finished", {"plan": "gold"}, {"plan": "pro"})
+    assert list(back.steps.values_list("step_name", "status", "output")) == before["steps"]
+    assert list(back.events.values_list("event", "details")) == before["events"]
+    assert list(back.signal_set.values_list("name", "payload")) == [("payment", {"amount": 5})]
+    assert back.finished_at > run.finished_at  # kept another RETENTION
+    with pytest.raises(CommandError, match=f"run {run.pk} is in the database: nothing to restore"):
+        call_command("pgflow_archive", "restore", str(run.pk))
+    with pytest.raises(CommandError, match="run 999999 is not in the archive"):
+        call_command("pgflow_archive", "restore", "999999")
+    with pytest.raises(CommandError, match="--day must be a date written YYYY-MM-DD, got 'today'"):
+        call_command("pgflow_archive", "restore", "1", "--day", "today")
