@@ -66,6 +66,7 @@ from pgflow.models import Worker
 from pgflow.registry import resolve
 
 from . import runfacts
+from .approvalwaits import approval_waits
 from .why import FAN_OUT_FAILED, first_line, member_error, short_class
 from .window import WorkflowWindow
 
@@ -105,6 +106,7 @@ def compute(window: WorkflowWindow) -> dict[str, Any]:
             "percentiles": dict(PERCENTILE_METHOD),
             "stuck": stuck(window.now),
             "schedules": schedules(window),
+            "approvals": approval_waits(window),  # per approval step: waits p50/p95 (approvalwaits)
             # Only with a READ_DATABASE: where the figures were read, and how old they may be.
             **(
                 {}

@@ -4,13 +4,18 @@ and the decision recorded with the user as its actor."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
 from django.urls import reverse
+from django.utils import timezone
 
-from pgflow.models import Event, Signal
+import pgflow
+from pgflow.models import Event, Signal, Step
 from pgflow.testing import run_workflow
+from pgflow_dashboard import insights
+from pgflow_dashboard.window import WorkflowWindow
 from tests import approval_workflows as aw
 from tests.dashboard_support import make_user, run_url
 
@@ -107,3 +112,32 @@ def test_a_rejection_needs_no_form_data_and_the_run_page_shows_who_decided(login
     section = page[page.index('id="pgflow-approvals-title"') :]
     assert "ann" in section and "approved" in section and "ok by me" in section
     assert "bea" in section and "rejected" in section and "over budget" in section
+
+
+def test_the_insights_show_approval_waits_per_step(login):
+    ann, bea = make_user("ann"), make_user("bea")
+    in_finance(ann, bea)
+    decided = [parked(aw.TwoApprovers) for _ in range(2)]
+    parked(aw.TwoApprovers)  # still waiting
+    parked(aw.Refund, requested_by="rob")  # another approval step, waiting
+    for run in decided:
+        pgflow.decide(run, "review", user=ann, approve=True)
+        pgflow.decide(run, "review", user=bea, approve=True)
+    for run, waited in zip(decided, (60, 600), strict=True):
+        step = Step.objects.get(run=run, step_name="review")
+        Step.objects.filter(pk=step.pk).update(waiting_since=step.scheduled_at - timedelta(seconds=waited))
+    figures = insights.compute(WorkflowWindow.parse("1h", retention=None, now=timezone.now()))
+    rows = {(row["workflow_class"], row["step_name"]): row for row in figures["approvals"]}
+    two = rows[("tests.approval_workflows.TwoApprovers", "review")]
+    assert (two["decided"], two["waiting"]) == (2, 1)
+    assert two["p50_seconds"] == pytest.approx(60, abs=1)
+    assert two["p95_seconds"] == pytest.approx(546, abs=1)
+    assert rows[("tests.approval_workflows.Refund", "review")]["waiting"] == 1
+    assert set(rows) == {
+        ("tests.approval_workflows.TwoApprovers", "review"),
+        ("tests.approval_workflows.Refund", "review"),
+    }
+    page = login(make_user("root", superuser=True)).get(reverse("admin:pgflow_insights")).content.decode()
+    table = page[page.index('id="pgflow-approval-waits"') :]
+    table = table[: table.index("</table>")]
+    assert "TwoApprovers" in table and "<td>1m</td><td>9m 6s</td>" in table

@@ -109,6 +109,7 @@ def test_insights_json_serves_the_same_figures(login, viewer, history):
         "percentiles",
         "stuck",
         "schedules",
+        "approvals",
     }
     assert data["percentiles"]["max_relative_error"] == pytest.approx(0.0905, abs=1e-4)
     assert data["window"]["name"] == "24h" and data["window"]["bucket_seconds"] == 3600
@@ -133,7 +134,7 @@ def test_the_links_lead_to_the_filtered_runs(login, viewer, history):
 def test_the_page_costs_the_same_number_of_queries_for_more_rows(login, viewer, django_assert_max_num_queries):
     client = login(viewer)
     run_workflow(wf.ThreeSteps.start())
-    with django_assert_max_num_queries(26) as few:  # 26: stuck now's paused groups
+    with django_assert_max_num_queries(27) as few:  # 27: stuck now's paused groups, the approval waits
         assert client.get(insights_url()).status_code == 200
     for _ in range(5):
         run_workflow(wf.ThreeSteps.start())

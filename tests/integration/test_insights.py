@@ -493,6 +493,7 @@ def test_compute_has_every_figure_and_an_empty_database_gives_zeros():
         "errors",
         "percentiles",
         "stuck",
+        "approvals",
         "schedules",
     }
     assert figures["percentiles"]["max_relative_error"] == pytest.approx(histogram.MAX_RELATIVE_ERROR, abs=1e-4)
