@@ -114,9 +114,7 @@ def declaration_problems(approval: Approval) -> list[str]:
     elif approval.on_timeout != "pause" and approval.timeout is None:
         problems.append("on_timeout only applies with a timeout")
     if approval.on_reject not in ON_REJECT:
-        problems.append(
-            f"on_reject must be None (the body decides), 'cancel' or 'skip', got {approval.on_reject!r}"
-        )
+        problems.append(f"on_reject must be None (the body decides), 'cancel' or 'skip', got {approval.on_reject!r}")
     return problems
 
 
