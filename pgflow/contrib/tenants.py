@@ -27,7 +27,7 @@ TENANT_CONTEXT = "pgflow.contrib.tenants.schema_context"
 
 def current_schema() -> str | None:
     """The schema name of the current tenant on django-tenants' database; None in the public schema."""
-    # django-tenants imported when called: this module is named from settings, before apps load.
+    # lazy: an optional extra (django-tenants), and this module is named from settings
     from django.db import connections
     from django_tenants.utils import get_public_schema_name, get_tenant_database_alias
 
@@ -41,7 +41,7 @@ def current_schema() -> str | None:
 
 def schema_context(tenant: str) -> AbstractContextManager[Any]:
     """django-tenants' ``schema_context`` for the tenant's schema (the run's tenant key)."""
-    # django-tenants imported when called: this module is named from settings, before apps load.
+    # lazy: an optional extra (django-tenants), and this module is named from settings
     from django_tenants.utils import schema_context as entered
 
     return entered(tenant)

@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pgflow.observability.tracing",
             "pgflow.readdb",
             "pgflow.db",
+            "pgflow.tenants",  # a run's tenant, its context, who sees it: settings in, plain values out
         ),
     ),
     # The workflow class is the definition the store reads; only its start() calls the store,
