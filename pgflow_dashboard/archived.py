@@ -25,6 +25,7 @@ from pgflow.core.attributes import KEY_PATTERN
 from pgflow.models import WorkflowRun
 
 from . import timeline
+from .tenancy import visible_to
 from .timeline import SERIES
 
 LIST_URL_NAME = "pgflow_archived_runs"
@@ -46,9 +47,6 @@ def archived_urls(site: admin.AdminSite) -> list[URLPattern]:
 
 
 def _allowed(site: admin.AdminSite, request: HttpRequest) -> archiving.Archive:
-    # cycle: admin.runs -> site -> here (admin.runs mounts the site at import)
-    from .admin.tenants import visible_to
-
     model_admin = site.get_model_admin(WorkflowRun)
     if not model_admin.has_view_permission(request) or visible_to(request) is not None:
         raise PermissionDenied

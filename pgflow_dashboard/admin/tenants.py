@@ -16,9 +16,13 @@ from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from pgflow import readdb, tenants
+from pgflow import readdb
 from pgflow.conf import pgflow_settings
 from pgflow.models import WorkflowRun
+
+from ..tenancy import scoped, visible_to
+
+__all__ = ["TenantFilter", "in_use", "scoped", "visible_to"]
 
 MAX_LISTED_TENANTS = 200  # the filter's choices at most (the search box's tenant: finds any)
 
@@ -38,21 +42,6 @@ SELECT tenant FROM keys WHERE tenant IS NOT NULL LIMIT %s
 def in_use() -> bool:
     """Whether the project has tenants (any of the tenant settings): the column and filter show."""
     return any(getattr(pgflow_settings, name) is not None for name in ("TENANT", "TENANT_CONTEXT", "TENANT_VISIBLE"))
-
-
-def visible_to(request: HttpRequest) -> frozenset[str] | None:
-    """The tenants whose runs the request's user sees; None for every tenant."""
-    if hasattr(request, "_pgflow_tenants"):
-        cached: frozenset[str] | None = request._pgflow_tenants
-        return cached
-    found = tenants.visible(request.user)
-    request._pgflow_tenants = found  # type: ignore[attr-defined] # asked once per request
-    return found
-
-
-def scoped(runs: QuerySet[WorkflowRun], keys: frozenset[str] | None) -> QuerySet[WorkflowRun]:
-    """``runs`` narrowed to the tenants ``keys`` (None: as they are)."""
-    return runs if keys is None else runs.filter(tenant__in=sorted(keys))
 
 
 def tenant_keys() -> list[str]:
