@@ -157,3 +157,13 @@ def test_a_runs_matching_rule_is_checked_with_messages_naming_what_is_accepted()
         "view": "v",
         "threshold": 0,
     }
+
+
+def test_the_run_page_lists_the_runs_attributes_each_a_search_of_it(login, viewer):
+    run = aw.TwoSteps.start(attributes={"plan": "gold", "seats": 3})
+    page = login(viewer).get(reverse("admin:pgflow_workflowrun_change", args=[run.pk])).content.decode()
+    shown = re.search(r'<ul class="pgflow-attributes" id="pgflow-attributes">(.*?)</ul>', page, re.S).group(1)
+    links = re.findall(r'<a href="([^"]+)"><code>([^<]+)</code></a>', shown)
+    assert [label for _url, label in links] == ["plan:gold", "seats:3"]
+    assert html.unescape(links[0][0]).endswith("?q=attr.plan:gold")
+    assert listed(login(viewer).get(html.unescape(links[1][0])).content.decode()) == {run.pk}
