@@ -29,7 +29,7 @@ def test_mount_adds_the_two_routes_once_and_keeps_the_sites_own():
     mounting.mount(other)
     mounting.mount(other)
     assert insight_routes(other) == ["pgflow/insights/", "pgflow/insights.json"]
-    assert len(other.get_urls()) == before + 4  # and the approvals inbox's two
+    assert len(other.get_urls()) == before + 6  # and the approvals inbox's two, the archive's two
 
 
 def test_without_the_run_admin_there_are_no_insights():
