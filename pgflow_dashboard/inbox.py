@@ -28,6 +28,7 @@ from pgflow.exceptions import ApprovalError, InvalidDecision
 from pgflow.models import Step, WorkflowRun
 
 from .runpage import subject
+from .tenancy import scoped, visible_to
 from .timeformat import duration
 
 INBOX_URL_NAME = "pgflow_inbox"
@@ -88,12 +89,17 @@ def row(site: admin.AdminSite, request: HttpRequest, item: Waiting, *, now: Any)
 def inbox_page(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
     now = timezone.now()
     context = _context(site, request, "Approvals waiting for you")
-    context["rows"] = [row(site, request, item, now=now) for item in waiting_for(request.user)]
+    keys = visible_to(request)  # PGFLOW["TENANT_VISIBLE"]: another tenant's approvals are not listed
+    context["rows"] = [
+        row(site, request, item, now=now)
+        for item in waiting_for(request.user)
+        if keys is None or item.run.tenant in keys
+    ]
     return TemplateResponse(request, "admin/pgflow_dashboard/inbox.html", context)
 
 
 def decide_page(site: admin.AdminSite, request: HttpRequest, run_id: int, step_name: str) -> HttpResponse:
-    run = WorkflowRun.objects.filter(pk=run_id).first()
+    run = scoped(WorkflowRun.objects.all(), visible_to(request)).filter(pk=run_id).first()
     if run is None:
         raise Http404(f"no run {run_id}")
     try:

@@ -17,9 +17,8 @@ import pgflow
 from pgflow.conf import pgflow_settings
 from pgflow.deciding import approval_of, waiting_for, why_not
 from pgflow.exceptions import ApprovalError, InvalidDecision
-from pgflow.models import WorkflowRun
 
-from .reads import Refused
+from .reads import Refused, tenant_keys, visible_runs
 
 LIMIT = 200
 
@@ -31,7 +30,10 @@ def _user(user_id: int) -> Any:
 def list_approvals(user_id: int, *, now: datetime) -> dict[str, Any]:
     user = _user(user_id)
     rows = []
+    keys = tenant_keys()  # PGFLOW["TENANT_VISIBLE"] for the token's user
     for item in waiting_for(user, limit=LIMIT):
+        if keys is not None and item.run.tenant not in keys:
+            continue
         rows.append(
             {
                 "run_id": item.run.pk,
@@ -68,7 +70,7 @@ def decide_approval(
     if data is not None and not isinstance(data, dict):
         raise Refused(f"data must be a JSON object of the approval form's fields, got {data!r}")
     user = _user(user_id)
-    run = WorkflowRun.objects.filter(pk=run_id).first()
+    run = visible_runs().filter(pk=run_id).first()
     if run is None:
         raise Refused(f"no run {run_id}")
     try:

@@ -60,6 +60,11 @@ def tenant_scope(keys: frozenset[str] | None) -> Iterator[None]:
         _TENANTS.reset(token)
 
 
+def tenant_keys() -> frozenset[str] | None:
+    """The tenants this call sees (None: every tenant)."""
+    return _TENANTS.get()
+
+
 def visible_runs() -> QuerySet[WorkflowRun]:
     """The runs this call may see: another tenant's run is as one that does not exist."""
     keys = _TENANTS.get()

@@ -18,7 +18,9 @@ from mcp import Client
 
 from example_project.shop.models import Order
 from pgflow.models import WorkflowRun
+from pgflow.testing import run_workflow
 from pgflow_dashboard.mcp.server import Principal, build
+from tests import approval_workflows as aw
 from tests import tenant_workflows as tw
 from tests.dashboard_support import changelist_url, control_url, insights_url, make_user, run_url, timeline_url
 
@@ -136,3 +138,29 @@ def test_a_subjects_runs_inline_lists_only_the_users_tenants(login, runs):
     html = login(user).get(reverse("admin:shop_order_change", args=[order.pk])).content.decode()
     shown = {int(pk) for pk in re.findall(r'<tr class="pgflow-run-row" data-run="(\d+)">', html)}
     assert shown == {started["acme"].pk}
+
+
+def test_approvals_of_another_tenant_are_neither_listed_nor_decided(login, runs, settings):
+    settings.PGFLOW = {**settings.PGFLOW, "MCP_MAY_DECIDE": True}
+    waiting = {}
+    for tenant in ("acme", "globex"):
+        with tw.as_tenant(tenant):
+            waiting[tenant] = run_workflow(aw.ByPermission.start())
+    clerk = make_user("acme-approver", perms=PERMS)
+    client = login(clerk)
+    inbox = client.get(reverse("admin:pgflow_inbox")).content.decode()
+    assert re.findall(r'data-run="(\d+)"', inbox) == [str(waiting["acme"].pk)]
+    theirs = waiting["globex"]
+    assert client.get(reverse("admin:pgflow_inbox_decide", args=[theirs.pk, "review"])).status_code == 404
+    listed, decided = call_tools(
+        clerk,
+        [
+            ("list_approvals", {}),
+            ("decide_approval", {"run_id": theirs.pk, "step_name": "review", "approve": True, "dry_run": False}),
+        ],
+    )
+    assert [row["run_id"] for row in json.loads(text(listed))["approvals"]] == [waiting["acme"].pk]
+    assert decided.is_error and f"no run {theirs.pk}" in text(decided)
+    assert WorkflowRun.objects.get(pk=theirs.pk).status == "running"
+    everyone = login(make_user("approver", perms=PERMS)).get(reverse("admin:pgflow_inbox")).content.decode()
+    assert set(re.findall(r'data-run="(\d+)"', everyone)) == {str(waiting["acme"].pk), str(theirs.pk)}
