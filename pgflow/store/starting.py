@@ -141,10 +141,10 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
         *statement.step.params(**attempt),
     ]
     # Its parameters sent apart, and the statement prepared (PGFLOW["PREPARE_START"]):
-    # quoting its 49 parameters into the SQL, and parsing and planning its three INSERTs,
+    # quoting its 50 parameters into the SQL, and parsing and planning its three INSERTs,
     # were each a large part of a start in a process that had been idle.
     cursor = preparing_cursor()
-    values = [*params, CHANNEL, attempt["queue"]]
+    values = [*params, attempt["queue"]]
     try:
         if pgflow_settings.WAKE_BEFORE_FLUSH and connection.get_autocommit() and not connection.in_atomic_block:
             _execute_waking_first(cursor, statement.sql, values)
@@ -235,7 +235,8 @@ def _plain_start_statement() -> _PlainStart:
     sql = (
         f"WITH new_run AS ({run.sql} RETURNING id, created_at), new_event AS ({event.sql}), "
         f"new_step AS ({step.sql} RETURNING id) "
-        "SELECT id, pg_notify(%s, %s || ' ' || (SELECT id FROM new_step)) FROM new_run"
+        # The channel a literal, a constant: one parameter fewer (see above: at most 50).
+        f"SELECT id, pg_notify('{CHANNEL}', %s || ' ' || (SELECT id FROM new_step)) FROM new_run"
     )
     return _PlainStart(sql, run, event.template(started, "details"), step.template(attempt, *ATTEMPT_VALUES))
 

@@ -127,3 +127,21 @@ def test_a_schedule_declared_for_a_tenant_starts_its_runs_as_that_tenant(tenante
 def test_a_schedules_tenant_must_be_a_tenant_key():
     with pytest.raises(DefinitionError, match="Schedule 'x': tenant must be None or a tenant key .* got ''"):
         pgflow.Schedule(name="x", every=timedelta(hours=1), tenant="")
+
+
+def test_the_plain_start_keeps_within_the_parameters_psycopg_caches_with_its_tenant():
+    # Past psycopg's MAX_CACHED_STATEMENT_PARAMS every start parsed its statement again.
+    from psycopg._queries import MAX_CACHED_STATEMENT_PARAMS  # lazy: psycopg's own limit, read where it is asked
+
+    from pgflow.store import starting
+
+    assert "tenant" in {field.attname for field in starting._plain_start_statement().run.fields}
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(len(params))
+        return execute(sql, params, many, context)
+
+    with tw.as_tenant("acme"), connection.execute_wrapper(wrapper):
+        tw.Seen.start()
+    assert seen and seen[0] <= MAX_CACHED_STATEMENT_PARAMS, seen
