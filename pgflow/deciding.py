@@ -29,7 +29,8 @@ from .registry import resolve
 @dataclass(frozen=True)
 class Recorded:
     """What ``decide`` did: ``settled`` when this decision decided the approval (the step
-    runs next), else it is a vote counted towards ``quorum`` (``approvals`` so far)."""
+    runs next), else it is a vote counted towards ``quorum``; ``approvals``: those counted,
+    this one included."""
 
     settled: bool
     approvals: int
@@ -141,8 +142,8 @@ def decide(
     size = len(json.dumps(vote))
     if size > pgflow_settings.MAX_INPUT_BYTES:
         raise InputTooLarge(f"the decision is {size} bytes as JSON; the limit is PGFLOW['MAX_INPUT_BYTES']")
-    settled = store.record_vote(run.pk, step_name, vote, quorum=approval.quorum, actor=actor or user)
-    return Recorded(settled=settled, approvals=len(open_votes(run, step_name)), quorum=approval.quorum)
+    settled, approvals = store.record_vote(run.pk, step_name, vote, quorum=approval.quorum, actor=actor or user)
+    return Recorded(settled=settled, approvals=approvals, quorum=approval.quorum)
 
 
 def open_votes(run: WorkflowRun, step_name: str) -> list[Vote]:

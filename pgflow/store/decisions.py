@@ -25,10 +25,13 @@ from .mailbox import deliver
 _STILL_WAITING = (StepStatus.SCHEDULED, StepStatus.WAITING)
 
 
-def record_vote(run_id: int, step_name: str, vote: Mapping[str, Any], *, quorum: int, actor: Any) -> bool:
-    """Store ``vote`` on the approval step ``step_name`` of a run; True when it settled the
-    approval (stored as the decision, waking the step). Raises ``ApprovalClosed`` when the
-    step is no longer waiting, ``AlreadyDecided`` when the vote's user has decided this round."""
+def record_vote(
+    run_id: int, step_name: str, vote: Mapping[str, Any], *, quorum: int, actor: Any
+) -> tuple[bool, int]:
+    """Store ``vote`` on the approval step ``step_name`` of a run; whether it settled the
+    approval (stored as the decision, waking the step) and the approvals counted with it.
+    Raises ``ApprovalClosed`` when the step is no longer waiting, ``AlreadyDecided`` when the
+    vote's user has decided this round."""
     name, votes_name = approvals.signal_name(step_name), approvals.vote_name(step_name)
     user = vote["decided_by"]["username"]
     with locked(run_id) as run:
@@ -54,14 +57,15 @@ def record_vote(run_id: int, step_name: str, vote: Mapping[str, Any], *, quorum:
         earlier = [v.payload for v in open_votes if isinstance(v.payload, Mapping)]
         if any(_voted(v, user) for v in earlier):
             raise AlreadyDecided(f"{user} has already decided step {step_name!r} of run {run.pk}")
+        approved = sum(1 for v in [*earlier, vote] if v.get("approved"))
         if not approvals.settles(earlier, vote, quorum):
             deliver(run.pk, votes_name, dict(vote), size=_size(vote), actor=actor)
-            return False
+            return False, approved
         at = now()
         Signal.objects.filter(pk__in=[v.pk for v in open_votes]).update(consumed_at=at)
         decision = {**vote, "votes": [*earlier, dict(vote)]}
         deliver(run.pk, name, decision, size=_size(decision), actor=actor)
-    return True
+    return True, approved
 
 
 def _voted(payload: Any, username: str) -> bool:

@@ -75,7 +75,8 @@ def test_a_quorum_needs_distinct_approvers_and_the_same_user_twice_is_refused():
     with pytest.raises(pgflow.AlreadyDecided, match="ann has already decided step 'review'"):
         pgflow.decide(run, "review", user=ann, approve=True)
     assert run_workflow(run).steps.get(step_name="review").status == "waiting"  # one vote wakes nothing
-    assert pgflow.decide(run, "review", user=bea, approve=True, comment="fine").settled
+    second = pgflow.decide(run, "review", user=bea, approve=True, comment="fine")
+    assert (second.settled, second.approvals, second.quorum) == (True, 2, 2)
     run = run_workflow(run)
     assert run.status == "finished"
     output = run.steps.get(step_name="review").output
