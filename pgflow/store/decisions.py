@@ -25,9 +25,7 @@ from .mailbox import deliver
 _STILL_WAITING = (StepStatus.SCHEDULED, StepStatus.WAITING)
 
 
-def record_vote(
-    run_id: int, step_name: str, vote: Mapping[str, Any], *, quorum: int, actor: Any
-) -> tuple[bool, int]:
+def record_vote(run_id: int, step_name: str, vote: Mapping[str, Any], *, quorum: int, actor: Any) -> tuple[bool, int]:
     """Store ``vote`` on the approval step ``step_name`` of a run; whether it settled the
     approval (stored as the decision, waking the step) and the approvals counted with it.
     Raises ``ApprovalClosed`` when the step is no longer waiting, ``AlreadyDecided`` when the
