@@ -52,8 +52,9 @@ STEP_OPTIONS = (
     "concurrency",
     "rate",
     "needs_subject",
+    "approval",  # turned into wait_for / wait_timeout / on_timeout by pgflow.workflow.building
 )
-SIGNAL_ONLY_OPTIONS = ("wait_for", "wait_timeout", "on_timeout")
+SIGNAL_ONLY_OPTIONS = ("wait_for", "wait_timeout", "on_timeout", "approval")
 FAN_OUT_OPTIONS = (*(o for o in STEP_OPTIONS if o not in SIGNAL_ONLY_OPTIONS), "on_batch_failure")
 
 # Step priorities end up in an integer column and the claim query's ORDER BY.

@@ -149,7 +149,8 @@ STEP_ERRORS = [
     (
         {"bogus": 1},
         "step 'a': unknown option 'bogus' (accepted: wait, wait_until, skip_if, timeout, on_exception, queue, "
-        "priority, before_step, after_step, wait_for, wait_timeout, on_timeout, concurrency, rate, needs_subject)",
+        "priority, before_step, after_step, wait_for, wait_timeout, on_timeout, concurrency, rate, needs_subject, "
+        "approval)",
     ),
     ({"needs_subject": "yes"}, "step 'a': needs_subject must be True or False, got 'yes'"),
     ({"on_batch_failure": "pause"}, "step 'a': unknown option 'on_batch_failure' (accepted: wait,"),
@@ -230,7 +231,7 @@ def test_declare_fan_out_rejects(options: dict[str, object], message: str) -> No
 
 
 def test_option_lists() -> None:
-    assert set(FAN_OUT_OPTIONS) == (set(STEP_OPTIONS) - {"wait_for", "wait_timeout", "on_timeout"}) | {
+    assert set(FAN_OUT_OPTIONS) == (set(STEP_OPTIONS) - {"wait_for", "wait_timeout", "on_timeout", "approval"}) | {
         "on_batch_failure"
     }
 

@@ -171,7 +171,8 @@ WRONG: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
         "unknown option",
         lambda: {"a": step(retries=3)(fresh())},
         "step 'a': unknown option 'retries' (accepted: wait, wait_until, skip_if, timeout, on_exception, queue, "
-        "priority, before_step, after_step, wait_for, wait_timeout, on_timeout, concurrency, rate, needs_subject)",
+        "priority, before_step, after_step, wait_for, wait_timeout, on_timeout, concurrency, rate, needs_subject, "
+        "approval)",
     ),
     ("zero timeout", lambda: {"a": step(timeout=0)(fresh())}, "step 'a': timeout must be more than 0 seconds, got 0"),
     (
