@@ -148,6 +148,7 @@ def search(
     """The archived runs of ``days_`` matching every filter given (a key exactly, a class by
     name or dotted path, attributes by value), newest first, at most ``limit``."""
     found: list[dict[str, Any]] = []
+    seen: set[int] = set()  # a batch written twice (its purge rolled back after the write) shows once
     for day in days_[:MAX_DAYS_SEARCHED]:
         for name in reversed(_files(archive, day)):
             for record in _read(archive, name):
@@ -161,6 +162,9 @@ def search(
                     (run.get("attributes") or {}).get(k, _MISSING) != v for k, v in attributes.items()
                 ):
                     continue
+                if run["id"] in seen:
+                    continue
+                seen.add(run["id"])
                 found.append({**record, "day": day})
     found.sort(key=lambda record: record["run"]["id"], reverse=True)
     return found[:limit]
