@@ -13,6 +13,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from pgflow.approvals import PREFIX as APPROVAL_PREFIX
 from pgflow.core.flow import ACTIONS, CANCEL, LOST, OUTCOME_WORDS, PAUSE
 from pgflow.core.phases import PHASES
 from pgflow.core.states import RunStatus, StepStatus
@@ -82,6 +83,8 @@ def doing(facts: dict[str, Any], *, now: datetime) -> tuple[str, str]:
     if step.get("batch"):
         return "waiting", "waiting for fan-out"
     if step.get("wait_for"):
+        if step["wait_for"].startswith(APPROVAL_PREFIX):
+            return "waiting", "waiting for approval"
         return "waiting", f"waiting for signal {step['wait_for']!r}"
     return "waiting", "waiting"
 
@@ -206,9 +209,15 @@ def _running(facts: dict[str, Any], now: datetime) -> str:
         )
     signal = step.get("wait_for")
     since = _at(step.get("waiting_since") or step["created_at"], now)
-    sentence = f"waiting for signal {signal!r} since {since}" if signal else f"step {name} waiting since {since}"
+    approval = bool(signal and signal.startswith(APPROVAL_PREFIX))
+    if approval:
+        sentence = f"step {name} waiting for approval since {since}"
+    else:
+        sentence = f"waiting for signal {signal!r} since {since}" if signal else f"step {name} waiting since {since}"
     if step.get("deadline_at") is not None:
         sentence += f", times out at {_at(step['deadline_at'], now)} (then: {step.get('on_timeout') or 'pause'})"
+    elif approval:
+        sentence += ", with no deadline (an approver decides it in the inbox, /admin/pgflow/inbox/)"
     elif signal:
         sentence += ", with no deadline (send it to go on)"
     return sentence

@@ -127,3 +127,29 @@ def test_who_may_decide():
     assert "refuses self-approval" in refusal(approval, **kwargs, requester="ann")
     assert refusal(Approval(self_approval=True), **kwargs, requester="ann") is None
     assert "not an active" in refusal(approval, **{**kwargs, "active": False}, requester=None)
+
+
+def test_the_run_pages_sentence_says_an_approval_waits_not_a_signal():
+    from datetime import UTC, datetime, timedelta
+
+    from pgflow_dashboard.why import doing, why
+
+    now = datetime(2025, 3, 4, 10, 16, tzinfo=UTC)
+    step = {
+        "step_name": "review",
+        "queue": "q",
+        "status": "waiting",
+        "wait_for": "approval:review",
+        "on_timeout": "cancel",
+        "created_at": now - timedelta(minutes=20),
+        "waiting_since": now - timedelta(minutes=14),
+        "deadline_at": None,
+    }
+    facts = {"status": "running", "open_step": step, "live_queues": {}}
+    assert why(facts, now=now) == (
+        "step review waiting for approval since 10:02, with no deadline (an approver decides it in the inbox, "
+        "/admin/pgflow/inbox/)"
+    )
+    assert doing(facts, now=now) == ("waiting", "waiting for approval")
+    step["deadline_at"] = now + timedelta(days=1)
+    assert why(facts, now=now).endswith("times out at 10:16 on Wednesday (then: cancel)")
