@@ -209,7 +209,8 @@ def waiting_for(user: Any, *, limit: int = 200) -> list[Waiting]:
         approval = approvals[pair]
         if approval is None or why_not(user, step.run, approval, groups=groups) is not None:
             continue
-        votes = open_votes(step.run, step.step_name)
+        # With a quorum of one every vote decides: no open votes to read.
+        votes = open_votes(step.run, step.step_name) if approval.quorum > 1 else []
         if any(v.decided_by == user.get_username() for v in votes):
             continue
         found.append(Waiting(run=step.run, step=step, approval=approval, waiting_since=step.waiting_since, votes=votes))
