@@ -60,7 +60,7 @@ class Approval:
     self_approval: bool = False
     requester: str | Callable[..., Any] | None = None
     timeout: timedelta | float | None = None
-    on_timeout: str = "pause"
+    on_timeout: str = "cancel"  # an approval nobody gives in time ends its run
     on_reject: str | None = None
     timeout_seconds: float | None = field(init=False, default=None)
 
@@ -111,7 +111,7 @@ def declaration_problems(approval: Approval) -> list[str]:
             problems.append(str(exc))
     if approval.on_timeout not in ON_TIMEOUT:
         problems.append(f"on_timeout must be one of {', '.join(map(repr, ON_TIMEOUT))}, got {approval.on_timeout!r}")
-    elif approval.on_timeout != "pause" and approval.timeout is None:
+    elif approval.on_timeout != "cancel" and approval.timeout is None:
         problems.append("on_timeout only applies with a timeout")
     if approval.on_reject not in ON_REJECT:
         problems.append(f"on_reject must be None (the body decides), 'cancel' or 'skip', got {approval.on_reject!r}")

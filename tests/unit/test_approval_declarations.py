@@ -29,7 +29,7 @@ class Form(forms.Form):
         ({"self_approval": "no"}, "self_approval must be True or False"),
         ({"timeout": -5}, "timeout"),
         ({"timeout": 60, "on_timeout": "retry"}, "on_timeout must be one of 'pause', 'cancel', 'skip'"),
-        ({"on_timeout": "cancel"}, "on_timeout only applies with a timeout"),
+        ({"on_timeout": "pause"}, "on_timeout only applies with a timeout"),
         ({"on_reject": "fail"}, "on_reject must be None (the body decides), 'cancel' or 'skip'"),
         ({"on_reject": "pause"}, "on_reject must be None (the body decides), 'cancel' or 'skip'"),
         ({"requester": 3}, "requester must be a method name or a callable"),
@@ -153,3 +153,13 @@ def test_the_run_pages_sentence_says_an_approval_waits_not_a_signal():
     assert doing(facts, now=now) == ("waiting", "waiting for approval")
     step["deadline_at"] = now + timedelta(days=1)
     assert why(facts, now=now).endswith("times out at 10:16 on Wednesday (then: cancel)")
+
+
+def test_an_approval_nobody_gives_in_time_cancels_its_run_by_default():
+    # ../shared/API.md: Approval(..., timeout=None, on_timeout="cancel").
+    class Refund(pgflow.Workflow):
+        @step(approval=Approval(timeout=timedelta(days=2)))
+        def refund(self, decision): ...
+
+    definition = Refund.steps().get("refund")
+    assert (definition.wait_timeout, definition.on_timeout) == (2 * 86400, "cancel")
