@@ -209,7 +209,7 @@ _ATTEMPTS_SQL = f"""
                {histogram.sql_bucket("p.waited")} AS waited, {histogram.sql_bucket("p.throttled")} AS throttled,
                {histogram.sql_bucket("p.queued")} AS queued,
                {histogram.sql_bucket("p.ran")} AS ran
-        FROM phases p JOIN pgflow_run r ON r.id = p.run_id
+        FROM phases p JOIN pgflow_run r ON r.id = p.run_id WHERE true{{tenants}}
     )
     SELECT GROUPING(waited, throttled, queued, ran, slot), workflow_class, step_name, slot, outcome, error_class,
            waited, throttled, queued, ran, count(*), count(*) FILTER (WHERE status = '{StepStatus.FAILED}')
@@ -226,42 +226,50 @@ _PHASE_SETS = {0b01111: 0, 0b10111: 1, 0b11011: 2, 0b11101: 3}  # -> index into 
 _BUCKET_PHASE_SETS = {0b01110: 0, 0b10110: 1, 0b11010: 2, 0b11100: 3}  # (slot, phase) -> index into PHASES
 
 
-def aggregate(ranges: Sequence[tuple[datetime, datetime]], bucket_seconds: int) -> Tally:
+def aggregate(
+    ranges: Sequence[tuple[datetime, datetime]], bucket_seconds: int, *, tenants: Sequence[str] | None = None
+) -> Tally:
     """Count the engine's rows whose figure became final in any of the half-open ``ranges``
     (see the module docstring), by buckets of ``bucket_seconds``. Writes an hour's rollup
-    and reads the live parts of a window."""
+    and reads the live parts of a window; with ``tenants``, only the rows of runs of those
+    tenants (the rollup is not kept per tenant, so a tenant's insights count here)."""
     spans = [(low, high) for low, high in ranges if low < high]
     counted = Tally()
     if not spans:
         return counted
-    params: dict[str, Any] = {"bucket": bucket_seconds}
+    params: dict[str, Any] = {"bucket": bucket_seconds, "tenants": list(tenants or ())}
+    of_tenants = "" if tenants is None else " AND tenant = ANY(%(tenants)s)"
     for index, (low, high) in enumerate(spans):
         params[f"low{index}"], params[f"high{index}"] = low, high
 
-    def within(table: str, column: str, columns: str) -> str:
+    def within(table: str, column: str, columns: str, where: str = "") -> str:
         # The rows of each span, one range scan each. Not "a OR b": an index scan cannot
         # bound itself by an OR, so with the statistics behind a burst of writes (a planner
         # expecting one row) it read the whole finished_at index and filtered it.
         return (
             "("
             + " UNION ALL ".join(
-                f"SELECT {columns} FROM {table} WHERE {column} >= %(low{i})s AND {column} < %(high{i})s"
+                f"SELECT {columns} FROM {table} WHERE {column} >= %(low{i})s AND {column} < %(high{i})s{where}"
                 for i in range(len(spans))
             )
             + ")"
         )
 
-    started = within("pgflow_run", "created_at", "created_at, workflow_class")
+    started = within("pgflow_run", "created_at", "created_at, workflow_class", of_tenants)
     for slot, path, count in _rows(_STARTED_SQL.format(created=started), params):
         counted._run(slot, path)[0] += count
-    ended = within("pgflow_run", "finished_at", "workflow_class, status, created_at, finished_at")
+    ended = within("pgflow_run", "finished_at", "workflow_class, status, created_at, finished_at", of_tenants)
     for grouping, path, slot, status, duration, count in _rows(_ENDED_SQL.format(finished=ended), params):
         if grouping == 0:
             counted._run(slot, path)[1 if status == RunStatus.FINISHED else 2] += count
         elif duration is not None:  # a cancelled run has no duration
             counted.durations.setdefault(path, {})[duration] = count
     for grouping, path, name, slot, outcome, error_class, *keys, count, failed in _rows(
-        _ATTEMPTS_SQL.format(finished=within("pgflow_step", "finished_at", _STEP_COLUMNS)), params
+        _ATTEMPTS_SQL.format(
+            finished=within("pgflow_step", "finished_at", _STEP_COLUMNS),
+            tenants=of_tenants.replace(" tenant", " r.tenant"),
+        ),
+        params,
     ):
         if grouping == _FAILURES:
             if failed:

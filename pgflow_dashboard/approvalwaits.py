@@ -8,6 +8,7 @@ window and those open now. Which steps are approvals is read from each class's d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pgflow import readdb
@@ -27,16 +28,20 @@ SELECT r.workflow_class, s.step_name,
 FROM pgflow_step s JOIN pgflow_run r ON r.id = s.run_id
 WHERE s.waiting_since IS NOT NULL AND s.batch_id IS NULL
   AND (s.status = 'waiting'
-       OR (s.waiting_since < s.scheduled_at AND s.scheduled_at >= %(since)s AND s.scheduled_at <= %(now)s))
+       OR (s.waiting_since < s.scheduled_at AND s.scheduled_at >= %(since)s AND s.scheduled_at <= %(now)s)){tenants}
 GROUP BY r.workflow_class, s.step_name
 ORDER BY r.workflow_class, s.step_name
 """
 
 
-def approval_waits(window: WorkflowWindow) -> list[dict[str, Any]]:
-    """Per approval step: ``decided`` in the window, ``waiting`` now, ``p50_seconds`` / ``p95_seconds``."""
+def approval_waits(window: WorkflowWindow, *, tenants: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Per approval step: ``decided`` in the window, ``waiting`` now, ``p50_seconds`` / ``p95_seconds``;
+    with ``tenants``, of those tenants' runs only."""
+    mine = "" if tenants is None else " AND r.tenant = ANY(%(tenants)s)"
     with readdb.connection().cursor() as cursor:  # the replica inside readdb.reading()
-        cursor.execute(_WAITS, {"since": window.since(), "now": window.now})
+        cursor.execute(
+            _WAITS.format(tenants=mine), {"since": window.since(), "now": window.now, "tenants": list(tenants or ())}
+        )
         rows = cursor.fetchall()
     found = []
     for path, step, decided, waiting, p50, p95 in rows:

@@ -8,6 +8,11 @@ what its window holds, whether the tables hold a day or a year; no list here is 
 ``window.now`` is fixed by the caller, once per request, so every figure and every link
 share one end.
 
+Filtered by tenant (``compute(window, tenants=...)``: ``?tenant=``, or a user restricted by
+``PGFLOW["TENANT_VISIBLE"]``), every figure counts only those tenants' runs and their
+attempts, and the windowed ones are counted live over the whole window: the rollup counts
+every tenant together. Exact, and bounded by the window, but slower on a long one.
+
 Each figure counts a row in the moment it became final (that is what lets a rolled hour
 stay unchanged), so the page and the JSON mean:
 
@@ -85,28 +90,34 @@ PERCENTILE_METHOD = {
 _THROUGH_NOW = timedelta(microseconds=1)
 
 
-def compute(window: WorkflowWindow) -> dict[str, Any]:
+def compute(window: WorkflowWindow, *, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Every figure of the window as one JSON-ready dict (see the module docstring), read
     from ``PGFLOW["READ_DATABASE"]`` when one is set (then ``read_database`` says where, and
-    how far behind the replica is)."""
+    how far behind the replica is).
+
+    ``tenants``: the figures of those tenants' runs only (``tenant`` in the answer lists
+    them), counted from the attempts over the whole window, not from the rollup (which is
+    not kept per tenant); None counts every run."""
     with readdb.reading() as route, transaction.atomic(using=route.alias), readdb.connection().cursor() as cursor:
         # Scoped to this transaction. JIT compiling each of these one-off aggregates costs
         # more than it saves; the default work_mem (4 MB) sends a month's sort to disk.
         cursor.execute("SET LOCAL jit = off")
         cursor.execute("SET LOCAL work_mem = '64MB'")
-        counted = tally(window)
+        counted = tally(window, tenants=tenants)
         return {
             "window": {**window.to_dict(), "since": window.since(), "now": window.now},
             "runs_per_bucket": runs_per_bucket(window, counted),
             "step_failures_per_bucket": step_failures_per_bucket(window, counted),
             "phase_p95_per_bucket": phase_p95_per_bucket(window, counted),
-            "workflows": workflows(window, counted),
+            "workflows": workflows(window, counted, tenants=tenants),
             "steps": steps(window, counted),
-            "errors": with_member_errors(window, top_errors(window, counted)),
+            "errors": with_member_errors(window, top_errors(window, counted), tenants=tenants),
             "percentiles": dict(PERCENTILE_METHOD),
-            "stuck": stuck(window.now),
-            "schedules": schedules(window),
-            "approvals": approval_waits(window),  # per approval step: waits p50/p95 (approvalwaits)
+            "stuck": stuck(window.now, tenants=tenants),
+            "schedules": schedules(window, tenants=tenants),
+            "approvals": approval_waits(window, tenants=tenants),  # per approval step: waits p50/p95 (approvalwaits)
+            # Only when filtered: the tenants whose runs the figures count (the JSON is unchanged without).
+            **({} if tenants is None else {"tenants": sorted(tenants)}),
             # Only with a READ_DATABASE: where the figures were read, and how old they may be.
             **(
                 {}
@@ -136,25 +147,31 @@ SELECT s.id, s.workflow_class, s.name,
        count(*) FILTER (WHERE t.outcome = 'skipped'),
        coalesce(sum(coalesce((t.details->>'count')::int, 1)) FILTER (WHERE t.outcome = 'missed'), 0)
 FROM pgflow_schedule_tick t JOIN pgflow_schedule s ON s.id = t.schedule_id
-WHERE t.started_at >= %(since)s AND t.started_at <= %(now)s
+WHERE t.started_at >= %(since)s AND t.started_at <= %(now)s{tenants}
 GROUP BY s.id, s.workflow_class, s.name
 ORDER BY s.workflow_class, s.name
 """
 
 
-def schedules(window: WorkflowWindow) -> list[dict[str, Any]]:
+def schedules(window: WorkflowWindow, *, tenants: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Per schedule with ticks in the window: ``started``, ``lag_p50``/``lag_p95`` (seconds
-    from the tick being due to its run starting), ``skipped`` (overlap) and ``missed``."""
+    from the tick being due to its run starting), ``skipped`` (overlap) and ``missed``;
+    with ``tenants``, the schedules declared for those tenants only."""
     keys = ("id", "workflow_class", "name", "started", "lag_p50", "lag_p95", "skipped", "missed")
-    rows = _dicts(keys, _rows(_SCHEDULE_TICKS, {"since": window.since(), "now": window.now}))
+    sql = _SCHEDULE_TICKS.format(tenants=_of_tenants("s", tenants))
+    rows = _dicts(keys, _rows(sql, {"since": window.since(), "now": window.now, **_tenant_params(tenants)}))
     for row in rows:
         for key in ("lag_p50", "lag_p95"):
             row[key] = None if row[key] is None else max(0.0, float(row[key]))
     return rows
 
 
-def tally(window: WorkflowWindow) -> rollup.Tally:
-    """The window's counts and histograms: rolled hours from the rollup, the rest live."""
+def tally(window: WorkflowWindow, *, tenants: Sequence[str] | None = None) -> rollup.Tally:
+    """The window's counts and histograms: rolled hours from the rollup, the rest live. With
+    ``tenants``, all of it live over the window's attempts of those tenants' runs: the rollup
+    counts every tenant together, so a tenant's figures are exact and cost what the window holds."""
+    if tenants is not None:
+        return rollup.aggregate([(window.since(), window.now + _THROUGH_NOW)], window.bucket_seconds, tenants=tenants)
     return rollup.tally(window.since(), window.now + _THROUGH_NOW, window.bucket_seconds)
 
 
@@ -225,9 +242,11 @@ def top_errors(
 # --- per workflow class and per step --------------------------------------------------------
 
 
-def workflows(window: WorkflowWindow, counted: rollup.Tally | None = None) -> list[dict[str, Any]]:
+def workflows(
+    window: WorkflowWindow, counted: rollup.Tally | None = None, *, tenants: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
     """Per workflow class: runs started, open now, ended in the window (see the module docstring)."""
-    counted = tally(window) if counted is None else counted
+    counted = tally(window, tenants=tenants) if counted is None else counted
     totals: dict[str, list[int]] = {}
     for (_key, path), counts in counted.runs.items():
         mine = totals.setdefault(path, [0, 0, 0])
@@ -237,12 +256,12 @@ def workflows(window: WorkflowWindow, counted: rollup.Tally | None = None) -> li
     open_now = {
         path: (running, paused)
         for path, running, paused in _rows(
-            """
+            f"""
         SELECT workflow_class, count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'paused')
-        FROM pgflow_run WHERE status IN ('running', 'paused') AND created_at >= %(since)s AND created_at <= %(now)s
-        GROUP BY 1
+        FROM pgflow_run r WHERE status IN ('running', 'paused') AND created_at >= %(since)s AND created_at <= %(now)s
+        {_of_tenants("r", tenants)} GROUP BY 1
     """,
-            {"since": window.since(), "now": window.now},
+            {"since": window.since(), "now": window.now, **_tenant_params(tenants)},
         )
     }
     result = []
@@ -289,44 +308,57 @@ def steps(window: WorkflowWindow, counted: rollup.Tally | None = None) -> list[d
 # --- stuck ----------------------------------------------------------------------------------
 
 
-def stuck(now: datetime, *, limit: int = STUCK_LIMIT) -> dict[str, dict[str, Any]]:
-    """What needs an operator now: ``{category: {"count", "rows"}}``, at most ``limit`` rows each."""
+def stuck(
+    now: datetime, *, limit: int = STUCK_LIMIT, tenants: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """What needs an operator now: ``{category: {"count", "rows"}}``, at most ``limit`` rows
+    each; with ``tenants``, of those tenants' runs only (a queue without a worker: counting
+    only their due steps)."""
     return {
-        "paused": paused_runs(now, limit=limit),
-        "paused_groups": paused_groups(limit=limit),
-        "overdue": overdue_steps(now, limit=limit),
-        "lease_expired": lease_expired(now, limit=limit),
-        "deadline_passed": deadline_passed(now, limit=limit),
-        "definition_changed": definition_changed(limit=limit),
-        "no_worker": queues_without_worker(now, limit=limit),
+        "paused": paused_runs(now, limit=limit, tenants=tenants),
+        "paused_groups": paused_groups(limit=limit, tenants=tenants),
+        "overdue": overdue_steps(now, limit=limit, tenants=tenants),
+        "lease_expired": lease_expired(now, limit=limit, tenants=tenants),
+        "deadline_passed": deadline_passed(now, limit=limit, tenants=tenants),
+        "definition_changed": definition_changed(limit=limit, tenants=tenants),
+        "no_worker": queues_without_worker(now, limit=limit, tenants=tenants),
     }
 
 
-def paused_runs(now: datetime, *, limit: int) -> dict[str, Any]:
+def paused_runs(now: datetime, *, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Paused runs, oldest first, with why (``paused_reason``) and since when (``updated_at``)."""
-    count = _scalar("SELECT count(*) FROM pgflow_run WHERE status = 'paused'", {})
-    sql = """
+    mine, params = _of_tenants("r", tenants), _tenant_params(tenants)
+    count = _scalar(f"SELECT count(*) FROM pgflow_run r WHERE status = 'paused'{mine}", params)
+    sql = f"""
         SELECT id, workflow_class, current_step, paused_reason, updated_at, created_at
-        FROM pgflow_run WHERE status = 'paused' ORDER BY created_at, id LIMIT %(limit)s
+        FROM pgflow_run r WHERE status = 'paused'{mine} ORDER BY created_at, id LIMIT %(limit)s
     """
     keys = ("run_id", "workflow_class", "current_step", "paused_reason", "paused_at", "created_at")
-    return {"count": count, "rows": _dicts(keys, _rows(sql, {"limit": limit}))}
+    return {"count": count, "rows": _dicts(keys, _rows(sql, {"limit": limit, **params}))}
 
 
 MEMBER_ERRORS_READ = 5000  # failed fan-out members read per window for their own error classes
 
 
-def with_member_errors(window: WorkflowWindow, errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_member_errors(
+    window: WorkflowWindow, errors: list[dict[str, Any]], *, tenants: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
     """``errors`` with, on a ``FanOutFailed`` row, ``members``: the error classes of the fan-out
     members that failed in the window (``[{"error_class", "count", "message"}]``, most first,
     with the latest member's message of each class), read from each member's own error (a
     traceback's last line, :func:`why.member_error`): what actually went wrong."""
     if not any(short_class(row["error_class"]) == FAN_OUT_FAILED for row in errors):
         return errors
+    mine = (
+        ""
+        if tenants is None
+        else " AND batch_id IN (SELECT b.id FROM pgflow_batch b JOIN pgflow_run r ON r.id = b.run_id "
+        "WHERE r.tenant = ANY(%(tenants)s))"
+    )
     texts = _rows(
         "SELECT error FROM pgflow_batch_member WHERE status = 'failed' AND finished_at >= %(since)s "
-        "AND finished_at <= %(now)s ORDER BY finished_at DESC LIMIT %(limit)s",
-        {"since": window.since(), "now": window.now, "limit": MEMBER_ERRORS_READ},
+        f"AND finished_at <= %(now)s{mine} ORDER BY finished_at DESC LIMIT %(limit)s",
+        {"since": window.since(), "now": window.now, "limit": MEMBER_ERRORS_READ, **_tenant_params(tenants)},
     )
     counts: dict[str, int] = defaultdict(int)
     messages: dict[str, str] = {}  # per class, the latest member's message (texts are latest first)
@@ -345,11 +377,11 @@ def with_member_errors(window: WorkflowWindow, errors: list[dict[str, Any]]) -> 
 GROUP_RUN_IDS = 1000  # run ids a group carries for its bulk action (one action takes at most as many)
 
 
-def paused_groups(*, limit: int) -> dict[str, Any]:
+def paused_groups(*, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Paused runs grouped by (class, step, error class of their latest failure), most first:
     ``{"count", "rows": [{"workflow_class", "step_name", "error_class", "count", "since",
     "run_ids"}]}``, so 200 runs paused by one error read as one row with one bulk action."""
-    sql = """
+    sql = f"""
         SELECT r.workflow_class, r.current_step, f.error_class, count(*), min(r.updated_at),
                (array_agg(r.id ORDER BY r.id))[1:%(ids)s]
         FROM pgflow_run r
@@ -358,11 +390,12 @@ def paused_groups(*, limit: int) -> dict[str, Any]:
             WHERE s.run_id = r.id AND s.error_class IS NOT NULL
             ORDER BY s.created_at DESC, s.id DESC LIMIT 1
         ) f ON true
-        WHERE r.status = 'paused'
+        WHERE r.status = 'paused'{_of_tenants("r", tenants)}
         GROUP BY 1, 2, 3 ORDER BY 4 DESC, 1, 2, 3 LIMIT %(limit)s
     """
     keys = ("workflow_class", "step_name", "error_class", "count", "since", "run_ids")
-    rows = _by_member_error(_dicts(keys, _rows(sql, {"limit": limit, "ids": GROUP_RUN_IDS})))[:limit]
+    params = {"limit": limit, "ids": GROUP_RUN_IDS, **_tenant_params(tenants)}
+    rows = _by_member_error(_dicts(keys, _rows(sql, params)))[:limit]
     return {"count": len(rows), "rows": rows}
 
 
@@ -416,9 +449,22 @@ _STEP_KEYS = ("step_id", "run_id", "workflow_class", "step_name", "attempt", "qu
 
 
 def _stuck_steps(
-    where: str, order: str, extra: str, extra_key: str, params: dict[str, Any], limit: int
+    where: str,
+    order: str,
+    extra: str,
+    extra_key: str,
+    params: dict[str, Any],
+    limit: int,
+    tenants: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    count = _scalar(f"SELECT count(*) FROM pgflow_step s WHERE {where}", params)
+    params = {**params, **_tenant_params(tenants)}
+    if tenants is None:
+        count = _scalar(f"SELECT count(*) FROM pgflow_step s WHERE {where}", params)
+    else:
+        where += _of_tenants("r", tenants)
+        count = _scalar(
+            f"SELECT count(*) FROM pgflow_step s JOIN pgflow_run r ON r.id = s.run_id WHERE {where}", params
+        )
     sql = f"""
         SELECT {_STEP_COLUMNS}, {extra} FROM pgflow_step s JOIN pgflow_run r ON r.id = s.run_id
         WHERE {where} ORDER BY {order}, s.id LIMIT %(limit)s
@@ -426,7 +472,7 @@ def _stuck_steps(
     return {"count": count, "rows": _dicts((*_STEP_KEYS, extra_key), _rows(sql, {**params, "limit": limit}))}
 
 
-def overdue_steps(now: datetime, *, limit: int) -> dict[str, Any]:
+def overdue_steps(now: datetime, *, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Attempts due for longer than OVERDUE_AFTER that no worker claimed (no worker on their queue?)."""
     # The claim index is partial on status = 'scheduled', so this reads only scheduled rows.
     return _stuck_steps(
@@ -436,25 +482,27 @@ def overdue_steps(now: datetime, *, limit: int) -> dict[str, Any]:
         "due_at",
         {"due_before": now - OVERDUE_AFTER},
         limit,
+        tenants,
     )
 
 
-def queues_without_worker(now: datetime, *, limit: int) -> dict[str, Any]:
+def queues_without_worker(now: datetime, *, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Queues with attempts due now that no live worker serves: ``{"count", "rows": [{"queue",
     "due", "oldest_due_at"}]}``, oldest first. Live means a heartbeat younger than the lease
     (the ``Worker`` rows); one group per queue over the claim index's scheduled rows."""
     live = Worker.objects.using(readdb.alias()).live(now)
     served = {queue for queues in live.values_list("queues", flat=True) for queue in queues or ()}
+    mine = "" if tenants is None else " AND run_id IN (SELECT r.id FROM pgflow_run r WHERE r.tenant = ANY(%(tenants)s))"
     due = _rows(
         "SELECT queue, count(*), min(scheduled_at) FROM pgflow_step "
-        "WHERE status = 'scheduled' AND scheduled_at <= %(now)s GROUP BY queue ORDER BY 3, 1",
-        {"now": now},
+        f"WHERE status = 'scheduled' AND scheduled_at <= %(now)s{mine} GROUP BY queue ORDER BY 3, 1",
+        {"now": now, **_tenant_params(tenants)},
     )
     rows = _dicts(("queue", "due", "oldest_due_at"), [row for row in due if row[0] not in served])
     return {"count": len(rows), "rows": rows[:limit]}
 
 
-def lease_expired(now: datetime, *, limit: int) -> dict[str, Any]:
+def lease_expired(now: datetime, *, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Attempts in progress whose worker stopped heartbeating (the sweep re-runs them)."""
     return _stuck_steps(
         "s.status = 'in_progress' AND s.lease_expires_at < %(now)s",
@@ -463,10 +511,11 @@ def lease_expired(now: datetime, *, limit: int) -> dict[str, Any]:
         "lease_expired_at",
         {"now": now},
         limit,
+        tenants,
     )
 
 
-def deadline_passed(now: datetime, *, limit: int) -> dict[str, Any]:
+def deadline_passed(now: datetime, *, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Signal waits past their ``wait_timeout`` deadline (the sweep applies ``on_timeout``)."""
     return _stuck_steps(
         "s.status = 'waiting' AND s.deadline_at < %(now)s",
@@ -475,19 +524,21 @@ def deadline_passed(now: datetime, *, limit: int) -> dict[str, Any]:
         "deadline_at",
         {"now": now},
         limit,
+        tenants,
     )
 
 
-def definition_changed(*, limit: int) -> dict[str, Any]:
+def definition_changed(*, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Open runs whose stored digest differs from their class's current one, or whose class
     no longer imports: they may stop on a step that is gone.
 
     The open runs are grouped by (class, digest) in SQL (few groups), each class resolved once.
     """
+    mine = _of_tenants("r", tenants)
     groups = _rows(
-        "SELECT workflow_class, definition_digest, count(*) FROM pgflow_run "
-        "WHERE status IN ('running', 'paused') GROUP BY 1, 2 ORDER BY 1, 2",
-        {},
+        "SELECT workflow_class, definition_digest, count(*) FROM pgflow_run r "
+        f"WHERE status IN ('running', 'paused'){mine} GROUP BY 1, 2 ORDER BY 1, 2",
+        _tenant_params(tenants),
     )
     current: dict[str, str | None] = {}
     problems: dict[str, str] = {}
@@ -514,12 +565,16 @@ def definition_changed(*, limit: int) -> dict[str, Any]:
         )
     rows: list[dict[str, Any]] = []
     if changed:
-        pairs = " OR ".join(["(workflow_class = %s AND definition_digest = %s)"] * len(changed))
-        sql = (
-            f"SELECT id, workflow_class, status, current_step, definition_digest, created_at FROM pgflow_run "
-            f"WHERE status IN ('running', 'paused') AND ({pairs}) ORDER BY created_at, id LIMIT %s"
+        pairs = " OR ".join(
+            [f"(workflow_class = %(c{i})s AND definition_digest = %(d{i})s)" for i in range(len(changed))]
         )
-        params = [value for pair in changed for value in pair] + [limit]
+        sql = (
+            f"SELECT id, workflow_class, status, current_step, definition_digest, created_at FROM pgflow_run r "
+            f"WHERE status IN ('running', 'paused') AND ({pairs}){mine} ORDER BY created_at, id LIMIT %(limit)s"
+        )
+        params: dict[str, Any] = {"limit": limit, **_tenant_params(tenants)}
+        for i, (path, digest) in enumerate(changed):
+            params[f"c{i}"], params[f"d{i}"] = path, digest
         keys = ("run_id", "workflow_class", "status", "current_step", "run_digest", "created_at")
         rows = _dicts(keys, _rows(sql, params))
         for row in rows:
@@ -550,7 +605,44 @@ def workflow_classes() -> list[str]:
     return [name for (name,) in _rows(sql, {})]
 
 
+# --- the tenant filter -----------------------------------------------------------------------
+
+MAX_TENANTS_LISTED = 200  # the tenant select's choices at most (?tenant= takes any key)
+
+# The tenants with a run started in the window: a loose index scan of pgflow_run_tenant
+# (tenant, created_at) lists each tenant with one probe, and one more probe each says
+# whether it started a run in the window. SELECT DISTINCT would read every run of the window.
+_TENANTS_SEEN = """
+WITH RECURSIVE keys AS (
+    (SELECT tenant FROM pgflow_run WHERE tenant IS NOT NULL ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.tenant FROM pgflow_run r WHERE r.tenant > keys.tenant ORDER BY r.tenant LIMIT 1)
+    FROM keys WHERE keys.tenant IS NOT NULL
+)
+SELECT k.tenant FROM keys k
+WHERE k.tenant IS NOT NULL AND EXISTS (
+    SELECT 1 FROM pgflow_run r WHERE r.tenant = k.tenant AND r.created_at >= %(since)s AND r.created_at <= %(now)s
+)
+LIMIT %(limit)s
+"""
+
+
+def tenants_seen(window: WorkflowWindow) -> list[str]:
+    """The tenants of the runs started in the window, sorted (at most MAX_TENANTS_LISTED)."""
+    params = {"since": window.since(), "now": window.now, "limit": MAX_TENANTS_LISTED}
+    return [tenant for (tenant,) in _rows(_TENANTS_SEEN, params)]
+
+
 # --- plumbing -------------------------------------------------------------------------------
+
+
+def _of_tenants(alias: str, tenants: Sequence[str] | None) -> str:
+    """The condition narrowing rows of ``alias`` (a run or a schedule) to ``tenants`` (None: none)."""
+    return "" if tenants is None else f" AND {alias}.tenant = ANY(%(tenants)s)"
+
+
+def _tenant_params(tenants: Sequence[str] | None) -> dict[str, Any]:
+    return {} if tenants is None else {"tenants": list(tenants)}
 
 
 def _rows(sql: str, params: dict[str, Any] | list[Any]) -> list[tuple[Any, ...]]:

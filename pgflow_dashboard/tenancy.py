@@ -8,7 +8,14 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from pgflow import tenants
+from pgflow.conf import pgflow_settings
 from pgflow.models import WorkflowRun
+
+
+def in_use() -> bool:
+    """Whether the project has tenants (any of the tenant settings): the run list's tenant
+    column and filter and the insights' tenant select show."""
+    return any(getattr(pgflow_settings, name) is not None for name in ("TENANT", "TENANT_CONTEXT", "TENANT_VISIBLE"))
 
 
 def visible_to(request: HttpRequest) -> frozenset[str] | None:
@@ -24,3 +31,23 @@ def visible_to(request: HttpRequest) -> frozenset[str] | None:
 def scoped(runs: QuerySet[WorkflowRun], keys: frozenset[str] | None) -> QuerySet[WorkflowRun]:
     """``runs`` narrowed to the tenants ``keys`` (None: as they are)."""
     return runs if keys is None else runs.filter(tenant__in=sorted(keys))
+
+
+class NotVisible(PermissionError):
+    """A tenant asked for that the user does not see; the message names those they do."""
+
+
+def narrowed(keys: frozenset[str] | None, chosen: str | None) -> tuple[str, ...] | None:
+    """The tenants the insights count for a user who sees ``keys`` (None: every tenant) and
+    asked for ``chosen`` (``?tenant=``, the MCP tools' ``tenant``; None or "": not asked).
+
+    ``(chosen,)`` when the user sees it (:class:`NotVisible` when not, ValueError when it is
+    no tenant key), else the user's own tenants, or None: every run, from the rollup.
+    """
+    if chosen:
+        tenants.checked(chosen, "tenant")
+        if keys is not None and chosen not in keys:
+            mine = ", ".join(sorted(keys)) or "none"
+            raise NotVisible(f"your user does not see the runs of tenant {chosen!r} (the tenants you see: {mine})")
+        return (chosen,)
+    return None if keys is None else tuple(sorted(keys))

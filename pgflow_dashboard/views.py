@@ -25,7 +25,7 @@ from pgflow.exceptions import PgflowError
 from pgflow.models import WorkflowRun
 from pgflow.signals import signal
 
-from . import insights, runfacts, runpage
+from . import insights, runfacts, runpage, tenancy
 from .forms import RerunForm, SignalForm
 from .site import INSIGHTS_JSON_URL_NAME, INSIGHTS_URL_NAME
 from .timeline import SERIES
@@ -181,11 +181,19 @@ def _window(request: HttpRequest) -> WorkflowWindow:
     return WorkflowWindow.parse(request.GET.get("window"), retention=pgflow_settings.RETENTION, now=timezone.now())
 
 
+def _insights_tenants(request: HttpRequest) -> tuple[str, ...] | None:
+    """The tenants the insights count (``?tenant=`` or the user's own, see tenancy.narrowed):
+    raises NotVisible (403) or ValueError (400) naming what was wrong."""
+    return tenancy.narrowed(tenancy.visible_to(request), request.GET.get("tenant"))
+
+
 def insights_page(model_admin: WorkflowRunAdmin, request: HttpRequest) -> TemplateResponse:
     site = model_admin.admin_site
     opts = model_admin.opts
     request.current_app = site.name
     insights_url = reverse(f"{site.name}:{INSIGHTS_URL_NAME}")
+    chosen = request.GET.get("tenant") or ""
+    kept = {"tenant": chosen} if chosen else {}  # the window links keep the tenant filter
     context: dict[str, Any] = {
         **site.each_context(request),
         "title": "Workflow insights",
@@ -194,32 +202,47 @@ def insights_page(model_admin: WorkflowRunAdmin, request: HttpRequest) -> Templa
         "has_view_permission": True,
         "media": model_admin.media,
         "choices": [
-            {"name": name, "url": f"{insights_url}?{urlencode({'window': name})}"} for name in WorkflowWindow.CHOICES
+            {"name": name, "url": f"{insights_url}?{urlencode({'window': name, **kept})}"}
+            for name in WorkflowWindow.CHOICES
         ],
         "overdue_after": insights.OVERDUE_AFTER.total_seconds(),
         "stuck_limit": insights.STUCK_LIMIT,
         "can_act": model_admin.has_change_permission(request),
+        "tenant": chosen,
     }
     templates = [f"admin/{opts.app_label}/insights.html", "admin/pgflow_dashboard/insights.html"]
     try:
         window = _window(request)
-    except WorkflowWindow.Invalid as exc:
+        tenants = _insights_tenants(request)
+    except tenancy.NotVisible as exc:
+        context.update(error=str(exc), window=None)
+        return TemplateResponse(request, templates, context, status=403)
+    except ValueError as exc:  # WorkflowWindow.Invalid, or a tenant that is no tenant key
         context.update(error=str(exc), window=None)
         return TemplateResponse(request, templates, context, status=400)
-    figures = insights.compute(window)
+    figures = insights.compute(window, tenants=tenants)
+    keys = tenancy.visible_to(request)
+    if tenancy.in_use():  # a project without tenants: no select, and no query for it
+        listed = sorted(keys) if keys is not None else insights.tenants_seen(window)
+        context["tenant_choices"] = sorted({*listed, chosen} - {""})
+    context["restricted"] = keys is not None
     if read := figures.get("read_database"):  # PGFLOW["READ_DATABASE"]: how old the figures may be
         messages.add_message(request, messages.WARNING if read["fell_back"] else messages.INFO, read["note"])
     changelist = reverse(f"{site.name}:{opts.app_label}_{opts.model_name}_changelist")
-    window_filter = {"created_at__gte": window.since().isoformat(), "created_at__lt": window.now.isoformat()}
+    window_filter = {
+        "created_at__gte": window.since().isoformat(),
+        "created_at__lt": window.now.isoformat(),
+        **kept,  # the run list's tenant filter
+    }
     for row in figures["workflows"]:
         row["runs_url"] = f"{changelist}?{urlencode({'workflow_class': row['workflow_class'], **window_filter})}"
     for row in figures["errors"]:
         if row["error_class"]:
-            row["runs_url"] = f"{changelist}?{urlencode({'error_class': row['error_class']})}"
+            row["runs_url"] = f"{changelist}?{urlencode({'error_class': row['error_class'], **kept})}"
     context.update(
         window=window,
         figures=figures,
-        json_url=f"{reverse(f'{site.name}:{INSIGHTS_JSON_URL_NAME}')}?{urlencode({'window': window.name})}",
+        json_url=f"{reverse(f'{site.name}:{INSIGHTS_JSON_URL_NAME}')}?{urlencode({'window': window.name, **kept})}",
         chart_data={
             "runs": figures["runs_per_bucket"],
             "failures": figures["step_failures_per_bucket"],
@@ -239,4 +262,10 @@ def insights_json(request: HttpRequest) -> JsonResponse:
         window = _window(request)
     except WorkflowWindow.Invalid as exc:
         return JsonResponse({"error": str(exc), "choices": list(WorkflowWindow.CHOICES)}, status=400)
-    return JsonResponse(insights.compute(window))
+    try:
+        tenants = _insights_tenants(request)
+    except tenancy.NotVisible as exc:
+        return JsonResponse({"error": str(exc)}, status=403)
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse(insights.compute(window, tenants=tenants))

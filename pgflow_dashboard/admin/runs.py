@@ -548,12 +548,13 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     # --- insights (mounted at /admin/pgflow/insights/ by pgflow_dashboard.site) ----------------
 
     def insights_view(self, request: HttpRequest) -> HttpResponse:
-        if not self.has_view_permission(request) or visible_to(request) is not None:
-            raise PermissionDenied  # the insights count every tenant's runs
+        # A user restricted to some tenants sees those tenants' insights (views.insights_page).
+        if not self.has_view_permission(request):
+            raise PermissionDenied
         return views.insights_page(self, request)
 
     def insights_json_view(self, request: HttpRequest) -> JsonResponse:
-        if not self.has_view_permission(request) or visible_to(request) is not None:
+        if not self.has_view_permission(request):
             raise PermissionDenied
         return views.insights_json(request)
 

@@ -4,7 +4,7 @@ run list, a run's page and endpoints, a subject's runs inline; pgflow_dashboard.
 for the token's user).
 
 A restricted user sees the runs of their tenants only: another's run is a 404, as a run that
-does not exist, and the insights (counted across every tenant) are refused.
+does not exist, and the insights count their tenants' runs only (another's is a 403).
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from pgflow import readdb
-from pgflow.conf import pgflow_settings
 from pgflow.models import WorkflowRun
 
-from ..tenancy import scoped, visible_to
+from ..tenancy import in_use, scoped, visible_to
 
 __all__ = ["TenantFilter", "in_use", "scoped", "visible_to"]
 
@@ -37,11 +36,6 @@ WITH RECURSIVE keys AS (
 )
 SELECT tenant FROM keys WHERE tenant IS NOT NULL LIMIT %s
 """
-
-
-def in_use() -> bool:
-    """Whether the project has tenants (any of the tenant settings): the column and filter show."""
-    return any(getattr(pgflow_settings, name) is not None for name in ("TENANT", "TENANT_CONTEXT", "TENANT_VISIBLE"))
 
 
 def tenant_keys() -> list[str]:

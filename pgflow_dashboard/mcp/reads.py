@@ -27,7 +27,7 @@ from pgflow.models import Batch, Event, Signal, Step, Worker, WorkflowRun
 from pgflow.search import ACCEPTED, SearchError, parse
 from pgflow.searching import runs_matching
 
-from .. import insights, runfacts, runpage, timeline
+from .. import insights, runfacts, runpage, tenancy, timeline
 from ..window import WorkflowWindow
 from . import explain
 from .redact import secret_values
@@ -72,9 +72,13 @@ def visible_runs() -> QuerySet[WorkflowRun]:
     return every if keys is None else every.filter(tenant__in=sorted(keys))
 
 
-def _every_tenant(tool: str) -> None:
-    if _TENANTS.get() is not None:
-        raise Refused(f"{tool} counts the runs of every tenant; your user sees only some tenants' runs (search_runs)")
+def _counted_tenants(tenant: str | None) -> tuple[str, ...] | None:
+    """The tenants the insights and stuck tools count: ``tenant`` if the token's user sees it,
+    else the user's own (None: every tenant, as the user sees every one)."""
+    try:
+        return tenancy.narrowed(_TENANTS.get(), tenant)
+    except (tenancy.NotVisible, ValueError, TypeError) as exc:
+        raise Refused(str(exc)) from exc
 
 
 MAX_SECRET_RUNS = 500  # runs an answer names whose inputs and payloads are read for secret values
@@ -112,18 +116,18 @@ def plain(value: Any) -> Any:
 # --- insights, stuck, workers -------------------------------------------------------------------
 
 
-def insights_for(window: str, *, now: datetime) -> dict[str, Any]:
+def insights_for(window: str, *, tenant: str | None = None, now: datetime) -> dict[str, Any]:
     try:
         parsed = WorkflowWindow.parse(window, retention=pgflow_settings.RETENTION, now=now)
     except WorkflowWindow.Invalid as exc:
         raise Refused(str(exc)) from exc
-    _every_tenant("insights")
-    return insights.compute(parsed)
+    return insights.compute(parsed, tenants=_counted_tenants(tenant))
 
 
-def stuck(*, now: datetime) -> dict[str, Any]:
-    _every_tenant("stuck")
-    return insights.stuck(now)
+def stuck(*, tenant: str | None = None, now: datetime) -> dict[str, Any]:
+    tenants = _counted_tenants(tenant)
+    found = insights.stuck(now, tenants=tenants)
+    return found if tenants is None else {**found, "tenants": list(tenants)}
 
 
 def workers(*, now: datetime) -> dict[str, Any]:

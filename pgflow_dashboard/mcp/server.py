@@ -61,17 +61,19 @@ def build(principal: Principal) -> MCPServer:
         return await sync_to_async(_guarded, thread_sensitive=True)(principal, agent, need, work)
 
     @server.tool()
-    async def insights(ctx: Context, window: str = "24h") -> dict[str, Any]:
+    async def insights(ctx: Context, window: str = "24h", tenant: str | None = None) -> dict[str, Any]:
         """The insights window's figures (the same as the admin's insights.json): runs and step failures per
         bucket, per-workflow and per-step counts and p50/p95 durations, top errors, and what is stuck now.
-        window: one of 1h, 24h, 7d, 30d."""
-        return await call(ctx, VIEW, lambda _actor: reads.insights_for(window, now=timezone.now()))
+        window: one of 1h, 24h, 7d, 30d. tenant: one tenant's runs only (a user who sees only some
+        tenants gets theirs without it)."""
+        return await call(ctx, VIEW, lambda _actor: reads.insights_for(window, tenant=tenant, now=timezone.now()))
 
     @server.tool()
-    async def stuck(ctx: Context) -> dict[str, Any]:
+    async def stuck(ctx: Context, tenant: str | None = None) -> dict[str, Any]:
         """What needs an operator now: paused runs, due steps no worker claimed, leases run out, signal waits
-        past their deadline, runs on a changed definition, and queues with due steps but no live worker."""
-        return await call(ctx, VIEW, lambda _actor: reads.stuck(now=timezone.now()))
+        past their deadline, runs on a changed definition, and queues with due steps but no live worker.
+        tenant: one tenant's runs only (a user who sees only some tenants gets theirs without it)."""
+        return await call(ctx, VIEW, lambda _actor: reads.stuck(tenant=tenant, now=timezone.now()))
 
     @server.tool()
     async def search_runs(
