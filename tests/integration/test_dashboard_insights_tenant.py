@@ -19,7 +19,7 @@ from mcp import Client
 from pgflow import rollup
 from pgflow.core import histogram
 from pgflow.models import Step, WorkflowRun
-from pgflow_dashboard import insights
+from pgflow_dashboard import insights, tenancy
 from pgflow_dashboard.mcp.server import Principal, build
 from pgflow_dashboard.window import WorkflowWindow
 from tests.dashboard_support import insights_url, make_user
@@ -235,3 +235,19 @@ def test_mcp_insights_and_stuck_honour_the_users_tenants(history):
     )
     assert "tenants" not in answer(every) and answer(every)["steps"][0]["attempts"] == 10
     assert answer(acme)["steps"][0]["attempts"] == 4 and answer(acme_stuck)["paused"]["count"] == 0
+
+
+@pytest.mark.django_db(transaction=False)  # pure: no row is read
+def test_which_tenants_the_insights_count():
+    assert tenancy.narrowed(None, None) is None  # every tenant: the rollup's figures
+    assert tenancy.narrowed(None, "") is None
+    assert tenancy.narrowed(None, "globex") == ("globex",)
+    assert tenancy.narrowed(frozenset({"globex", "acme"}), None) == ("acme", "globex")
+    assert tenancy.narrowed(frozenset({"globex", "acme"}), "acme") == ("acme",)
+    assert tenancy.narrowed(frozenset(), None) == ()  # sees no tenant: counts nothing
+    with pytest.raises(tenancy.NotVisible, match=r"tenant 'globex' \(the tenants you see: acme\)"):
+        tenancy.narrowed(frozenset({"acme"}), "globex")
+    with pytest.raises(tenancy.NotVisible, match=r"\(the tenants you see: none\)"):
+        tenancy.narrowed(frozenset(), "acme")
+    with pytest.raises(ValueError, match="tenant must be a non-empty string of at most 100 characters"):
+        tenancy.narrowed(None, "x" * 101)
