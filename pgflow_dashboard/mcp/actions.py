@@ -152,5 +152,3 @@ def _rerun_effect(run: WorkflowRun, step_name: str, copied: list[str], *, new_in
         f"start a new run of {run.workflow_name} from step {step_name}, {outputs}, with {given}, "
         f"linked to run {run.pk}{then}"
     )
-
-
