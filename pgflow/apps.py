@@ -30,6 +30,14 @@ def _sync_schedules(*, using: str = "default", **_: object) -> None:
     # Not on another database than pgflow's, nor after migrating back to before the schedules existed.
     if using != db.alias() or Schedule._meta.db_table not in connections[using].introspection.table_names():
         return
+    # Nor short of pgflow's latest migration (`migrate pgflow 0014`): the model's columns are
+    # the latest's, and a column added since would be missing from the table.
+    from django.db.migrations.executor import MigrationExecutor  # lazy: only migrate needs it
+
+    executor = MigrationExecutor(connections[using])
+    latest = [node for node in executor.loader.graph.leaf_nodes() if node[0] == "pgflow"]
+    if executor.migration_plan(latest):
+        return
     from .schedules import sync  # lazy: app registry; it imports the models
 
     sync()
