@@ -11,7 +11,8 @@ those copies through the real handler, in the order they were logged. Handlers o
 other kind (mail, Sentry, a queue of the project's own) are left as they are.
 
 What it costs: a line reaches the file a moment later, and a worker killed with SIGKILL
-loses the lines still queued (a stop drains them).
+loses the lines still queued. A stop writes them, and so does a relay's ``flush()``, which
+``logging.shutdown()`` calls (the worker's exit that leaves a body running, ``os._exit``).
 """
 
 from __future__ import annotations
@@ -22,16 +23,19 @@ import queue
 import threading
 from collections.abc import Callable
 
-_Item = tuple[logging.Handler, logging.LogRecord] | None
+# A line to write; an event the writer sets once every line queued before it is written; or
+# the end.
+_Item = tuple[logging.Handler, logging.LogRecord] | threading.Event | None
 
 
 class _Relay(logging.Handler):
     """Stands in for one stream handler on every logger that has it."""
 
-    def __init__(self, target: logging.Handler, lines: queue.SimpleQueue[_Item]) -> None:
+    def __init__(self, target: logging.Handler, lines: queue.SimpleQueue[_Item], drain: Callable[[], None]) -> None:
         super().__init__(target.level)
         self.target = target
         self._lines = lines
+        self._drain = drain
 
     def handle(self, record: logging.LogRecord) -> bool:
         verdict = self.target.filter(record)
@@ -50,22 +54,36 @@ class _Relay(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:  # handle() never calls it
         self.handle(record)
 
+    def flush(self) -> None:
+        """Return once the lines queued so far are written (and flushed by the real handler)."""
+        self._drain()
+        self.target.flush()
+
 
 def start() -> Callable[[], None]:
     """Stand relays in for the stream handlers now configured; returns the function that puts
     them back and writes what is still queued (the worker calls it as it stops)."""
     lines: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+    writer = threading.Thread(target=_write, args=(lines,), name="pgflow-log-writer", daemon=True)
     relays: dict[logging.Handler, _Relay] = {}
+
+    def drain() -> None:
+        if writer.is_alive():
+            written = threading.Event()
+            lines.put(written)
+            written.wait(timeout=10)
+        else:  # stopped, or never started: the caller writes what is left
+            _write_queued(lines)
+
     loggers = [logging.getLogger()] + [
         item for item in logging.Logger.manager.loggerDict.values() if isinstance(item, logging.Logger)
     ]
     for each in loggers:
         for index, handler in enumerate(each.handlers):
             if isinstance(handler, logging.StreamHandler):
-                each.handlers[index] = relays.setdefault(handler, _Relay(handler, lines))
+                each.handlers[index] = relays.setdefault(handler, _Relay(handler, lines, drain))
     if not relays:
         return lambda: None
-    writer = threading.Thread(target=_write, args=(lines,), name="pgflow-log-writer", daemon=True)
     writer.start()
 
     def stop() -> None:
@@ -74,16 +92,26 @@ def start() -> Callable[[], None]:
         lines.put(None)
         writer.join(timeout=10)
         # What a thread queued after the stop mark, between its reading a relay and putting.
-        while not lines.empty():
-            if (item := lines.get()) is not None:
-                _emit(*item)
+        _write_queued(lines)
 
     return stop
 
 
 def _write(lines: queue.SimpleQueue[_Item]) -> None:
     while (item := lines.get()) is not None:
-        _emit(*item)
+        if isinstance(item, threading.Event):
+            item.set()
+        else:
+            _emit(*item)
+
+
+def _write_queued(lines: queue.SimpleQueue[_Item]) -> None:
+    while not lines.empty():
+        item = lines.get()
+        if isinstance(item, threading.Event):
+            item.set()
+        elif item is not None:
+            _emit(*item)
 
 
 def _emit(target: logging.Handler, record: logging.LogRecord) -> None:

@@ -146,3 +146,21 @@ def test_stop_writes_every_line_still_queued() -> None:
         assert out.getvalue().splitlines() == [f"line {index}" for index in range(100)]
     finally:
         log.handlers = []
+
+
+def test_a_flush_writes_what_is_queued_as_logging_shutdown_asks() -> None:
+    # The worker that leaves a body running exits through logging.shutdown() and os._exit:
+    # shutdown() flushes every handler, the relays too, and no stop() runs.
+    out = io.StringIO()
+    log = logging.getLogger("tests.logwriter.flush")
+    log.handlers, log.propagate = [_SlowStream(out)], False
+    log.setLevel(logging.INFO)
+    stop = logwriter.start()
+    try:
+        for index in range(50):
+            log.info("line %d", index)
+        log.handlers[0].flush()
+        assert out.getvalue().splitlines() == [f"line {index}" for index in range(50)]
+    finally:
+        stop()
+        log.handlers = []
