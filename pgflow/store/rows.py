@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.db.models import Field, Model
 from django.db.models.sql import InsertQuery
 
-from ..db import connection
+from ..db import alias, connection
 
 if TYPE_CHECKING:
     from ..core.definitions import StepDefinition
@@ -43,7 +43,7 @@ RUN_COLUMNS = (
     "parent_id",
     "rerun_of_id",
     "singleton_key",
-    "attributes",  # set_attributes() checks its limits against the run's, without a query
+    "attributes",  # a run field like the others (at most 4 KB): self.run.attributes costs no query
     "tenant",
 )
 # The attempt's own timestamps, for its trace span and metrics (pgflow.observability).
@@ -104,14 +104,15 @@ def loaded(model: type[M], values: dict[str, Any]) -> M:
     """An instance of ``model`` as if loaded from the database, with ``values`` (by attname)
     and every other field at its default. Django's positional construction: with keywords
     its ``__init__`` looks each field up in them, on every attempt before its body (the
-    start latency)."""
+    start latency). It belongs to pgflow's database, where a ``save()`` or
+    ``refresh_from_db()`` of it must go."""
     places, defaults, fresh = _row_of(model)
     row = list(defaults)
     for index, made in fresh:  # a callable default (dict, now…) makes a new value each time
         row[index] = made.get_default()
     for name, value in values.items():
         row[places[name]] = value
-    return model.from_db("default", places.keys(), row)
+    return model.from_db(alias(), places.keys(), row)
 
 
 def deferred(model: type[M], values: dict[str, Any]) -> M:
@@ -121,7 +122,7 @@ def deferred(model: type[M], values: dict[str, Any]) -> M:
     attempt held, 1,000 of them for 1,000 awaiting async bodies)."""
     places = _row_of(model)[0]
     names = sorted(values, key=places.__getitem__)
-    return model.from_db("default", names, [values[name] for name in names])
+    return model.from_db(alias(), names, [values[name] for name in names])
 
 
 @functools.cache

@@ -61,3 +61,13 @@ def test_a_deferred_instance_holds_only_the_fields_given():
     assert {name: getattr(built, name) for name in values} == values
     assert built.get_deferred_fields() == {f.attname for f in Step._meta.concrete_fields} - values.keys()
     assert (built._state.adding, built._state.db) == (False, "default")
+
+
+@pytest.mark.parametrize("build", [loaded, deferred])
+def test_an_instance_belongs_to_pgflows_database(build, settings):
+    # A body's self.run.refresh_from_db() or .save() goes where the row came from: with
+    # PGFLOW["DATABASE"] elsewhere, the project's default database holds no pgflow table.
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "DATABASE": "pgflow_own"}
+    run = build(WorkflowRun, {"id": 3, "workflow_class": "a.B"})
+    assert run._state.db == "pgflow_own"
+    assert not run._state.adding
