@@ -100,8 +100,13 @@ class WorkflowRun(models.Model):
             ),
             # The run list filtered by tenant, newest first; runs without a tenant are not indexed.
             models.Index(fields=["tenant", "created_at"], name="pgflow_run_tenant", condition=Q(tenant__isnull=False)),
+            # key: without class: (pgflow_run_unique_key leads with the class), exact or a prefix.
+            models.Index(
+                fields=["key"], name="pgflow_run_key", condition=Q(key__isnull=False), opclasses=["varchar_pattern_ops"]
+            ),
             # attributes: GIN pgflow_run_attributes (jsonb_path_ops), made by migration 0014 only:
             # a GinIndex here would need django.contrib.postgres in INSTALLED_APPS (postgres.E005).
+            # input: GIN pgflow_run_input (jsonb_path_ops), made by migration 0016 only, as above.
         ]
 
     def __str__(self) -> str:
@@ -289,6 +294,9 @@ class Step(models.Model):
             models.Index(fields=["batch"], name="pgflow_step_batch", condition=Q(batch__isnull=False)),
             models.Index(fields=["signal"], name="pgflow_step_signal", condition=Q(signal__isnull=False)),
             models.Index(fields=["finished_at"], name="pgflow_step_finished", condition=Q(finished_at__isnull=False)),
+            # error: reads the attempts with an error, never every attempt. output: GIN
+            # pgflow_step_output (completed attempts), made by migration 0016 only (see attributes).
+            models.Index(fields=["run"], name="pgflow_step_error", condition=Q(error_class__isnull=False)),
         ]
 
     def __str__(self) -> str:
