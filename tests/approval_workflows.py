@@ -66,3 +66,11 @@ class Expiring(pgflow.Workflow):
     @step(approval=Approval(groups=["finance"], timeout=timedelta(hours=1), on_timeout="cancel"))
     def review(self, decision):
         return _decided(decision)
+
+
+class Purchase(pgflow.Workflow):
+    """A finance approval whose requester is who started the run (the started event's actor)."""
+
+    @step(approval=Approval(groups=["finance"], timeout=timedelta(days=2)))
+    def review(self, decision):
+        return _decided(decision)

@@ -50,12 +50,15 @@ def start_run(
     parent: WorkflowRun | None = None,
     due_at: datetime | None = None,
     attributes: Any = None,
+    actor: Any = None,
 ) -> WorkflowRun:
     """Create a run and its first attempt in the caller's transaction (see Workflow.start);
     ``parent``: the run whose fan_out started it as a child (``batch.add_run``); ``due_at``:
     the first attempt is due then instead of after its step's wait (a ``django.tasks``
     task's ``run_after``: a task due now takes the plain start's one statement); ``attributes``:
-    the run's flat tags (``pgflow.core.attributes``), one more column of its row."""
+    the run's flat tags (``pgflow.core.attributes``), one more column of its row; ``actor``:
+    who started it (a user: the requester an approval's ``self_approval=False`` refuses),
+    recorded in its ``started`` event (None: "system")."""
     payload = _checked_input(input)
     tags = attribute_rules.checked(attributes, "start(attributes=...)")
     subject_type, subject_id = _checked_subject(subject)
@@ -85,6 +88,7 @@ def start_run(
     due_later = due_at is not None and due_at > at
     if (
         key is None
+        and actor is None  # the plain statement's started event is the system's
         and first is not None
         and not due_later
         and scheduled_plainly(first, singleton=workflow.singleton, delay_worked_out=due_at is not None)
@@ -112,7 +116,7 @@ def start_run(
         if raced:
             return WorkflowRun.objects.get(workflow_class=path, key=key)
         details: dict[str, Any] = {"parent": parent.pk} if parent else {}
-        event(run, EventKind.STARTED, at=at, workflow=path, key=key, **details)
+        event(run, EventKind.STARTED, at=at, actor=actor, workflow=path, key=key, **details)
         if first is None:
             finish_run(run, at, reason="the workflow has no steps")
             return run

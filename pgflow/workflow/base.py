@@ -243,13 +243,16 @@ class Workflow(metaclass=WorkflowType):
         key: str | None = None,
         *,
         attributes: Mapping[str, Any] | None = None,
+        actor: Any = None,
     ) -> Any:
         """Start a run of this workflow; returns the ``WorkflowRun``. See ``pgflow.store.start_run``.
-        ``attributes``: flat tags searched with ``attr.K:V`` (limits: ``pgflow.core.attributes``)."""
+        ``attributes``: flat tags searched with ``attr.K:V`` (limits: ``pgflow.core.attributes``).
+        ``actor``: who starts it (``request.user`` in a view), the ``started`` event's actor and
+        the requester an approval with ``self_approval=False`` refuses; None: "system"."""
         # facade: start() is the user's door to store.start_run; the store sits above this class
         from .. import store
 
-        return store.start_run(cls, subject=subject, input=input, key=key, attributes=attributes)
+        return store.start_run(cls, subject=subject, input=input, key=key, attributes=attributes, actor=actor)
 
     @classmethod
     def runs(cls) -> QuerySet[Any]:

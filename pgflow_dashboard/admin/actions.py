@@ -6,14 +6,17 @@ on any ``ModelAdmin``. Choosing it shows a confirmation page first: how many run
 start, how many objects already have a run with that key (an idempotency key makes a
 second click, or a second operator, harmless: that start returns the run it finds and
 starts nothing), and the input. Confirmed, each start is ``Checkout.start(subject=obj,
-input=…, key=…)`` and the message links to every run started or found.
+input=…, key=…, actor=request.user)`` (the user is the run's requester: an approval with
+``self_approval=False`` refuses them) and the message links to every run started or found.
 
 ``input`` and ``key`` are values or callables of the object. The input form: the
 workflow's ``input_form`` (a ``django.forms.Form`` class) when it declares one, whose
 cleaned values are added to each object's input; else, when no ``input`` is given, a JSON
 object typed on the page (the same for every run). Starting needs the change permission on
-runs (``pgflow.change_workflowrun``), checked when the action is chosen and again when it
-is confirmed.
+runs (``pgflow.change_workflowrun``): the action is in the menu only of users who have it
+(Django asks ``model_admin.has_pgflow_start_permission(request)``, which this module gives
+every ``ModelAdmin``; an admin may define its own to hide it from more users), and the
+permission is checked again when the action is chosen and when it is confirmed.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from ..forms import RerunForm
 MAX_STARTS = 1000  # objects one action starts for; more is refused as a whole, nothing started
 MAX_LISTED = 50  # runs the message names one by one
 PERMISSION = "pgflow.change_workflowrun"
+# The action's allowed_permissions: Django shows it only when has_pgflow_start_permission is true.
+SHOWN_TO = "pgflow_start"
 
 Computed = Any | Callable[[Any], Any]
 
@@ -72,8 +77,20 @@ def start_workflow_action(
     action.__name__ = name
     action.__qualname__ = name
     return admin.action(
-        description=description or f"Start {workflow.__name__} for the selected %(verbose_name_plural)s…"
+        description=description or f"Start {workflow.__name__} for the selected %(verbose_name_plural)s…",
+        permissions=[SHOWN_TO],
     )(action)
+
+
+def has_pgflow_start_permission(model_admin: admin.ModelAdmin, request: HttpRequest) -> bool:
+    """Whether the start actions show in ``model_admin``'s action menu: the user may start runs."""
+    return bool(request.user.has_perm(PERMISSION))
+
+
+# Django asks the ModelAdmin of the action's page for has_<permission>_permission; the action
+# goes on any project's admin, so every ModelAdmin answers (one defined on an admin wins).
+if not hasattr(admin.ModelAdmin, f"has_{SHOWN_TO}_permission"):
+    setattr(admin.ModelAdmin, f"has_{SHOWN_TO}_permission", has_pgflow_start_permission)
 
 
 class _Plan:
@@ -99,6 +116,7 @@ def _start(
     name: str,
 ) -> HttpResponse | None:
     label = workflow.__name__
+    # Hidden from users without it (SHOWN_TO); asked again here, whatever an admin's own check says.
     if not request.user.has_perm(PERMISSION):
         model_admin.message_user(
             request,
@@ -138,7 +156,9 @@ def _start(
             found.append((plan.obj, plan.existing))
             continue
         try:
-            run = workflow.start(subject=plan.obj, input={**(plan.input or {}), **typed}, key=plan.key)
+            run = workflow.start(
+                subject=plan.obj, input={**(plan.input or {}), **typed}, key=plan.key, actor=request.user
+            )
         except (PgflowError, TypeError, ValueError) as exc:
             refused.append(f"{plan.obj}: {exc}")
         else:
