@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db.models import Field, Model
 from django.db.models.sql import InsertQuery
+from psycopg import sql as psycopg_sql
 
 from ..db import alias, connection
 
@@ -165,17 +166,34 @@ class Insert:
         return [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in self.fields]
 
     def template(self, instance: Model, *varying: str) -> Template:
-        """The parameters of rows like ``instance`` that differ only in the fields ``varying``:
-        the others are prepared once, here."""
-        slots = {field.attname: (index, field) for index, field in enumerate(self.fields) if field.attname in varying}
-        assert slots.keys() == set(varying), f"not bound parameters of this insert: {set(varying) - slots.keys()}"
-        return Template(tuple(self.params(instance)), slots)
+        """The statement for rows like ``instance`` that differ only in the fields ``varying``:
+        every other value is prepared once, here, and a plain constant (None, a bool, an int,
+        a str) is written into the SQL as a literal. psycopg caches the conversion of a
+        statement of at most 50 parameters and parses a longer one again on every execution."""
+        slots = {field.attname for field in self.fields if field.attname in varying}
+        assert slots == set(varying), f"not bound parameters of this insert: {set(varying) - slots}"
+        pieces = self.sql.split("%s")
+        assert len(pieces) == len(self.fields) + 1 and "%%" not in self.sql, self.sql
+        sql, prepared, places = [pieces[0]], list[Any](), dict[str, tuple[int, Field[Any, Any]]]()
+        for field, value, piece in zip(self.fields, self.params(instance), pieces[1:], strict=True):
+            if field.attname not in varying and (value is None or isinstance(value, bool | int | str)):
+                # A literal's % would read as a placeholder's.
+                sql.append(psycopg_sql.Literal(value).as_string(None).replace("%", "%%"))
+            else:
+                if field.attname in varying:
+                    places[field.attname] = (len(prepared), field)
+                prepared.append(value)
+                sql.append("%s")
+            sql.append(piece)
+        return Template("".join(sql), tuple(prepared), places)
 
 
 @dataclass(frozen=True)
 class Template:
-    """An ``Insert``'s parameters prepared once, but for the fields ``varying``."""
+    """An ``Insert`` whose constants are written into its SQL or prepared once, but for the
+    fields ``varying``."""
 
+    sql: str
     prepared: tuple[Any, ...]
     varying: dict[str, tuple[int, Field[Any, Any]]]
 

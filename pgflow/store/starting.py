@@ -145,7 +145,7 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
         *statement.step.params(**attempt),
     ]
     # Its parameters sent apart, and the statement prepared (PGFLOW["PREPARE_START"]):
-    # quoting its 50 parameters into the SQL, and parsing and planning its three INSERTs,
+    # quoting its parameters into the SQL, and parsing and planning its three INSERTs,
     # were each a large part of a start in a process that had been idle.
     cursor = preparing_cursor()
     values = [*params, attempt["queue"]]
@@ -211,9 +211,9 @@ class _PlainStart:
 def _plain_start_statement() -> _PlainStart:
     """The plain start's statement, compiled once: compiling its three INSERTs again on every
     start was paid on the start latency."""
-    # The event and the attempt take the run's id and its created_at from the run's row: each
-    # value written once keeps the statement within the 50 parameters whose conversion
-    # psycopg caches (it parsed the whole statement again on every start past that).
+    # The event and the attempt take the run's id and its created_at from the run's row, and
+    # their constants are literals (Insert.template): the statement stays well within the 50
+    # parameters whose conversion psycopg caches (it parsed it again on every start past that).
     new_run, run_created = RawSQL("(SELECT id FROM new_run)", []), RawSQL("(SELECT created_at FROM new_run)", [])
     at = now()
     run = Insert.of(WorkflowRun(workflow_class="", created_at=at, updated_at=at))
@@ -233,16 +233,17 @@ def _plain_start_statement() -> _PlainStart:
         scheduled_at=run_created,
         **NO_GATES.columns(),
     )
-    event, step = Insert.of(started), Insert.of(attempt)
+    event = Insert.of(started).template(started, "details")
+    step = Insert.of(attempt).template(attempt, *ATTEMPT_VALUES)
     # The NOTIFY names the queue and the new attempt (pgflow.store.locking.read_note), so an
     # idle worker can claim that attempt by its id.
     sql = (
         f"WITH new_run AS ({run.sql} RETURNING id, created_at), new_event AS ({event.sql}), "
         f"new_step AS ({step.sql} RETURNING id) "
-        # The channel a literal, a constant: one parameter fewer (see above: at most 50).
+        # The channel a literal, a constant: one parameter fewer.
         f"SELECT id, pg_notify('{CHANNEL}', %s || ' ' || (SELECT id FROM new_step)) FROM new_run"
     )
-    return _PlainStart(sql, run, event.template(started, "details"), step.template(attempt, *ATTEMPT_VALUES))
+    return _PlainStart(sql, run, event, step)
 
 
 def take_singleton(workflow: type[Workflow], run: WorkflowRun) -> None:

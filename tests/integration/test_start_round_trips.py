@@ -236,3 +236,12 @@ def test_a_start_in_a_rolled_back_transaction_leaves_nothing():
         notes = list(conn.notifies(timeout=0.5, stop_after=1))
     assert notes == []
     assert not WorkflowRun.objects.exists() and not Step.objects.exists()
+
+
+def test_the_plain_start_has_room_for_new_columns_within_psycopgs_cached_parameters():
+    # psycopg parses a statement again on every execution past MAX_CACHED_STATEMENT_PARAMS
+    # (50): the plain start's constants are literals, so a new column costs one of twenty spare.
+    from psycopg._queries import MAX_CACHED_STATEMENT_PARAMS
+
+    sql = starting._plain_start_statement().sql
+    assert sql.count("%s") - sql.count("%%s") <= MAX_CACHED_STATEMENT_PARAMS - 20

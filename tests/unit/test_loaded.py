@@ -71,3 +71,17 @@ def test_an_instance_belongs_to_pgflows_database(build, settings):
     run = build(WorkflowRun, {"id": 3, "workflow_class": "a.B"})
     assert run._state.db == "pgflow_own"
     assert not run._state.adding
+
+
+def test_a_template_writes_its_constants_into_the_sql_and_keeps_what_varies():
+    from django.db.models.expressions import RawSQL
+
+    from pgflow.store.rows import Insert
+
+    event = Event(
+        run_id=RawSQL("(SELECT 1)", []), step=None, event="started", actor="100%s sure", details={}, created_at=AT
+    )
+    template = Insert.of(event).template(event, "details")
+    assert "NULL, 'started', '100%%s sure'" in template.sql  # a literal's % escaped for psycopg
+    assert template.sql.count("%s") - template.sql.count("%%s") == len(template.params(details={"a": 1})) == 2
+    assert template.varying.keys() == {"details"}
