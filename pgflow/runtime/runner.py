@@ -168,8 +168,8 @@ class Runner:
             if connections.lost_with_connection(error):
                 return self._lost(prepared, error, started)
             return self._fail(prepared, error, started)
-        # What the body's set_attributes() set: committed with its outcome.
-        attributes = prepared.workflow.attributes_set or None
+        # What the body's set_attributes() set ({} for none): committed with its outcome.
+        attributes = prepared.workflow.attributes_set
         if self._finish_later is not None:
             return self._pending(held, outcome, output, started, attributes)
         applied = self._finish(store.Finished(claim=held, outcome=outcome, output=output, attributes=attributes))
@@ -185,7 +185,7 @@ class Runner:
             applied=False,
             seconds=time.monotonic() - started,
             pending=self._finish_later(
-                store.Finished(claim=held, outcome=outcome, output=output, attributes=attributes or None)
+                store.Finished(claim=held, outcome=outcome, output=output, attributes=attributes)
             ),
         )
 

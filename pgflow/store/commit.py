@@ -41,7 +41,8 @@ class Finished:
     outcome: Outcome
     output: Any = None
     error: dict[str, Any] | None = None
-    # The body's set_attributes(), checked there: merged into the run's with this outcome.
+    # The body's set_attributes(), checked there: merged into the run's with this outcome
+    # (None or {}: none set).
     attributes: dict[str, Any] | None = None
 
 
