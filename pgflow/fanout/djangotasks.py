@@ -5,7 +5,9 @@
   result's id (``task_id``). A backend that stores its tasks in this database (django-tasks-db)
   then has its row only if the batch commits. A backend outside the database may run the task
   before the batch's commit: its finish then finds no member and the sweep counts it.
-  A task its backend refuses there counts as failed at once.
+  A task its backend refuses there counts as failed at once. With ``PGFLOW["DATABASE"]``
+  elsewhere, a backend that stores its tasks in the project's database is outside pgflow's:
+  its enqueue commits on its own, as any outside backend's.
 - Count (:func:`on_task_finished`): Django's ``task_finished`` signal, in that backend's worker
   process (pgflow's app connects it in every process where pgflow is installed), counts the
   member through ``store.count_member`` (the member row leaves ``pending`` once: exactly once).
@@ -25,11 +27,10 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
-from .. import observability, store
+from .. import db, observability, store
 from ..models import Batch, BatchMember
 from .builder import TASK_KEY
 from .djangoq import member_finished
@@ -93,7 +94,7 @@ class DjangoTasksHandoff:
         at = store.now()
         for member in _members(batch_id).filter(enqueued_at__isnull=True).order_by("position"):
             try:
-                with transaction.atomic():  # a savepoint: a refused enqueue undoes its own writes only
+                with db.atomic():  # a savepoint: a refused enqueue undoes its own writes only
                     task, args, kwargs = _task_of(member)
                     result = task.enqueue(*args, **kwargs)
                     result_id = str(result.id)
