@@ -9,6 +9,7 @@ import re
 import threading
 
 import pytest
+from django.contrib import admin
 from django.contrib.auth.models import Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.contrib.sessions.models import Session
@@ -254,15 +255,55 @@ def test_two_confirmations_at_once_start_one_run_per_order():
     assert sorted(int(run.subject_id) for run in OrderFulfilment.runs()) == sorted(o.pk for o in orders)
 
 
-def test_the_start_action_needs_the_change_permission_on_runs():
+def start_options(client: Client) -> list[str]:
+    """The start actions the order list's action menu offers this user (the menu shows when
+    there is an order to act on)."""
+    assert Order.objects.exists()
+    return re.findall(r'<option value="(start_\w+)"', client.get(orders_url()).content.decode())
+
+
+def test_the_start_action_shows_only_to_who_may_start_runs():
     ada = order()
-    clerk = shop_user("clerk", "view_order", "change_order", runs=("view_workflowrun",))
-    for extra in ({}, {"confirm": "yes"}):
+    operator = shop_user("operator", "view_order", "change_order", runs=("view_workflowrun", "change_workflowrun"))
+    clerk = shop_user("clerk", "view_order", "change_order", "delete_order", runs=("view_workflowrun",))
+    assert start_options(operator) == ["start_orderfulfilment", "start_refundapproval"]
+    assert start_options(clerk) == []  # the menu still offers the order admin's other actions
+    assert '<option value="delete_selected"' in clerk.get(orders_url()).content.decode()
+    for extra in ({}, {"confirm": "yes"}):  # posted anyway: not an action of this user's
         response = act(clerk, "start_orderfulfilment", [ada], **extra)
         assert response.status_code == 302
-    said = messages_of(clerk.get(orders_url()))
-    assert any("Nothing started: starting OrderFulfilment needs the change permission" in m for m in said), said
+    assert "No action selected." in messages_of(clerk.get(orders_url()))
     assert WorkflowRun.objects.count() == 0
+
+
+def test_the_start_action_refuses_who_may_not_start_runs_even_when_shown():
+    """The second line: an admin whose own check shows the action to everyone still starts
+    nothing for a user without the change permission on runs."""
+    ada = order()
+    model_admin = admin.site._registry[Order]
+    model_admin.has_pgflow_start_permission = lambda request: True  # type: ignore[attr-defined]
+    try:
+        clerk = shop_user("clerk", "view_order", "change_order", runs=("view_workflowrun",))
+        assert "start_orderfulfilment" in start_options(clerk)
+        for extra in ({}, {"confirm": "yes"}):
+            response = act(clerk, "start_orderfulfilment", [ada], **extra)
+            assert response.status_code == 302
+        said = messages_of(clerk.get(orders_url()))
+        assert any("Nothing started: starting OrderFulfilment needs the change permission" in m for m in said), said
+        assert WorkflowRun.objects.count() == 0
+    finally:
+        del model_admin.has_pgflow_start_permission
+
+
+def test_an_admin_may_hide_the_start_action_from_more_users():
+    order()
+    model_admin = admin.site._registry[Order]
+    model_admin.has_pgflow_start_permission = lambda request: request.user.is_superuser  # type: ignore[attr-defined]
+    try:
+        operator = shop_user("operator", "view_order", "change_order", runs=("view_workflowrun", "change_workflowrun"))
+        assert start_options(operator) == []
+    finally:
+        del model_admin.has_pgflow_start_permission
 
 
 def test_the_start_action_asks_for_the_workflows_input_form():
@@ -280,8 +321,6 @@ def test_the_start_action_asks_for_the_workflows_input_form():
 
 
 def test_the_start_action_without_input_takes_json_and_warns_of_open_runs():
-    from django.contrib import admin
-
     from pgflow_dashboard.admin import start_workflow_action
 
     action = start_workflow_action(wf.Delayed)
