@@ -1,4 +1,4 @@
-"""The dashboard tests' users and logged-in clients, as pytest fixtures.
+"""The dashboard tests' users, logged-in clients and seeded history, as pytest fixtures.
 
 Test modules load this with ``pytest_plugins = ["tests.dashboard_fixtures"]``.
 """
@@ -6,11 +6,14 @@ Test modules load this with ``pytest_plugins = ["tests.dashboard_fixtures"]``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from pgflow.models import Step, WorkflowRun
+from tests import workflows as wf
 from tests.dashboard_support import make_user
 
 
@@ -43,3 +46,37 @@ def login() -> Callable[..., Client]:
         return client
 
     return logged_in
+
+
+@pytest.fixture
+def seed_attempt() -> Callable[..., None]:
+    """Writes history for the insights charts: ``seed_attempt(ended, waited=, queued=, ran=)``
+    makes one finished run of one completed attempt that ended at ``ended``, its phases (the
+    wait before it was due, the queue, the body) in seconds."""
+
+    def seed(ended: datetime, *, waited: float, queued: float, ran: float) -> None:
+        started = ended - timedelta(seconds=ran)
+        scheduled = started - timedelta(seconds=queued)
+        created = scheduled - timedelta(seconds=waited)
+        run = WorkflowRun.objects.create(
+            workflow_class=wf.ThreeSteps.workflow_path(),
+            status="finished",
+            definition_digest=wf.ThreeSteps.definition_digest(),
+            created_at=created,
+            updated_at=ended,
+            finished_at=ended,
+        )
+        Step.objects.create(
+            run=run,
+            step_name="one",
+            attempt=1,
+            status="completed",
+            outcome="completed",
+            queue="workflows",
+            created_at=created,
+            scheduled_at=scheduled,
+            started_at=started,
+            finished_at=ended,
+        )
+
+    return seed

@@ -4,13 +4,12 @@ theme. Skipped like test_dashboard_browser.py where Chromium or playwright is mi
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from pgflow.models import Step, WorkflowRun
-from tests import workflows as wf
 from tests.browser.test_dashboard_browser import (  # noqa: F401 - the fixtures
     ARTIFACTS,
     PIXELS_JS,
@@ -21,6 +20,8 @@ from tests.browser.test_dashboard_browser import (  # noqa: F401 - the fixtures
     watch_errors,
 )
 from tests.dashboard_support import insights_url
+
+pytest_plugins = ["tests.dashboard_fixtures"]  # the seed_attempt fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -43,34 +44,8 @@ LATENCY_JS = """() => {
 }"""
 
 
-def seed_attempt(ended: datetime, *, waited: float, queued: float, ran: float) -> None:
-    started = ended - timedelta(seconds=ran)
-    scheduled = started - timedelta(seconds=queued)
-    created = scheduled - timedelta(seconds=waited)
-    run = WorkflowRun.objects.create(
-        workflow_class=wf.ThreeSteps.workflow_path(),
-        status="finished",
-        definition_digest=wf.ThreeSteps.definition_digest(),
-        created_at=created,
-        updated_at=ended,
-        finished_at=ended,
-    )
-    Step.objects.create(
-        run=run,
-        step_name="one",
-        attempt=1,
-        status="completed",
-        outcome="completed",
-        queue="workflows",
-        created_at=created,
-        scheduled_at=scheduled,
-        started_at=started,
-        finished_at=ended,
-    )
-
-
 @pytest.fixture
-def latency_history() -> None:
+def latency_history(seed_attempt: Callable[..., None]) -> None:
     """Attempts ending over the day: waits of minutes, bodies of seconds, queues of a second."""
     now = timezone.now()
     for hours in (2, 5, 9, 14, 20):

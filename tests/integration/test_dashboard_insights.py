@@ -12,13 +12,13 @@ from django.test import override_settings
 from django.utils import timezone
 
 from pgflow import rollup
-from pgflow.models import Step, WorkflowRun
+from pgflow.models import WorkflowRun
 from pgflow.testing import run_workflow
 from tests import dashboard_workflows as dw
 from tests import workflows as wf
 from tests.dashboard_support import changelist_url, insights_url, run_url
 
-pytest_plugins = ["tests.dashboard_fixtures"]  # the users and login fixtures
+pytest_plugins = ["tests.dashboard_fixtures"]  # the users, login and seed_attempt fixtures
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -188,34 +188,7 @@ def test_the_command_refuses_an_unknown_window():
         call_command("pgflow_insights", "--window", "2w")
 
 
-def seed_attempt(ended: datetime, *, waited: float, queued: float, ran: float) -> None:
-    """One finished run of one completed attempt that ended at ``ended``, its phases in seconds."""
-    started = ended - timedelta(seconds=ran)
-    scheduled = started - timedelta(seconds=queued)
-    created = scheduled - timedelta(seconds=waited)
-    run = WorkflowRun.objects.create(
-        workflow_class=wf.ThreeSteps.workflow_path(),
-        status="finished",
-        definition_digest=wf.ThreeSteps.definition_digest(),
-        created_at=created,
-        updated_at=ended,
-        finished_at=ended,
-    )
-    Step.objects.create(
-        run=run,
-        step_name="one",
-        attempt=1,
-        status="completed",
-        outcome="completed",
-        queue="workflows",
-        created_at=created,
-        scheduled_at=scheduled,
-        started_at=started,
-        finished_at=ended,
-    )
-
-
-def test_the_p95_of_each_phase_is_charted_per_bucket_rolled_or_not(login, viewer):
+def test_the_p95_of_each_phase_is_charted_per_bucket_rolled_or_not(login, viewer, seed_attempt):
     now = timezone.now()
     three_hours_ago, ten_hours_ago = now - timedelta(hours=3), now - timedelta(hours=10)
     for ran in (30, 29, 31):
