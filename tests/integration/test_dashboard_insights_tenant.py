@@ -1,24 +1,27 @@
 """The insights by tenant: ``?tenant=`` on the page and insights.json, a restricted user's
-insights of their own tenants (PGFLOW["TENANT_VISIBLE"]), and the MCP insights and stuck
-tools. A tenant's figures are counted from the attempts, not from the hourly rollup (which
-counts every tenant together), so they must be exact even where the rollup has rolled."""
+insights of their own tenants (PGFLOW["TENANT_VISIBLE"]), the MCP insights and stuck
+tools, and ``manage.py pgflow_insights --tenant``. A tenant's figures are counted from the
+attempts, not from the hourly rollup (which counts every tenant together), so they must be
+exact even where the rollup has rolled."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from io import StringIO
 from typing import Any
 
 import anyio
 import pytest
 from asgiref.sync import sync_to_async
+from django.core.management import CommandError, call_command
 from django.db import connections
 from django.utils import timezone
 from mcp import Client
 
 from pgflow import rollup
 from pgflow.core import histogram
-from pgflow.models import Step, WorkflowRun
+from pgflow.models import Schedule, Step, WorkflowRun
 from pgflow_dashboard import insights, tenancy
 from pgflow_dashboard.mcp.server import Principal, build
 from pgflow_dashboard.window import WorkflowWindow
@@ -251,3 +254,55 @@ def test_which_tenants_the_insights_count():
         tenancy.narrowed(frozenset(), "acme")
     with pytest.raises(ValueError, match="tenant must be a non-empty string of at most 100 characters"):
         tenancy.narrowed(None, "x" * 101)
+
+
+# --- manage.py pgflow_insights --tenant ---------------------------------------------------------
+
+
+def command(*args: str) -> str:
+    out = StringIO()
+    call_command("pgflow_insights", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_the_command_counts_one_tenant_as_the_dashboards_filter_does(login, history):
+    printed = json.loads(command("--window", "24h", "--tenant", "globex", "--json"))
+    assert printed["tenants"] == ["globex"]
+    assert without_p95(printed) == GLOBEX
+    shown = login(make_user("ops", perms=PERMS)).get(insights_url("24h", as_json=True) + "&tenant=globex").json()
+    assert without_p95(printed) == without_p95(shown)
+    assert printed["stuck"] == shown["stuck"] and printed["workflows"] == shown["workflows"]
+    text = command("--tenant", "acme")
+    assert text.startswith("pgflow insights: window 24h, tenant acme (")
+    assert "runs: 3 started, 3 finished, 0 cancelled; failed attempts: 1" in text
+    assert "AcmeError" in text and "GlobexError" not in text
+    everyone = command()
+    assert "runs: 6 started, 5 finished, 0 cancelled; failed attempts: 4" in everyone
+    assert ", tenant " not in everyone.splitlines()[0]
+
+
+def test_the_command_takes_a_tenant_only_a_schedule_has_yet(history):
+    Schedule.objects.create(
+        workflow_class=FLOW,
+        name="hooli nightly",
+        cron="0 3 * * *",
+        tenant="hooli",
+        created_at=history,
+        updated_at=history,
+    )
+    printed = json.loads(command("--tenant", "hooli", "--json"))
+    assert printed["tenants"] == ["hooli"] and printed["workflows"] == []
+
+
+@pytest.mark.parametrize(
+    ("tenant", "said"),
+    [
+        ("initech", "unknown tenant 'initech': no run or schedule has it (the tenants of runs: acme, globex)"),
+        ("", "--tenant must be a non-empty string of at most 100 characters, got ''"),
+        ("x" * 101, "--tenant must be a non-empty string of at most 100 characters, got 'xxx"),
+    ],
+)
+def test_the_command_refuses_an_unknown_tenant_naming_the_known_ones(history, tenant, said):
+    with pytest.raises(CommandError) as refused:
+        command("--tenant", tenant)
+    assert said in str(refused.value)

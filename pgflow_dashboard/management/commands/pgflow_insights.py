@@ -1,4 +1,5 @@
-"""``manage.py pgflow_insights [--window 24h] [--json]``: the insights page on the command line."""
+"""``manage.py pgflow_insights [--window 24h] [--tenant KEY] [--json]``: the insights page on
+the command line; ``--tenant`` counts one tenant's runs, as the page's tenant filter does."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
+from pgflow import readdb, tenants
 from pgflow.conf import pgflow_settings
 from pgflow.core.phases import ROLLED
+from pgflow.models import Schedule, WorkflowRun
 
 from ... import insights
+from ...admin.tenants import tenant_keys  # the run list filter's choices (the admin is loaded by now)
 from ...timeformat import duration
 from ...window import WorkflowWindow
 
@@ -26,25 +30,46 @@ class Command(BaseCommand):
             default=WorkflowWindow.DEFAULT,
             help=f"one of {', '.join(WorkflowWindow.CHOICES)} (default {WorkflowWindow.DEFAULT})",
         )
+        parser.add_argument(
+            "--tenant",
+            help="count only this tenant's runs (run.tenant), as the insights page's tenant filter does",
+        )
         parser.add_argument("--json", action="store_true", dest="as_json", help="print one JSON document, for machines")
 
-    def handle(self, *args: Any, window: str, as_json: bool, **options: Any) -> None:
+    def handle(self, *args: Any, window: str, tenant: str | None, as_json: bool, **options: Any) -> None:
         try:
             parsed = WorkflowWindow.parse(window, retention=pgflow_settings.RETENTION, now=timezone.now())
         except WorkflowWindow.Invalid as exc:
             raise CommandError(str(exc)) from None
-        figures = insights.compute(parsed)
+        figures = insights.compute(parsed, tenants=None if tenant is None else (known(tenant),))
         if as_json:
             self.stdout.write(json.dumps(figures, cls=DjangoJSONEncoder, indent=2))
         else:
             self.stdout.write("\n".join(report(figures)))
 
 
+def known(tenant: str) -> str:
+    """``tenant`` if it is a tenant key that a run or a schedule has, else a CommandError
+    naming what is wrong (a typo would print a tenant's figures as all zero)."""
+    try:
+        tenants.checked(tenant, "--tenant")
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    alias = readdb.alias()
+    if WorkflowRun.objects.using(alias).filter(tenant=tenant).exists():
+        return tenant
+    if Schedule.objects.using(alias).filter(tenant=tenant).exists():
+        return tenant  # its runs are still to come: zero is the right count
+    listed = ", ".join(tenant_keys()) or "none"
+    raise CommandError(f"unknown tenant {tenant!r}: no run or schedule has it (the tenants of runs: {listed})")
+
+
 def report(figures: dict[str, Any]) -> list[str]:
     """The figures as lines of plain text."""
     window = figures["window"]
+    counted = f", tenant {', '.join(figures['tenants'])}" if "tenants" in figures else ""
     lines = [
-        f"pgflow insights: window {window['name']} ({window['since']:%Y-%m-%d %H:%M} to "
+        f"pgflow insights: window {window['name']}{counted} ({window['since']:%Y-%m-%d %H:%M} to "
         f"{window['now']:%Y-%m-%d %H:%M %Z}, buckets of {duration(window['bucket_seconds'])})"
     ]
     if window["capped"]:
