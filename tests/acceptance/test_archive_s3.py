@@ -1,6 +1,6 @@
 """The archive on an S3-compatible storage through django-storages: a real local S3 server
 (moto's, a separate process), retention writing a run there before purging it, the run found
-again by id and restored. Skipped where django-storages or moto are not installed (the
+again by id (through its index) and restored. Skipped where django-storages or moto are not installed (the
 ``archive`` extra, and ``dev``)."""
 
 from __future__ import annotations
@@ -88,8 +88,9 @@ def test_retention_archives_to_s3_and_the_run_comes_back(settings, transactional
     WorkflowRun.objects.filter(pk=run.pk).update(finished_at=now() - timedelta(days=40))
     assert sweep.purge(at=now()) == 1
     assert not WorkflowRun.objects.filter(pk=run.pk).exists()
-    (stored,) = client(s3_server).list_objects_v2(Bucket=BUCKET)["Contents"]
-    assert stored["Key"].startswith("runs/") and stored["Key"].endswith(".jsonl.gz")
+    index, stored = sorted(item["Key"] for item in client(s3_server).list_objects_v2(Bucket=BUCKET)["Contents"])
+    assert index.startswith("runs/") and index.endswith(".index.json.gz")  # written with its object
+    assert stored == index.removesuffix(".index.json.gz") + ".jsonl.gz"
     configured = archive.configured()
     assert archive.find(configured, run.pk)["run"]["attributes"] == {"plan": "gold"}
     assert [r["run"]["id"] for r in archive.search(configured, days_=archive.days(configured), key="s3-1")] == [run.pk]
