@@ -158,6 +158,17 @@ PGFLOW = {
     "MCP_MAY_DECIDE": env.bool("PGFLOW_MCP_MAY_DECIDE", default=False),  # agents decide approvals as their user
 }
 
+if os.environ.get("PGFLOW_APPROVAL_EMAIL_BASE_URL"):
+    # Mail the approvers when an approval opens (README "Approval email").
+    PGFLOW["APPROVAL_EMAIL"] = {"BASE_URL": env("PGFLOW_APPROVAL_EMAIL_BASE_URL")}
+if os.environ.get("EMAIL_BACKEND"):
+    # e.g. django.core.mail.backends.filebased.EmailBackend with EMAIL_FILE_PATH (the acceptance tests).
+    EMAIL_BACKEND = env("EMAIL_BACKEND")
+    EMAIL_FILE_PATH = env("EMAIL_FILE_PATH", default=None)
+    EMAIL_HOST = env("EMAIL_HOST", default="localhost")
+    EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+    EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)  # a slow SMTP server holds a worker's slot this long
+
 if os.environ.get("PGFLOW_READ_DATABASE_URL"):
     # A streaming replica for the dashboard's aggregates (docs/scaling.md "Reading from a replica").
     DATABASES["replica"] = env.db("PGFLOW_READ_DATABASE_URL")

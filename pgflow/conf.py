@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from .core import archiving
+from .core import approvalmail, archiving
 from .core.alerting import rule_problems
 from .core.definitions import QUEUE_RULE, valid_queue
 
@@ -50,6 +50,9 @@ DEFAULTS: dict[str, Any] = {
     "SWEEP_INTERVAL": timedelta(seconds=10),
     "SHUTDOWN_GRACE": timedelta(seconds=30),  # how long SIGTERM lets running bodies finish
     "FAN_OUT_GRACE": timedelta(minutes=5),  # a finished batch whose callback is lost is resolved after this
+    # Mail the approvers when an approval opens (pgflow/approval_mail.py): None, or
+    # {"BASE_URL": "https://ops.example.com", "FROM_EMAIL": None, "SUBJECT_PREFIX": "[pgflow] "}.
+    "APPROVAL_EMAIL": None,
     # Whether the MCP server's decide_approval tool may decide, as the token's user (audited).
     "MCP_MAY_DECIDE": False,
     # Keys masked at any depth in what the MCP server answers (matched case-insensitively, as substrings).
@@ -266,6 +269,7 @@ def _observability_problems(raw: dict[str, Any]) -> list[str]:
         for index, rule in enumerate(alerts):
             problems.extend(f"PGFLOW['ALERTS'][{index}]: {problem}" for problem in rule_problems(rule))
     problems.extend(archiving.problems(raw.get("ARCHIVE")))
+    problems.extend(approvalmail.problems(raw.get("APPROVAL_EMAIL")))
     return problems
 
 

@@ -114,6 +114,10 @@ def _build(name: str) -> Any:
         return client.Counter(
             "pgflow_signals_received", "Signals delivered (committed) by this process", ["workflow_class", "signal"]
         )
+    if name == "approval_emails":
+        return client.Counter(
+            "pgflow_approval_emails", "Approval emails this process sent or failed to send", ["outcome"]
+        )
     if name in phases.PHASES:
         return client.Histogram(
             f"pgflow_step_{name}_seconds",
@@ -132,6 +136,12 @@ def run_started(workflow_class: str) -> None:
 def signal_received(workflow_class: str, name: str) -> None:
     if _counting:
         db.on_commit(lambda: _child("signals", workflow_class, name).inc())
+
+
+def approval_email(outcome: str, count: int = 1) -> None:
+    """``outcome``: "sent" (``count`` messages) or "failed" (one opened approval's mail)."""
+    if _counting:
+        _child("approval_emails", outcome).inc(count)
 
 
 BEFORE_BODY = "ended_before_body"  # the runner's word for an attempt its prepare ended or parked
