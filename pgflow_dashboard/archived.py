@@ -82,6 +82,10 @@ def list_page(site: admin.AdminSite, request: HttpRequest) -> HttpResponse:
     if not problems:
         days = [day] if day else held[:DAYS_BY_DEFAULT]
         found = archive.search(configured, days_=days, key=key, workflow=workflow, attributes=attributes)
+    # Restored runs (pgflow_archive restore) are back in the database: their live page is the one to open.
+    live = set(
+        WorkflowRun.objects.filter(pk__in=[record["run"]["id"] for record in found]).values_list("pk", flat=True)
+    )
     rows = [
         {
             "id": record["run"]["id"],
@@ -93,6 +97,9 @@ def list_page(site: admin.AdminSite, request: HttpRequest) -> HttpResponse:
             "attributes": record["run"].get("attributes") or {},
             "finished_at": _moment(record["run"]["finished_at"]),
             "day": record["day"],
+            "live_url": reverse(f"{site.name}:pgflow_workflowrun_change", args=[record["run"]["id"]])
+            if record["run"]["id"] in live
+            else "",
         }
         for record in found
     ]

@@ -137,7 +137,9 @@ def test_restore_brings_an_archived_run_back_as_the_ended_run_it_was(settings, t
     assert list(back.events.values_list("event", "details")) == before["events"]
     assert list(back.signal_set.values_list("name", "payload")) == [("payment", {"amount": 5})]
     assert back.finished_at > run.finished_at  # kept another RETENTION
-    with pytest.raises(CommandError, match=f"run {run.pk} is in the database: nothing to restore"):
+    with pytest.raises(
+        CommandError, match=rf"run {run.pk} is live in the database \(WaitsForPayment, finished\): nothing to restore"
+    ):
         call_command("pgflow_archive", "restore", str(run.pk))
     with pytest.raises(CommandError, match="run 999999 is not in the archive"):
         call_command("pgflow_archive", "restore", "999999")
