@@ -17,6 +17,7 @@ from django.core.files.storage import FileSystemStorage
 from django.core.management import call_command
 from django.urls import reverse
 
+import pgflow
 from pgflow import archive
 from pgflow.core import archiving
 from pgflow.models import WorkflowRun
@@ -71,8 +72,6 @@ def archived(settings, tmp_path):
     silver = ended_at(run_workflow(aw.TwoSteps.start(key="order-8", attributes={"plan": "silver"})), noon(40))
     assert sweep.purge(at=now()) == 1
     waiting = run_workflow(wf.WaitsForPayment.start(input={"plan": "pro"}))
-    import pgflow  # the signal API, only this fixture needs it
-
     pgflow.signal(waiting, "payment", {"amount": 5})
     other = ended_at(run_workflow(waiting), noon(45))
     assert sweep.purge(at=now()) == 1
