@@ -191,6 +191,10 @@ def save(row: Schedule, *, now: datetime | None = None) -> Schedule:
     )
     if found:  # what a declared pgflow.Schedule refuses, refused here too
         raise DefinitionError(f"Schedule {row.name!r}: {'; '.join(found.values())}")
+    try:  # its ticks start runs of this tenant: a key a run may have
+        tenants.checked(row.tenant, "tenant")
+    except (TypeError, ValueError) as exc:
+        raise DefinitionError(f"Schedule {row.name!r}: {exc}") from None
     rule = row.rule()
     if row.pk is None:
         row.created_at = at
