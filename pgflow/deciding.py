@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Q
 
 from . import store
 from .approvals import Approval, Vote, refusal, signal_name, vote_name
@@ -187,27 +188,33 @@ class Waiting:
 
 def waiting_for(user: Any, *, limit: int = 200) -> list[Waiting]:
     """The approvals ``user`` may decide now, oldest wait first: those whose step waits, whose
-    groups / permission / self-approval rule let the user in, and that they have not voted on."""
-    steps = (
-        Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True, run__status__in=list(OPEN_RUN))
-        .select_related("run")
-        .order_by("waiting_since", "id")
-    )
-    approvals: dict[tuple[str, str], Approval | None] = {}
+    groups / permission / self-approval rule let the user in, and that they have not voted on.
+
+    The waiting steps' classes and step names are read first (one query), so the steps of
+    signal waits that are no approval are never read: the admin's navigation counts these
+    on every page."""
     found: list[Waiting] = []
     if not (getattr(user, "is_authenticated", False) and getattr(user, "is_active", False)):
         return found
+    waiting = Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True, run__status__in=list(OPEN_RUN))
+    approvals: dict[tuple[str, str], Approval] = {}
+    for pair in waiting.order_by().values_list("run__workflow_class", "step_name").distinct():
+        try:
+            definition = resolve(pair[0]).steps().get(pair[1])
+        except WorkflowNotFound:
+            continue
+        if definition is not None and definition.approval is not None:
+            approvals[pair] = definition.approval
+    if not approvals:
+        return found
+    of_approvals = Q()
+    for workflow_class, step_name in approvals:
+        of_approvals |= Q(run__workflow_class=workflow_class, step_name=step_name)
+    steps = waiting.filter(of_approvals).select_related("run").order_by("waiting_since", "id")
     groups = _groups(user)
     for step in steps.iterator(chunk_size=500):
-        pair = (step.run.workflow_class, step.step_name)
-        if pair not in approvals:
-            try:
-                definition = resolve(pair[0]).steps().get(pair[1])
-            except WorkflowNotFound:
-                definition = None
-            approvals[pair] = definition.approval if definition is not None else None
-        approval = approvals[pair]
-        if approval is None or why_not(user, step.run, approval, groups=groups) is not None:
+        approval = approvals[(step.run.workflow_class, step.step_name)]
+        if why_not(user, step.run, approval, groups=groups) is not None:
             continue
         # With a quorum of one every vote decides: no open votes to read.
         votes = open_votes(step.run, step.step_name) if approval.quorum > 1 else []

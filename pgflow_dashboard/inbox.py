@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from django import forms
+from django.apps import apps
 from django.contrib import admin, messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -34,6 +35,7 @@ from .timeformat import duration
 INBOX_URL_NAME = "pgflow_inbox"
 DECIDE_URL_NAME = "pgflow_inbox_decide"
 INPUT_SUMMARY = 160  # characters of a run's input shown in a row
+NAV_COUNT_CAP = 99  # the navigation's count reads "99+" past this: it stops looking there
 
 
 class DecisionForm(forms.Form):
@@ -86,16 +88,53 @@ def row(site: admin.AdminSite, request: HttpRequest, item: Waiting, *, now: Any)
     }
 
 
+def waiting_here(request: HttpRequest, *, limit: int = 200) -> list[Waiting]:
+    """The approvals the request's user may decide, of the tenants they see."""
+    keys = visible_to(request)  # PGFLOW["TENANT_VISIBLE"]: another tenant's approvals are not listed
+    return [item for item in waiting_for(request.user, limit=limit) if keys is None or item.run.tenant in keys]
+
+
 def inbox_page(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
     now = timezone.now()
     context = _context(site, request, "Approvals waiting for you")
-    keys = visible_to(request)  # PGFLOW["TENANT_VISIBLE"]: another tenant's approvals are not listed
-    context["rows"] = [
-        row(site, request, item, now=now)
-        for item in waiting_for(request.user)
-        if keys is None or item.run.tenant in keys
-    ]
+    context["rows"] = [row(site, request, item, now=now) for item in waiting_here(request)]
     return TemplateResponse(request, "admin/pgflow_dashboard/inbox.html", context)
+
+
+def with_inbox_row(site: admin.AdminSite, request: HttpRequest, app_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``app_list`` with an "Approvals inbox" row, and how many approvals wait for the user, in
+    the pgflow block (the index, the app index and the navigation sidebar). An approver need
+    not see any pgflow model: for them the block is made, holding only this row."""
+    user = getattr(request, "user", None)
+    if not (getattr(user, "is_active", False) and getattr(user, "is_staff", False)):
+        return app_list
+    count = len(waiting_here(request, limit=NAV_COUNT_CAP + 1))
+    name = "Approvals inbox"
+    if count:
+        name += f" ({NAV_COUNT_CAP}+)" if count > NAV_COUNT_CAP else f" ({count})"
+    url = reverse(f"{site.name}:{INBOX_URL_NAME}", current_app=site.name)
+    entry = {
+        "name": name,
+        "object_name": "ApprovalsInbox",
+        "perms": {"add": False, "change": False, "delete": False, "view": True},
+        "admin_url": url,
+        "add_url": None,
+        "view_only": True,
+    }
+    label = WorkflowRun._meta.app_label
+    block = next((app for app in app_list if app.get("app_label") == label), None)
+    if block is None:
+        block = {
+            "name": apps.get_app_config(label).verbose_name,
+            "app_label": label,
+            "app_url": url,
+            "has_module_perms": True,
+            "models": [],
+        }
+        app_list.append(block)
+        app_list.sort(key=lambda app: str(app["name"]).lower())
+    block["models"].append(entry)
+    return app_list
 
 
 def decide_page(site: admin.AdminSite, request: HttpRequest, run_id: int, step_name: str) -> HttpResponse:

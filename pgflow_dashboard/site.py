@@ -14,8 +14,10 @@ So :func:`mount` wraps two methods of the one site instance given (``admin.site`
 ``admin_site.admin_view`` (login, staff, CSRF, never-cache) and checked for the
 ``WorkflowRun`` view permission by the view; ``get_app_list`` gains an "Insights" row in
 the pgflow block of the index, the app index and the navigation sidebar, for users who
-may view runs. Everything else is delegated unchanged, the class is untouched, and a
-second call changes nothing. The views themselves are methods of the registered
+may view runs, and an "Approvals inbox (N)" row for every staff user (N: the approvals
+waiting for them; the block is made for an approver who sees no pgflow model).
+Everything else is delegated unchanged, the class is untouched, and a second call
+changes nothing. The views themselves are methods of the registered
 ``WorkflowRunAdmin`` (:mod:`pgflow_dashboard.admin.runs`), looked up on each call, so
 unregistering it removes the pages too.
 """
@@ -33,7 +35,7 @@ from django.urls import URLPattern, path, reverse
 from pgflow.models import WorkflowRun
 
 from .archived import archived_urls
-from .inbox import inbox_urls
+from .inbox import inbox_urls, with_inbox_row
 
 if TYPE_CHECKING:
     from .admin.runs import WorkflowRunAdmin
@@ -66,7 +68,10 @@ def mount(site: admin.AdminSite) -> None:
         return insights_urls(site) + inbox_urls(site) + archived_urls(site) + site_urls()
 
     def get_app_list(request: HttpRequest, app_label: str | None = None) -> list[dict[str, Any]]:
-        return with_insights_row(site, request, site_app_list(request, app_label))
+        listed = with_insights_row(site, request, site_app_list(request, app_label))
+        if app_label is None or app_label == WorkflowRun._meta.app_label:
+            listed = with_inbox_row(site, request, listed)
+        return listed
 
     site.get_urls = get_urls  # type: ignore[method-assign]
     site.get_app_list = get_app_list  # type: ignore[method-assign]

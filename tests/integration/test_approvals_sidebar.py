@@ -1,0 +1,76 @@
+"""The admin's navigation links to the approvals inbox, with how many wait for the user:
+in the pgflow block for who may view runs, and in a block of its own for an approver who
+sees no pgflow model."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import Group
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from pgflow.testing import run_workflow
+from tests import approval_workflows as aw
+from tests import workflows as wf
+from tests.dashboard_support import make_user
+
+pytest_plugins = ["tests.dashboard_fixtures"]
+
+pytestmark = pytest.mark.django_db
+
+INBOX = "/admin/pgflow/inbox/"
+
+
+def in_finance(*users):
+    group, _ = Group.objects.get_or_create(name="finance")
+    for user in users:
+        user.groups.add(group)
+
+
+def inbox_links(page) -> list[str]:
+    """The text of each link to the inbox in the page's navigation and app list."""
+    text = page.content.decode()
+    return [
+        " ".join(re.sub(r"<[^>]+>", "", label).split())
+        for label in re.findall(rf'<a href="{INBOX}"[^>]*>(.*?)</a>', text, re.S)
+    ]
+
+
+def test_an_approver_without_pgflow_permissions_sees_the_inbox_link_with_its_count(login):
+    ann = make_user("ann")
+    in_finance(ann)
+    run_workflow(aw.TwoApprovers.start())
+    run_workflow(aw.Purchase.start())
+    client = login(ann)
+    index = client.get("/admin/")
+    assert index.status_code == 200
+    assert "Approvals inbox (2)" in inbox_links(index)
+    sidebar = client.get(INBOX)  # any admin page's navigation sidebar
+    assert "Approvals inbox (2)" in inbox_links(sidebar)
+
+
+def test_a_viewer_of_runs_sees_the_link_in_the_pgflow_block_without_a_count_when_none_waits(login):
+    viewer = make_user("viewer", perms=("view_workflowrun",))
+    run_workflow(aw.Purchase.start())  # finance's, not the viewer's
+    page = login(viewer).get("/admin/")
+    assert inbox_links(page) == ["Approvals inbox", "View"]  # the row's name and its View link
+    text = page.content.decode()
+    block = text[text.index('class="app-pgflow') :]
+    assert block.index(INBOX) < block.index("</table>")  # in the pgflow block, with the runs
+
+
+def test_the_count_costs_no_query_per_waiting_step_that_is_no_approval(login):
+    ann = make_user("ann")
+    in_finance(ann)
+    client = login(ann)
+    run_workflow(aw.Purchase.start())
+    client.get("/admin/")
+    with CaptureQueriesContext(connection) as before:
+        client.get("/admin/")
+    for _ in range(5):
+        run_workflow(wf.WaitsForPayment.start())  # signal waits, no approvals
+    with CaptureQueriesContext(connection) as after:
+        assert "Approvals inbox (1)" in inbox_links(client.get("/admin/"))
+    assert len(after) == len(before)
