@@ -17,6 +17,7 @@ from django.contrib.admin.utils import quote
 from django.db.models import Case, Count, Q, When
 from django.urls import NoReverseMatch, reverse
 
+from pgflow.core.attemptfields import GATE_FIELDS, STEP_FIELDS
 from pgflow.core.events import PAUSE_ENDS, EventKind
 from pgflow.core.limits import RATE_GATE, SINGLETON_GATE, describe_gate, gate_kind
 from pgflow.core.states import CONTROLS, OPEN_RUN, RERUNNABLE_RUN, Control, RunStatus, StepStatus, control_error
@@ -42,35 +43,9 @@ OPEN_CLAIMABLE = ("scheduled", "in_progress")  # a concurrency gate's holders th
 # The chart needs only the events that open or close a pause.
 PAUSE_EVENTS = (EventKind.PAUSED, *sorted(PAUSE_ENDS))
 
-# An attempt's flow control: its gates and when a limit let it through.
-GATE_FIELDS = ("run_id", "gate", "gate_max", "rate_gate", "rate_limit", "rate_per", "throttled_until")
-
-# The columns the step table and the timeline read.
-STEP_FIELDS = (
-    "id",
-    "step_name",
-    "attempt",
-    "status",
-    "outcome",
-    "queue",
-    "priority",
-    "created_at",
-    "scheduled_at",
-    "started_at",
-    "finished_at",
-    "waiting_since",
-    "deadline_at",
-    "worker",
-    "lease_expires_at",
-    "output",
-    "error_class",
-    "error_message",
-    "error_backtrace",
-    "error_causes",
-    "batch_id",
-    "signal_id",
-    *GATE_FIELDS,
-)
+# The columns the step table and the timeline read (STEP_FIELDS, with the attempt's gates,
+# GATE_FIELDS) are pgflow.core.attemptfields', shared with `pgflow show` and the MCP; the
+# chart alone (its poller) reads these.
 TIMELINE_FIELDS = (
     "step_name",
     "attempt",

@@ -11,6 +11,7 @@ from django.apps import apps
 from django.utils import timezone
 
 from .. import records
+from ..core.attemptfields import ERROR_FIELDS, NOT_SHOWN, STEP_FIELDS
 from ..core.events import PAUSE_ENDS, EventKind
 from ..core.phases import PHASES, pieces
 from ..core.states import OPEN_STEP, RunStatus
@@ -23,29 +24,8 @@ MAX_ATTEMPTS = 200  # the latest attempts shown
 MAX_EVENTS = 200
 MAX_SIGNALS = 100
 MAX_BATCHES = 50
-ATTEMPT_FIELDS = (
-    "id",
-    "step_name",
-    "attempt",
-    "status",
-    "outcome",
-    "queue",
-    "priority",
-    "worker",
-    "created_at",
-    "scheduled_at",
-    "started_at",
-    "finished_at",
-    "waiting_since",
-    "deadline_at",
-    "throttled_until",
-    "output",
-    "error_class",
-    "error_message",
-    "error_backtrace",
-    "error_causes",
-    "batch_id",
-)
+# What show tells of each attempt: the run page's columns, less what the page reads only to draw.
+ATTEMPT_FIELDS = tuple(name for name in STEP_FIELDS if name not in NOT_SHOWN)
 
 
 def details(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
@@ -62,10 +42,10 @@ def details(run: WorkflowRun, *, now: datetime) -> dict[str, Any]:
             phases[segment["kind"]] = (phases[segment["kind"]] or 0.0) + seconds
         error = None
         if step["error_class"]:
-            error = {key: step[key] for key in ("error_class", "error_message", "error_backtrace", "error_causes")}
+            error = {key: step[key] for key in ERROR_FIELDS}
         attempts.append(
             {
-                **{key: step[key] for key in ATTEMPT_FIELDS if not key.startswith("error_")},
+                **{key: step[key] for key in ATTEMPT_FIELDS if key not in ERROR_FIELDS},
                 "phases": phases,
                 "segments": segments,
                 "error": error,

@@ -22,6 +22,7 @@ from django.utils.dateparse import parse_datetime
 
 from pgflow import records
 from pgflow.conf import pgflow_settings
+from pgflow.core import attemptfields
 from pgflow.core.states import RunStatus
 from pgflow.models import Batch, Event, Signal, Step, Worker, WorkflowRun
 from pgflow.search import ACCEPTED, SearchError, parse
@@ -259,14 +260,11 @@ def find_run(run_id: int) -> WorkflowRun:
     return run
 
 
-# What get_run tells of each attempt: the run page's columns, less the row's own ids and lease,
-# the error (as one "error" object) and the gates (as "held_by").
+# What get_run tells of each attempt: the run page's columns less the row's id and what the
+# page reads only to draw (as `pgflow show`), the error as one "error" object and the gates
+# as "held_by".
 ATTEMPT_FIELDS = tuple(
-    field
-    for field in runpage.STEP_FIELDS
-    if not field.startswith("error_")
-    and field
-    not in {"id", "lease_expires_at", "signal_id", "run_id", "gate", "gate_max", "rate_gate", "rate_limit", "rate_per"}
+    field for field in runpage.STEP_FIELDS if field not in {"id", *attemptfields.NOT_SHOWN, *attemptfields.ERROR_FIELDS}
 )
 
 
