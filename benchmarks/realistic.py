@@ -16,7 +16,10 @@ configuration once, each concurrency's workloads back to back, in reversed order
 the table gives each round's figures, their median, and each round's ratio to the no-op
 figure of the same round and concurrency (the ratio to compare: the machine may be shared),
 and the worker's CPU time (user + system) per step, less what a worker that finds nothing to
-do spends starting and stopping: the figure a shared machine disturbs least.
+do spends starting and stopping: the figure a shared machine disturbs least. Beside it, what
+the drain cost PostgreSQL per step: the CPU time of the cluster's processes (the postmaster's
+children, those that exited during the drain included, background writers and autovacuum
+too) and the WAL it wrote (``pg_current_wal_lsn()`` before and after).
 
 (The f27ae2f A/B of benchmarks/RESULTS.md, --finding8 and --free-at-body-end, used a
 temporary switch in pgflow/runtime/held.py, gone since a slot is free at body end.)
@@ -95,6 +98,7 @@ def run(args: argparse.Namespace) -> None:
     jobs = [(name, workflow, env, c) for c in concurrencies for name, workflow, env in variants]
     figures: dict[tuple[str, int], list[float]] = {(name, c): [] for name, _, _, c in jobs}
     cpu: dict[tuple[str, int], list[float]] = {(name, c): [] for name, _, _, c in jobs}
+    server: dict[tuple[str, int], list[tuple[float, float]]] = {(name, c): [] for name, _, _, c in jobs}
     logs = WORK / "realistic-logs"
     logs.mkdir(exist_ok=True)
     startup = startup_cpu(concurrencies[0], logs / "startup.log", args.timeout)
@@ -107,21 +111,24 @@ def run(args: argparse.Namespace) -> None:
             order = [job for c in concurrencies for job in reversed([j for j in order if j[3] == c])]
         for name, workflow, env, c in order:
             log = logs / f"{name}-{c}-round{round_number}.log"
-            rate, cpu_ms = measure(workflow, args.runs, c, env, log, args.timeout, args.python_switch_interval, startup)
+            rate, cpu_ms, pg = measure(
+                workflow, args.runs, c, env, log, args.timeout, args.python_switch_interval, startup
+            )
             figures[(name, c)].append(rate)
             cpu[(name, c)].append(cpu_ms)
+            server[(name, c)].append(pg)
             print(
                 f"round {round_number}: {name:>10} --concurrency {c:>3}: {rate:,.0f} steps/s, "
-                f"worker CPU {cpu_ms:.3f} ms/step",
+                f"worker CPU {cpu_ms:.3f} ms/step, PostgreSQL CPU {pg[0]:.3f} ms/step, WAL {pg[1]:,.0f} B/step",
                 flush=True,
             )
     print()
     base = variants[0][0]
     print(
         f"| workload | --concurrency | steps/s per round | median | × {base}, per round | median of those "
-        "| worker CPU ms/step (median) |"
+        "| worker CPU ms/step (median) | PostgreSQL CPU ms/step (median) | WAL bytes/step (median) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for c in concurrencies:
         for name, _, _ in variants:
             rates = figures[(name, c)]
@@ -129,7 +136,9 @@ def run(args: argparse.Namespace) -> None:
             print(
                 f"| {name} | {c} | {', '.join(f'{r:,.0f}' for r in rates)} | {statistics.median(rates):,.0f} "
                 f"| {', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} "
-                f"| {statistics.median(cpu[(name, c)]):.3f} |"
+                f"| {statistics.median(cpu[(name, c)]):.3f} "
+                f"| {statistics.median(pg for pg, _ in server[(name, c)]):.3f} "
+                f"| {statistics.median(wal for _, wal in server[(name, c)]):,.0f} |"
             )
 
 
@@ -142,9 +151,9 @@ def measure(
     timeout: float,
     keep_switch: bool,
     startup: float,
-) -> tuple[float, float]:
-    """steps/s, and the worker's CPU time (user + system, its whole process tree) per step:
-    the figure a loaded machine disturbs least."""
+) -> tuple[float, float, tuple[float, float]]:
+    """steps/s, the worker's CPU time (user + system, its whole process tree) per step (the
+    figure a loaded machine disturbs least), and PostgreSQL's (CPU ms, WAL bytes) per step."""
     from django.db import transaction
 
     from benchmarks import engine, workflows
@@ -162,6 +171,7 @@ def measure(
             "import runpy, sys; sys.setswitchinterval = lambda interval: None; "
             f"sys.argv = {argv[1:]!r}; runpy.run_path(sys.argv[0], run_name='__main__')",
         ]
+    server_before = server_cost()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(log, "wb") as err:
         proc = subprocess.Popen(
@@ -174,12 +184,43 @@ def measure(
                 proc.kill()
                 proc.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server_after = server_cost()
     cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     time.sleep(0.1)
     steps, seconds = engine.step_window()
     if steps < 3 * runs:
         raise RuntimeError(f"{workflow}: only {steps} of {3 * runs} steps finished (see {log})")
-    return steps / seconds, 1000 * (cpu_seconds - startup) / steps
+    pg_cpu, wal = (b - a for a, b in zip(server_before, server_after, strict=True))
+    return steps / seconds, 1000 * (cpu_seconds - startup) / steps, (1000 * pg_cpu / steps, wal / steps)
+
+
+def server_cost() -> tuple[float, float]:
+    """The cluster's CPU seconds so far (the postmaster's own and its exited children's, read
+    from /proc, plus each live child's) and its WAL position in bytes."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid(), pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")
+        backend, wal = cursor.fetchone()
+    postmaster = _stat(backend)[1]
+    tick = os.sysconf("SC_CLK_TCK")
+    _, _, utime, stime, cutime, cstime = _stat(postmaster)
+    seconds = (utime + stime + cutime + cstime) / tick
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                _, parent, utime, stime, _, _ = _stat(int(entry.name))
+            except OSError:  # it exited meanwhile: the postmaster's cutime has it
+                continue
+            if parent == postmaster:
+                seconds += (utime + stime) / tick
+    return seconds, float(wal)
+
+
+def _stat(pid: int) -> tuple[int, int, int, int, int, int]:
+    """pid, parent pid, utime, stime, cutime, cstime (clock ticks) of /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return pid, int(fields[1]), int(fields[11]), int(fields[12]), int(fields[13]), int(fields[14])
 
 
 def startup_cpu(concurrency: int, log: Path, timeout: float) -> float:
