@@ -26,6 +26,8 @@ from .exceptions import ApprovalError, InputTooLarge, InvalidDecision, NotAllowe
 from .models import Event, Signal, Step, WorkflowRun
 from .registry import resolve
 
+ON_BEHALF = " for user:"  # an actor acting for a user: "agent:<client> for user:<username>"
+
 
 @dataclass(frozen=True)
 class Recorded:
@@ -53,7 +55,7 @@ def approval_of(run: WorkflowRun, step_name: str) -> Approval:
 
 def requester(run: WorkflowRun, approval: Approval) -> str | None:
     """The username of who requested the run: the approval's ``requester``, else the actor of
-    the run's ``started`` event when that names a user."""
+    the run's ``started`` event when that names a user (or an agent acting for one)."""
     if approval.requester is not None:
         workflow = resolve(run.workflow_class)(run=run)
         ref = approval.requester
@@ -69,7 +71,12 @@ def requester(run: WorkflowRun, approval: Approval) -> str | None:
             return found.get_username() if found else None
         return str(who)
     actor = Event.objects.filter(run=run, event=str(EventKind.STARTED)).values_list("actor", flat=True).first() or ""
-    return actor.removeprefix("user:") if actor.startswith("user:") else None
+    if actor.startswith("user:"):
+        return actor.removeprefix("user:")
+    # An agent acting for a user (the MCP server's "agent:<client> for user:<username>"):
+    # the user asked for the run, so the user may not approve it either.
+    _, found, behalf = actor.rpartition(ON_BEHALF)
+    return behalf if found and behalf else None
 
 
 def why_not(user: Any, run: WorkflowRun, approval: Approval, *, groups: frozenset[str] | None = None) -> str | None:

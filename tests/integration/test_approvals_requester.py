@@ -60,3 +60,16 @@ def test_a_run_started_from_the_admin_action_cannot_be_approved_by_who_started_i
         assert f"/admin/pgflow/inbox/{run.pk}/review/" not in inbox.content.decode()
     finally:
         model_admin.actions = [a for a in model_admin.actions if a is not action]
+
+
+def test_a_rerun_by_an_agent_for_a_user_makes_that_user_its_requester():
+    ann, bea = make_user("ann"), make_user("bea")
+    in_finance(ann, bea)
+    original = run_workflow(aw.Purchase.start(actor=bea))
+    original.cancel(actor=bea)
+    # What the MCP server's rerun_from records: the agent, on the token's user's behalf.
+    rerun = run_workflow(original.rerun_from("review", actor="agent:claude for user:ann"))
+    assert rerun.events.get(event="started").actor == "agent:claude for user:ann"
+    with pytest.raises(pgflow.NotAllowedToDecide, match="ann requested this run"):
+        pgflow.decide(rerun, "review", user=ann, approve=True)
+    assert pgflow.decide(rerun, "review", user=bea, approve=True).settled
