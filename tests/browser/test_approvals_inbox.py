@@ -89,3 +89,26 @@ def test_a_staff_user_outside_the_group_is_offered_nothing(waiting, live_server,
     page.goto(f"{base}/admin/pgflow/inbox/{waiting['run']}/review/")
     assert "olga is in none of the approver groups (finance)" in page.locator("#pgflow-decide-refused").inner_text()
     assert page.locator("#pgflow-decide-form").count() == 0
+
+
+@pytest.fixture
+def purchase() -> int:
+    """A staff user of the finance group with no pgflow permission at all, and a purchase
+    waiting for approval; written before the browser starts."""
+    finance = Group.objects.create(name="finance")
+    make_user("nina").groups.add(finance)
+    return run_workflow(aw.Purchase.start()).pk
+
+
+def test_an_approver_without_run_permissions_finds_the_inbox_from_the_sidebar(purchase, live_server, chromium):  # noqa: F811
+    base = live_server.url
+    page = chromium.new_page(viewport={"width": 1400, "height": 900})
+    errors = watch_errors(page)
+    log_in(page, base, "nina")
+    page.get_by_role("link", name="Approvals inbox (1)").first.click()  # the index's pgflow block
+    page.wait_for_url(f"{base}/admin/pgflow/inbox/")
+    assert page.locator(f'tr.pgflow-inbox-row[data-run="{purchase}"]').count() == 1
+    sidebar = page.locator("#nav-sidebar")
+    assert sidebar.get_by_role("link", name="Approvals inbox (1)").count() == 1
+    page.screenshot(path=str(ARTIFACTS / "approvals-sidebar.png"))
+    assert errors == []
