@@ -13,8 +13,14 @@ A query is words and qualifiers separated by spaces, every one of which must mat
   a JSON value equals ``value``, or with ``>``, ``>=``, ``<``, ``<=`` before a number, compares
   with it. An unquoted value reads as JSON where it can (``42``, ``4.5``, ``true``, ``null``)
   and then matches that value or the same text as a string; a quoted one is a string only.
+  A comparison reads the runs of the last 7 days unless the query has a ``since:`` (no
+  index orders JSON values: the window bounds what it reads; :attr:`Query.window` is it,
+  :attr:`Query.notes` says so).
 - ``error:<text>``: an attempt failed with an error whose class or message holds the text.
-- ``step:<name>``: the run's current step. ``status:<status>``. ``class:<name or dotted path>``.
+- ``failed:<from>..<until>``: an attempt failed (ended with an error) at or after ``from`` and
+  before ``until``, ISO 8601 times (UTC unless they name a zone): an insights failures bar.
+- ``step:<name>``: the run's current step (a finished run has none). ``status:<status>``.
+  ``class:<name or dotted path>``.
 - ``key:<key>``: the idempotency key, exactly; a trailing ``*`` matches keys starting so.
 - ``since:<duration>``: started in the last ``30s``, ``30m``, ``2h``, ``2d`` or ``1w``.
 - ``parent:<run id>``: the children of a run.
@@ -30,6 +36,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from .core import attributes as attribute_rules
@@ -38,7 +45,7 @@ from .core.states import RunStatus
 JSONScalar = str | int | float | bool | None
 
 # Qualifiers whose value is plain text (or a status, a duration, an id), in the order the help lists them.
-PLAIN = ("error", "step", "status", "key", "class", "since", "parent")
+PLAIN = ("error", "failed", "step", "status", "key", "class", "since", "parent")
 # Qualifiers followed by a JSON path: "input.customer.id".
 PATHED = ("attr", "input", "output")
 QUALIFIERS = (*PATHED, *PLAIN)
@@ -47,11 +54,15 @@ STATUSES = tuple(status.value for status in RunStatus)
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_QUERY = 1000  # characters
 MAX_RUN_ID = 18  # digits: a bigint
+# A comparison (>100) reads every run it may match, with no index to narrow them: without a
+# since:, it reads this window's (on pgflow_run_created).
+COMPARISON_WINDOW = "7d"
 
 ACCEPTED = (
     "accepted: words and qualifiers separated by spaces, all of which must match: "
     "attr.<name>:<value>, input.<key>[.<key>…]:<value>, output.<step>.<key>[.<key>…]:<value> "
-    "(a value, or >N, >=N, <N, <=N), error:<text>, step:<name>, "
+    "(a value, or >N, >=N, <N, <=N; a comparison reads the last 7 days unless since: says), error:<text>, "
+    "failed:<from>..<until> (ISO 8601 times), step:<name>, "
     f"status:<{'|'.join(STATUSES)}>, key:<key> (a trailing * for a prefix), class:<name>, "
     "since:<30m|2h|2d|1w>, parent:<run id>, and bare words (a run id, key or subject id); "
     'quote a value with spaces or colons: error:"card declined"'
@@ -75,8 +86,9 @@ class SearchError(ValueError):
 class Term:
     """One qualifier: ``qualifier`` (one of :data:`QUALIFIERS`), ``path`` (attr: the name;
     input: the keys; output: the step, then the keys), ``op`` (``=``, or a comparison for
-    the JSON qualifiers; ``since`` is always ``>=``) and ``values``, any one of which matches
-    (for ``since``: the seconds; for ``parent``: the run id)."""
+    the JSON qualifiers; ``since`` is always ``>=``, ``failed`` ``between``) and ``values``, any
+    one of which matches (for ``since``: the seconds; for ``parent``: the run id; for
+    ``failed``: the two moments, ISO 8601 in UTC)."""
 
     qualifier: str
     token: str
@@ -109,6 +121,27 @@ class Query:
     @property
     def empty(self) -> bool:
         return not self.terms and not self.words
+
+    @property
+    def window(self) -> int | None:
+        """The seconds of the ``since:`` window a search of this query adds (a comparison
+        with no ``since:``: :data:`COMPARISON_WINDOW`), or None."""
+        if any(term.qualifier == "since" for term in self.terms):
+            return None
+        if not any(term.op != "=" and term.qualifier in PATHED for term in self.terms):
+            return None
+        return duration_seconds(COMPARISON_WINDOW)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What a search of this query does that its text does not say, for the reader."""
+        if self.window is None:
+            return ()
+        compared = next(term.token for term in self.terms if term.op != "=" and term.qualifier in PATHED)
+        return (
+            f"{compared} compares within the runs started in the last {COMPARISON_WINDOW} "
+            f"(since:{COMPARISON_WINDOW}); add since: (such as since:30d) to read further back",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "terms": [term.to_dict() for term in self.terms], "words": list(self.words)}
@@ -231,6 +264,8 @@ def _term(token: Token) -> Term:
         return Term(qualifier=name, token=token.text, values=(value,))
     if name == "since":
         return Term(qualifier=name, token=token.text, op=">=", values=(duration_seconds(value, token.text),))
+    if name == "failed":
+        return Term(qualifier=name, token=token.text, op="between", values=failed_between(value, token.text))
     if name == "parent":
         number = value.removeprefix("#")
         if not number.isdigit() or len(number) > MAX_RUN_ID:
@@ -306,6 +341,25 @@ def _number(value: str) -> int | float | None:
         return int(value)
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+def failed_between(value: str, token: str = "") -> tuple[str, str]:
+    """``"2026-01-02T10:00:00Z..2026-01-02T11:00:00Z"`` -> the two moments in UTC, ISO 8601."""
+    shown = token or value
+    start, dots, end = value.partition("..")
+    accepted = "failed takes two ISO 8601 times, the earlier first: failed:2026-01-02T10:00Z..2026-01-02T11:00Z"
+    if not dots or not start or not end:
+        raise SearchError(f"{shown!r}: {accepted}, got {value!r}", token=shown)
+    moments = []
+    for part in (start, end):
+        try:
+            moment = datetime.fromisoformat(part)
+        except ValueError:
+            raise SearchError(f"{shown!r}: {part!r} is not an ISO 8601 time; {accepted}", token=shown) from None
+        moments.append((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC))
+    if moments[0] >= moments[1]:
+        raise SearchError(f"{shown!r}: {start!r} is not before {end!r}; {accepted}", token=shown)
+    return moments[0].isoformat(), moments[1].isoformat()
 
 
 def duration_seconds(value: str, token: str = "") -> int:

@@ -280,7 +280,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             return queryset.none(), False  # no key or subject id holds a NUL or a lone surrogate
         if ":" in term:  # the search language (pgflow.search): "status:paused input.customer.id:42"
             try:
-                return searching.runs_matching(search.parse(term), queryset), False
+                query = search.parse(term)
+                for note in query.notes:  # a comparison's default since: window
+                    self.message_user(request, note, messages.INFO)
+                return searching.runs_matching(query, queryset), False
             except search.SearchError as exc:
                 problem = str(exc)
             # A key with colons in it ("schedule:3:…") names no qualifier: the plain search may find it.

@@ -138,3 +138,40 @@ def test_the_query_is_a_plain_value():
         "words": ["order-7"],
     }
     assert parse("   ").empty
+
+
+def test_failed_reads_two_iso_times_in_utc():
+    (term,) = parse("failed:2026-01-02T10:00:00Z..2026-01-02T12:00:00+01:00").terms
+    assert (term.qualifier, term.op, term.values) == (
+        "failed",
+        "between",
+        ("2026-01-02T10:00:00+00:00", "2026-01-02T11:00:00+00:00"),
+    )
+    (naive,) = parse("failed:2026-01-02..2026-01-03").terms  # no zone: UTC
+    assert naive.values == ("2026-01-02T00:00:00+00:00", "2026-01-03T00:00:00+00:00")
+    assert "failed:<from>..<until>" in ACCEPTED
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("failed:2026-01-02", "failed takes two ISO 8601 times"),
+        ("failed:2026-01-02..", "failed takes two ISO 8601 times"),
+        ("failed:yesterday..today", "'yesterday' is not an ISO 8601 time"),
+        ("failed:2026-01-03..2026-01-02", "is not before"),
+    ],
+)
+def test_a_bad_failed_span_says_what_is_accepted(text, says):
+    with pytest.raises(SearchError) as caught:
+        parse(text)
+    assert says in str(caught.value) and caught.value.token == text
+
+
+def test_a_comparison_without_since_reads_a_window_and_says_so():
+    bounded = parse("input.amount:>100 status:paused")
+    assert bounded.window == 7 * 86400
+    (note,) = bounded.notes
+    assert "input.amount:>100" in note and "since:7d" in note
+    assert parse("input.amount:>100 since:30d").window is None
+    assert parse("input.amount:100").window is None and parse("input.amount:100").notes == ()
+    assert parse("attr.amount:<=5").window == 7 * 86400
