@@ -29,6 +29,7 @@ from . import db
 from .approvals import Approval
 from .conf import pgflow_settings
 from .core import approvalmail
+from .deciding import approval_of, requester
 from .models import Step, WorkflowRun
 from .observability import metrics
 
@@ -70,9 +71,6 @@ def send(run_id: int, step_id: int) -> int:
 
 
 def _send(run_id: int, step_id: int) -> int:
-    # lazy: deciding imports pgflow.store, whose attempts module imports this one
-    from .deciding import approval_of, requester
-
     step = Step.objects.select_related("run").filter(pk=step_id, run_id=run_id, status="waiting").first()
     if step is None:
         return 0  # decided (or cancelled) before the commit's mail went out: nothing to ask

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .. import approval_mail, evaluation
+from .. import evaluation
 from ..conf import pgflow_settings
 from ..core import errors as error_capture
 from ..core.events import EventKind
@@ -123,7 +123,10 @@ def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
                 opens = step.waiting_since is None  # this attempt's first park, not a re-park
                 park(run, step, at=at, deadline=definition.wait_timeout)
                 if opens and definition.approval is not None:
-                    approval_mail.opened(run.pk, step.pk)  # mails on this transaction's commit
+                    # facade: the approval email is a feature above the store; it mails on the commit
+                    from .. import approval_mail
+
+                    approval_mail.opened(run.pk, step.pk)
                 return None
     return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow, signal=signal)
 

@@ -67,6 +67,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pgflow.records",
             "pgflow.searching",  # a Query as a queryset: the run list, the CLI, the MCP, alert rules
             "pgflow.archive",  # the runs retention purges, written before (the sweep hands it in)
+            "pgflow.approval_mail",  # the approvers mailed when an approval opens (after the commit)
         ),
     ),
     (
@@ -101,6 +102,8 @@ FACADES = (
     "pgflow.workflow.base.Workflow.start → pgflow.store",
     # What resolve() imported must be a Workflow; the workflow package registers itself here.
     "pgflow.registry.resolve → pgflow.workflow",
+    # An approval step's first park asks for its approvers' email, sent on the commit.
+    "pgflow.store.attempts.prepare → pgflow.approval_mail",
     # A declared schedule's input is checked against MAX_INPUT_BYTES where Django is configured.
     "pgflow.core.ticks._input_limit → pgflow.conf",
     # `manage.py pgflow show` prints the run page's "why" sentence where the dashboard is installed.
