@@ -1,4 +1,5 @@
-"""A busy worker's bodies log through its writer thread: every line arrives, once, whole."""
+"""A busy worker's bodies log through its writer thread: every line arrives, once, whole,
+down to the worker's own last line, logged as it stops (pgflow/runtime/logwriter.py)."""
 
 from __future__ import annotations
 
@@ -17,4 +18,8 @@ def test_every_line_the_bodies_log_reaches_the_workers_log(start_worker):
     expected = {f"run {run.pk}: {name} logged" for run in runs for name in ("first", "second")}
     assert set(lines) == expected  # none lost by the stop, none torn by another thread's line
     assert set(lines.values()) == {1}
+    # The worker's last line is still in the writer's queue when the worker stops, with no
+    # body left to give the writer time: only the stop's drain writes it before the exit.
+    stopped = re.findall(r"INFO pgflow worker \S+ (stopped: .*)\n", worker.output())
+    assert stopped == ["stopped: 600 steps run, 0 handed back"], worker.output()[-1000:]
     assert assert_exactly_once() == 300
