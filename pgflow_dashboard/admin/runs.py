@@ -35,7 +35,7 @@ from pgflow.models import Step, WorkflowRun
 from .. import confirm, insights, runlist, runpage, site, views
 from ..templatetags.pgflow_dashboard import when
 from ..timeformat import duration
-from . import inlines, savedviews, subjects
+from . import counting, inlines, savedviews, subjects
 from .savedviews import SavedViewFilter
 from .subjects import SubjectTypeFilter
 from .tenants import TenantFilter, in_use, scoped, visible_to
@@ -117,7 +117,8 @@ class ParentFilter(admin.SimpleListFilter):
 
 
 class StatusFilter(admin.SimpleListFilter):
-    """The run status, each choice with how many runs have it now (one GROUP BY query)."""
+    """The run status, each choice with how many runs have it now (one query, each count
+    stopping at counting.COUNT_CAP: a GROUP BY would read the whole run table each page)."""
 
     title = "status"
     parameter_name = "status__exact"  # the stock field filter's parameter: old links keep working
@@ -125,14 +126,10 @@ class StatusFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         if "_facets" in request.GET:  # the admin's own facet counts are on: they count the filtered list
             return [(status.value, status.value.capitalize()) for status in RunStatus]
-        counts = dict(
-            WorkflowRun.objects.using(readdb.alias())
-            .values_list("status")
-            .annotate(count=Count("id"))
-            .values_list("status", "count")
-        )
+        counts = counting.status_counts(readdb.alias(), [status.value for status in RunStatus])
         return [
-            (status.value, f"{status.value.capitalize()} ({counts.get(status.value, 0):,})") for status in RunStatus
+            (status.value, f"{status.value.capitalize()} ({counting.shown(counts.get(status.value, 0))})")
+            for status in RunStatus
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
@@ -147,6 +144,10 @@ class RunChangeList(ChangeList):
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         runlist.attach(list(self.result_list), now=timezone.now())
+        # More matches than counting.COUNT_CAP: the pagination says "more than" (its template
+        # admin/pgflow/workflowrun/pagination.html).
+        self.pgflow_count_capped = self.result_count > counting.COUNT_CAP
+        self.pgflow_count_cap = f"{counting.COUNT_CAP:,}"
 
 
 def _failed_step(run: WorkflowRun) -> tuple[str | None, str]:
@@ -255,6 +256,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RunChangeList
+
+    def get_paginator(self, request: HttpRequest, queryset: Any, per_page: int, *args: Any, **kwargs: Any) -> Any:
+        return counting.CappedPaginator(queryset, per_page, *args, **kwargs)  # counts stop at COUNT_CAP
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         extra_context = {"title": "Workflow runs", **(extra_context or {})}  # not "Select workflow run to change"

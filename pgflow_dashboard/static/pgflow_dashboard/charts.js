@@ -471,7 +471,15 @@
           return bucket.failures - bucket.reattempted - bucket.paused - bucket.cancelled - bucket.skipped;
         }) };
     }), { y: "failed attempts", timeZone: data.time_zone, bucketSeconds: data.bucket_seconds,
-      starts: data.failures.map(function (bucket) { return bucket.start; }) });
+      starts: data.failures.map(function (bucket) { return bucket.start; }),
+      // A bar leads to the runs with an attempt that failed in its bucket (failed:<from>..<until>).
+      onBar: function (index) {
+        if (!data.runs_url) return;
+        var from = new Date(data.failures[index].start);
+        var to = new Date(from.getTime() + data.bucket_seconds * 1000);
+        window.location.href = data.runs_url + "?q=" +
+          encodeURIComponent("failed:" + from.toISOString() + ".." + to.toISOString());
+      } });
     window.pgflowLatencyChart = latencyLines(data);
   }
 
