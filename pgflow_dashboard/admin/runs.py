@@ -192,7 +192,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     search_help_text = (
         "A run id, an idempotency key (or part of one), a subject id, or qualifiers: status:paused "
         "class:Checkout input.customer.id:42 output.charge.paid:>100 error:Timeout step:charge key:order-7 "
-        "attr.plan:gold since:2d parent:<run id> (docs/reference.md, Searching runs)."
+        "attr.plan:gold since:2d parent:<run id> failed:<from>..<until> (docs/reference.md, Searching runs)."
     )
     list_select_related = ("subject_type",)
     list_per_page = 50
