@@ -96,7 +96,8 @@ def _send(run_id: int, step_id: int) -> int:
         subject=_subject(run),
         quorum=approval.quorum,
         timeout_in=timeout_in,
-        link=mail.base_url + _path(run.pk, step.step_name),
+        link=mail.base_url + _path(DECIDE_URL_NAME, run.pk, step.step_name),
+        inbox=mail.base_url + _path(INBOX_URL_NAME),
     )
     sender = mail.from_email or settings.DEFAULT_FROM_EMAIL
     messages = [EmailMessage(title, body, sender, [address]) for address in addresses]
@@ -135,11 +136,9 @@ def _subject(run: WorkflowRun) -> str:
     return str(found) if found is not None else f"{run.subject_type} #{run.subject_id}"
 
 
-def _path(run_id: int, step_name: str) -> str:
-    """The decide page's path on the admin (the inbox's, or the admin's root, without the dashboard)."""
-    for name, args in ((DECIDE_URL_NAME, [run_id, step_name]), (INBOX_URL_NAME, [])):
-        try:
-            return reverse(f"admin:{name}", args=args)
-        except NoReverseMatch:
-            continue
-    return "/"
+def _path(name: str, *args: object) -> str:
+    """A path of the dashboard's inbox on the admin site (the site's root without the dashboard)."""
+    try:
+        return reverse(f"admin:{name}", args=args)
+    except NoReverseMatch:
+        return "/"

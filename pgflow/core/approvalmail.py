@@ -91,8 +91,10 @@ def compose(
     quorum: int,
     timeout_in: float | None,
     link: str,
+    inbox: str = "",
 ) -> tuple[str, str]:
-    """The subject line and the plain-text body of the mail an opened approval sends."""
+    """The subject line and the plain-text body of the mail an opened approval sends;
+    ``link``: its decide page, ``inbox``: the inbox (both absolute URLs)."""
     title = f"{mail.subject_prefix}Approval waiting: {step} of {workflow} #{run_id}"
     if subject:
         title += f" ({subject})"
@@ -110,5 +112,8 @@ def compose(
         lines.append("Timeout: none, it waits until someone decides")
     else:
         lines.append(f"Timeout: in {in_words(timeout_in)}")
-    lines += ["", f"Decide it in the inbox: {link}", ""]
+    lines += ["", f"Decide it in the inbox: {link}"]
+    if inbox:
+        lines.append(f"Every approval waiting for you: {inbox}")
+    lines.append("")
     return " ".join(title.split())[:255], "\n".join(lines)

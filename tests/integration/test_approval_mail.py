@@ -14,7 +14,7 @@ from django.db import transaction
 
 import pgflow
 from example_project.shop.models import Order
-from pgflow import conf
+from pgflow.checks import check_settings
 from pgflow.testing import run_workflow
 from tests import approval_workflows as aw
 from tests.dashboard_support import make_user
@@ -72,6 +72,7 @@ def test_the_approvers_are_mailed_once_with_the_run_step_subject_timeout_and_lin
     assert f"Run: #{run.pk}\nStep: review\nSubject: {order}\n" in sent.body
     assert "Timeout: in 2 days" in sent.body
     assert f"Decide it in the inbox: https://ops.example.com/admin/pgflow/inbox/{run.pk}/review/" in sent.body
+    assert "Every approval waiting for you: https://ops.example.com/admin/pgflow/inbox/\n" in sent.body
 
     run_workflow(run)  # the step still waits: no second mail
     pgflow.decide(run, "review", user=bea, approve=True)
@@ -146,7 +147,13 @@ def test_an_approval_with_a_timeout_of_an_hour_says_so(emailing):
     assert timedelta(hours=1).total_seconds() == aw.Expiring.steps().get("review").wait_timeout
 
 
-def test_the_system_check_names_a_bad_setting():
-    problems = conf.validate({"APPROVAL_EMAIL": {"BASE_URL": "ops.example.com"}})
-    assert any("PGFLOW['APPROVAL_EMAIL']['BASE_URL'] must be the site's address" in p for p in problems)
-    assert conf.validate({"APPROVAL_EMAIL": None}) == []
+def test_the_system_check_names_a_bad_setting(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "APPROVAL_EMAIL": {"BASE_URL": "ops.example.com", "ON": True}}
+    errors = [(e.id, e.msg) for e in check_settings()]
+    assert (
+        "pgflow.E001",
+        "unknown key 'ON' in PGFLOW['APPROVAL_EMAIL'] (accepted: BASE_URL, FROM_EMAIL, SUBJECT_PREFIX)",
+    ) in errors
+    assert any("PGFLOW['APPROVAL_EMAIL']['BASE_URL'] must be the site's address" in msg for _, msg in errors)
+    settings.PGFLOW = {**settings.PGFLOW, "APPROVAL_EMAIL": None}
+    assert check_settings() == []

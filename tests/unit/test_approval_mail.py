@@ -62,11 +62,13 @@ def test_the_mail_names_the_workflow_run_step_subject_timeout_and_the_link():
         quorum=2,
         timeout_in=2 * 86_400,
         link="https://ops.example.com/admin/pgflow/inbox/42/review/",
+        inbox="https://ops.example.com/admin/pgflow/inbox/",
     )
     assert title == "[pgflow] Approval waiting: review of Refund #42 (Order #7)"
     assert "Workflow: Refund\nRun: #42\nStep: review\nSubject: Order #7\nApprovals needed: 2\n" in body
     assert "Timeout: in 2 days" in body
-    assert "Decide it in the inbox: https://ops.example.com/admin/pgflow/inbox/42/review/" in body
+    assert "Decide it in the inbox: https://ops.example.com/admin/pgflow/inbox/42/review/\n" in body
+    assert "Every approval waiting for you: https://ops.example.com/admin/pgflow/inbox/\n" in body
 
 
 def test_without_a_timeout_or_subject_the_mail_says_so_and_a_subject_line_stays_one_line():
