@@ -75,8 +75,8 @@ def requester(run: WorkflowRun, approval: Approval) -> str | None:
         return actor.removeprefix("user:")
     # An agent acting for a user (the MCP server's "agent:<client> for user:<username>"):
     # the user asked for the run, so the user may not approve it either.
-    _, found, behalf = actor.rpartition(ON_BEHALF)
-    return behalf if found and behalf else None
+    _, acting_for, behalf = actor.rpartition(ON_BEHALF)
+    return behalf if acting_for and behalf else None
 
 
 def why_not(user: Any, run: WorkflowRun, approval: Approval, *, groups: frozenset[str] | None = None) -> str | None:
