@@ -66,10 +66,15 @@ def runs_matching(
     matches."""
     found = WorkflowRun.objects.all() if runs is None else runs
     moment = timezone.now() if now is None else now
-    for term in query.terms:
-        found = found.filter(term_filter(term, now=moment, using=found.db))
+    windows = [float(term.value or 0) for term in query.terms if term.qualifier == "since"]
     if query.window is not None:  # a comparison, bounded (pgflow.search.COMPARISON_WINDOW)
+        windows.append(query.window)
         found = found.filter(created_at__gte=moment - timedelta(seconds=query.window))
+    # A run's attempts are created after it: a since: window bounds them too, so the attempt
+    # qualifiers read the window's attempts (pgflow_step_created), not every attempt.
+    attempts_since = moment - timedelta(seconds=min(windows)) if windows else None
+    for term in query.terms:
+        found = found.filter(term_filter(term, now=moment, using=found.db, attempts_since=attempts_since))
     for word in query.words:
         found = found.filter(word_filter(word))
     return found
@@ -84,10 +89,15 @@ def word_filter(word: str) -> Q:
     return match
 
 
-def term_filter(term: Term, *, now: datetime, using: str = "default") -> Q | Exists:
+def term_filter(
+    term: Term, *, now: datetime, using: str = "default", attempts_since: datetime | None = None
+) -> Q | Exists:
     """``term`` as a filter of runs; ``using``: the database ``class:<name>`` reads the class
-    names from."""
+    names from; ``attempts_since``: no attempt of a matching run was created before it."""
     name = term.qualifier
+    attempts = Step.objects.filter(run=OuterRef("pk"))
+    if attempts_since is not None:
+        attempts = attempts.filter(created_at__gte=attempts_since)
     if name == "status":
         return Q(status=term.value)
     if name == "since":
@@ -106,21 +116,18 @@ def term_filter(term: Term, *, now: datetime, using: str = "default") -> Q | Exi
         return Q(parent_id=term.value)
     if name == "error":
         text = str(term.value)
-        failed = Step.objects.filter(run=OuterRef("pk"), error_class__isnull=False).filter(
+        failed = attempts.filter(error_class__isnull=False).filter(
             Q(error_class__icontains=text) | Q(error_message__icontains=text)
         )
         return Exists(failed)
     if name == "failed":
         start, end = (datetime.fromisoformat(str(value)) for value in term.values)
-        failed = Step.objects.filter(
-            run=OuterRef("pk"), status=StepStatus.FAILED, finished_at__gte=start, finished_at__lt=end
-        )
-        return Exists(failed)
+        return Exists(attempts.filter(status=StepStatus.FAILED, finished_at__gte=start, finished_at__lt=end))
     if name == "input":
         return json_filter("input", term.path, term)
     if name == "output":
         step, *path = term.path
-        completed = Step.objects.filter(run=OuterRef("pk"), step_name=step, status=StepStatus.COMPLETED).filter(
+        completed = attempts.filter(step_name=step, status=StepStatus.COMPLETED).filter(
             json_filter("output", tuple(path), term)
         )
         return Exists(completed)
