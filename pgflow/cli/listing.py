@@ -63,7 +63,9 @@ def list_runs(
         runs = runs.filter(status=status)
     found = list(runs.select_related("subject_type").order_by("-created_at", "-id")[: limit + 1])
     rows = [run_row(run) for run in found[:limit]]
-    return {"count": len(rows), "limit": limit, "more": len(found) > limit, "runs": rows}
+    answer = {"count": len(rows), "limit": limit, "more": len(found) > limit, "runs": rows}
+    notes = parse(search).notes if search else ()  # a comparison's default since: window
+    return {**answer, "notes": list(notes)} if notes else answer
 
 
 def run_row(run: WorkflowRun) -> dict[str, Any]:
@@ -106,4 +108,5 @@ def format_runs(answer: dict[str, Any]) -> list[str]:
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in table]
     if answer["more"]:
         lines.append(f"(the newest {answer['limit']}; more match: raise --limit or narrow the search)")
+    lines.extend(f"({note})" for note in answer.get("notes", ()))
     return lines

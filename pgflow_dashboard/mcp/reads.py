@@ -201,7 +201,9 @@ def search_runs(
     if started_before:
         runs = runs.filter(created_at__lt=_moment("started_before", started_before))
     found = list(runs.order_by("-created_at", "-id")[:limit])
-    return {"count": len(found), "limit": limit, "runs": [_run_row(run) for run in found]}
+    answer = {"count": len(found), "limit": limit, "runs": [_run_row(run) for run in found]}
+    notes = parse(query).notes if query else ()  # a comparison's default since: window
+    return {**answer, "notes": list(notes)} if notes else answer
 
 
 def _by_query(runs: QuerySet[WorkflowRun], query: str) -> QuerySet[WorkflowRun]:

@@ -148,3 +148,16 @@ def test_failed_finds_the_runs_whose_attempt_failed_in_the_span(shop, login, vie
     assert response.status_code == 200
     assert "is not before" in html.unescape(response.content.decode())
     assert "failed takes two ISO 8601 times" in html.unescape(response.content.decode())
+
+
+def test_the_cli_and_the_mcp_tool_say_a_comparison_read_a_window():
+    from pgflow.cli.listing import format_runs, list_runs
+    from pgflow_dashboard.mcp.reads import search_runs
+
+    sw.Refund.start(input={"amount": 300})
+    answer = list_runs(workflow=None, status=None, search="input.amount:>100", limit=10)
+    assert answer["count"] == 1 and "since:7d" in answer["notes"][0]
+    assert any("since:7d" in line for line in format_runs(answer))
+    assert "notes" not in list_runs(workflow=None, status=None, search="input.amount:300", limit=10)
+    found = search_runs(query="input.amount:>100")
+    assert found["count"] == 1 and "since:7d" in found["notes"][0]
