@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -36,6 +38,34 @@ class WorkerProcess:
 
     def output(self) -> str:
         return self.log.read_text()
+
+
+def server() -> dict[str, object]:
+    """How psycopg reaches the test database's server (not which database on it)."""
+    params = connection.get_connection_params()
+    return {k: v for k, v in params.items() if k in ("host", "port", "user", "password")}
+
+
+def query(database: str, sql: str) -> list[tuple[object, ...]]:
+    """Run one statement on another database of the test server, committed; its rows, if any."""
+    with psycopg.connect(**server(), dbname=database, autocommit=True) as conn:
+        cursor = conn.execute(sql)
+        return cursor.fetchall() if cursor.description else []
+
+
+@pytest.fixture
+def new_database(transactional_db: None, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database of its own on the test server, empty as after createdb, dropped after the
+    test: for processes run with settings of their own (a second database, django-tenants, a
+    project before migrate). Named after the test database and the module, so that helpers
+    running at once never share one, and one left by a killed run is dropped on the next."""
+    module = re.sub(r"^test_", "", request.module.__name__.rsplit(".", 1)[-1])
+    name = f"{connection.settings_dict['NAME']}_{module}"
+    drop = f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
+    query("postgres", drop)
+    query("postgres", f'CREATE DATABASE "{name}"')
+    yield name
+    query("postgres", drop)
 
 
 @pytest.fixture

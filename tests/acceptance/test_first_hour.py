@@ -8,31 +8,12 @@ import os
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
-import pytest
-from django.db import connection
-
 import pgflow
+from tests.acceptance.conftest import ROOT, query
 
-ROOT = Path(__file__).resolve().parents[2]
 WITHOUT_DJANGO_Q = "tests.acceptance.settings_without_django_q"
-
-
-@pytest.fixture
-def bare_database(transactional_db: None) -> Iterator[str]:
-    """A database of its own, empty as after createdb: no tables at all."""
-    name = f"pgflow_first_hour_{uuid.uuid4().hex[:8]}"
-    params = {k: v for k, v in connection.get_connection_params().items() if k not in ("cursor_factory", "context")}
-    params["dbname"] = "postgres"
-    with psycopg.connect(**params, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield name
-    with psycopg.connect(**params, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 def manage(
@@ -51,17 +32,9 @@ def manage(
     )
 
 
-def query(database: str, sql: str) -> list[tuple[object, ...]]:
-    params = {k: v for k, v in connection.get_connection_params().items() if k not in ("cursor_factory", "context")}
-    params["dbname"] = database
-    with psycopg.connect(**params, autocommit=True) as conn:
-        cursor = conn.execute(sql)
-        return cursor.fetchall() if cursor.description else []
-
-
-def test_a_worker_started_before_migrate_says_so_and_exits(bare_database: str) -> None:
+def test_a_worker_started_before_migrate_says_so_and_exits(new_database: str) -> None:
     started = time.monotonic()
-    done = manage(bare_database, "pgflow_worker", timeout=60)
+    done = manage(new_database, "pgflow_worker", timeout=60)
     assert done.returncode != 0
     assert time.monotonic() - started < 30  # no retrying for ever
     lines = [line for line in done.stderr.splitlines() if "manage.py migrate" in line]
@@ -69,23 +42,23 @@ def test_a_worker_started_before_migrate_says_so_and_exits(bare_database: str) -
     assert "pgflow.0001_initial" in lines[0] and "retrying" not in done.stderr
 
 
-def test_a_worker_on_an_unapplied_pgflow_migration_names_it(bare_database: str) -> None:
+def test_a_worker_on_an_unapplied_pgflow_migration_names_it(new_database: str) -> None:
     # The database one migration behind pgflow's latest, whichever that is.
     *_, before, latest = sorted(path.stem for path in Path(pgflow.__file__).parent.glob("migrations/0*.py"))
-    assert manage(bare_database, "migrate", "pgflow", before, settings=WITHOUT_DJANGO_Q).returncode == 0
-    done = manage(bare_database, "pgflow_worker", settings=WITHOUT_DJANGO_Q, timeout=60)
+    assert manage(new_database, "migrate", "pgflow", before, settings=WITHOUT_DJANGO_Q).returncode == 0
+    done = manage(new_database, "pgflow_worker", settings=WITHOUT_DJANGO_Q, timeout=60)
     assert done.returncode != 0
     assert f"lacks 1 migration(s) (pgflow.{latest}): run `python manage.py migrate`" in done.stderr
 
 
-def test_without_django_q_the_worker_runs_cleanly_and_names_a_class_that_does_not_import(bare_database: str) -> None:
-    assert manage(bare_database, "migrate", settings=WITHOUT_DJANGO_Q).returncode == 0
+def test_without_django_q_the_worker_runs_cleanly_and_names_a_class_that_does_not_import(new_database: str) -> None:
+    assert manage(new_database, "migrate", settings=WITHOUT_DJANGO_Q).returncode == 0
     start = "from tests.workflows import ThreeSteps; ThreeSteps.start(); ThreeSteps.start(key='gone')"
-    assert manage(bare_database, "shell", "-c", start, settings=WITHOUT_DJANGO_Q).returncode == 0
-    query(bare_database, "UPDATE pgflow_run SET workflow_class = 'orders.flows.Checkout' WHERE key = 'gone'")
+    assert manage(new_database, "shell", "-c", start, settings=WITHOUT_DJANGO_Q).returncode == 0
+    query(new_database, "UPDATE pgflow_run SET workflow_class = 'orders.flows.Checkout' WHERE key = 'gone'")
     env = {
         **os.environ,
-        "PGFLOW_TEST_DB_NAME": bare_database,
+        "PGFLOW_TEST_DB_NAME": new_database,
         "DJANGO_SETTINGS_MODULE": WITHOUT_DJANGO_Q,
         "PGFLOW_SWEEP_SECONDS": "0.3",
         "PGFLOW_POLL_SECONDS": "0.5",
@@ -102,7 +75,7 @@ def test_without_django_q_the_worker_runs_cleanly_and_names_a_class_that_does_no
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            statuses = sorted(row[0] for row in query(bare_database, "SELECT status FROM pgflow_run"))
+            statuses = sorted(row[0] for row in query(new_database, "SELECT status FROM pgflow_run"))
             if statuses == ["finished", "paused"]:
                 break
             time.sleep(0.2)
@@ -119,11 +92,11 @@ def test_without_django_q_the_worker_runs_cleanly_and_names_a_class_that_does_no
     assert "AppConfig.ready()" in line
 
 
-def test_a_worker_whose_tables_went_missing_says_so_and_exits(bare_database: str) -> None:
+def test_a_worker_whose_tables_went_missing_says_so_and_exits(new_database: str) -> None:
     # The migrations are recorded, the table is not there (restored from a partial dump, say).
-    assert manage(bare_database, "migrate", settings=WITHOUT_DJANGO_Q).returncode == 0
-    query(bare_database, "DROP TABLE pgflow_step CASCADE")
-    done = manage(bare_database, "pgflow_worker", settings=WITHOUT_DJANGO_Q, timeout=60)
+    assert manage(new_database, "migrate", settings=WITHOUT_DJANGO_Q).returncode == 0
+    query(new_database, "DROP TABLE pgflow_step CASCADE")
+    done = manage(new_database, "pgflow_worker", settings=WITHOUT_DJANGO_Q, timeout=60)
     assert done.returncode == 1
     [line] = [line for line in done.stderr.splitlines() if "manage.py migrate" in line]
     assert "pgflow's tables are missing or out of date" in line and 'relation "pgflow_step" does not exist' in line

@@ -7,34 +7,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
-import psycopg
-import pytest
 from django.db import connection
 
 from pgflow.models import WorkflowRun
-from tests.acceptance.conftest import ROOT
+from tests.acceptance.conftest import ROOT, query
 from tests.invariants import assert_exactly_once
 
 
-def _server() -> dict[str, object]:
-    params = connection.get_connection_params()
-    return {k: v for k, v in params.items() if k in ("host", "port", "user", "password")}
-
-
-@pytest.fixture
-def project_db(transactional_db: None) -> Iterator[str]:
-    name = f"{connection.settings_dict['NAME']}_project"
-    with psycopg.connect(**_server(), dbname="postgres", autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield name
-    with psycopg.connect(**_server(), dbname="postgres", autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def manage(project_db: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def manage(database: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
@@ -42,7 +23,7 @@ def manage(project_db: str, *args: str, env: dict[str, str] | None = None) -> su
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.two_databases_settings",
             "PGFLOW_TEST_DB_NAME": connection.settings_dict["NAME"],
-            "PGFLOW_PROJECT_DB_NAME": project_db,
+            "PGFLOW_PROJECT_DB_NAME": database,
             "PGFLOW_SWEEP_SECONDS": "0.5",
             **(env or {}),
         },
@@ -53,23 +34,21 @@ def manage(project_db: str, *args: str, env: dict[str, str] | None = None) -> su
 
 
 def tables(database: str) -> set[str]:
-    with psycopg.connect(**_server(), dbname=database) as conn:
-        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
-    return {name for (name,) in rows}
+    return {str(name) for (name,) in query(database, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
 
 
-def test_runs_start_signal_and_finish_in_pgflows_own_database(project_db):
-    migrated = manage(project_db, "migrate", "--no-input")
+def test_runs_start_signal_and_finish_in_pgflows_own_database(new_database):
+    migrated = manage(new_database, "migrate", "--no-input")
     assert migrated.returncode == 0, migrated.stderr
-    project = tables(project_db)
+    project = tables(new_database)
     assert "auth_user" in project and "shop_order" in project  # the project's own tables are here
     assert not {name for name in project if name.startswith("pgflow_")}  # and none of pgflow's
 
-    checked = manage(project_db, "check", "--fail-level", "ERROR")
+    checked = manage(new_database, "check", "--fail-level", "ERROR")
     assert checked.returncode == 0, checked.stderr
 
     started = manage(
-        project_db,
+        new_database,
         "shell",
         "-c",
         "from tests import workflows as wf\n"
@@ -80,39 +59,39 @@ def test_runs_start_signal_and_finish_in_pgflows_own_database(project_db):
     ids = [int(pk) for pk in started.stdout.splitlines()[-1].split()]
     assert WorkflowRun.objects.filter(pk__in=ids).count() == 21  # in the test database: pgflow's
 
-    drained = manage(project_db, "pgflow_worker", "--burst", "--concurrency", "4")
+    drained = manage(new_database, "pgflow_worker", "--burst", "--concurrency", "4")
     assert drained.returncode == 0, drained.stderr
     signalled = manage(
-        project_db,
+        new_database,
         "shell",
         "-c",
         f"import pgflow\nfrom pgflow.models import WorkflowRun\n"
         f"pgflow.signal(WorkflowRun.objects.get(pk={ids[-1]}), 'payment', {{'amount': 5}})",
     )
     assert signalled.returncode == 0, signalled.stderr
-    drained = manage(project_db, "pgflow_worker", "--burst", "--concurrency", "4")
+    drained = manage(new_database, "pgflow_worker", "--burst", "--concurrency", "4")
     assert drained.returncode == 0, drained.stderr
 
     assert set(WorkflowRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"finished"}
     paid = WorkflowRun.objects.get(pk=ids[-1]).steps.get(step_name="charge").output
     assert paid == {"paid": {"amount": 5}}
-    assert not {name for name in tables(project_db) if name.startswith("pgflow_")}
+    assert not {name for name in tables(new_database) if name.startswith("pgflow_")}
     assert assert_exactly_once() == 21
 
 
-def test_a_missing_router_is_a_system_check_error(project_db):
-    checked = manage(project_db, "check", env={"PGFLOW_NO_ROUTER": "1"})
+def test_a_missing_router_is_a_system_check_error(new_database):
+    checked = manage(new_database, "check", env={"PGFLOW_NO_ROUTER": "1"})
     assert checked.returncode != 0
     assert "pgflow.E005" in checked.stderr
     assert "PGFLOW['DATABASE'] is 'pgflow', but DATABASE_ROUTERS send pgflow's models to 'default'" in checked.stderr
     assert "pgflow.db.Router" in checked.stderr
 
 
-def test_the_dashboard_and_the_command_line_read_pgflows_database(project_db):
-    assert manage(project_db, "migrate", "--no-input").returncode == 0
+def test_the_dashboard_and_the_command_line_read_pgflows_database(new_database):
+    assert manage(new_database, "migrate", "--no-input").returncode == 0
     # An operator in the project's database (auth is the project's), pages over pgflow's.
     pages = manage(
-        project_db,
+        new_database,
         "shell",
         "-c",
         "from django.contrib.auth.models import User\n"
@@ -133,6 +112,6 @@ def test_the_dashboard_and_the_command_line_read_pgflows_database(project_db):
     lines = [line.split() for line in pages.stdout.splitlines() if line[:3].isdigit()]
     assert [status for status, *_ in lines] == ["200"] * 5, pages.stdout
     assert lines[0][2] == lines[1][2] == "True"  # the run list and the run page show the run
-    listed = manage(project_db, "pgflow", "runs", "--json")
+    listed = manage(new_database, "pgflow", "runs", "--json")
     assert listed.returncode == 0, listed.stderr
     assert '"tests.workflows.WaitsForPayment"' in listed.stdout
