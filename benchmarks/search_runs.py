@@ -20,7 +20,8 @@ WAL), WAL-RUNS runs of benchmarks.workflows.ReadsOnly with a realistic input, at
 key are started, then drained by one ``pgflow_worker --burst``; pg_current_wal_lsn() before
 and after gives the WAL bytes per start and per step, with migration 0016's indexes and
 without them (dropped), alternating, ROUNDS times each, a CHECKPOINT before each phase (so
-each round pays the same full-page images); ``--breakdown`` adds each index alone.
+each round pays the same full-page images); ``--breakdown`` adds each index alone,
+``--fillfactor N`` sets pgflow_run's (100 by default, as the migrations leave it).
 """
 
 from __future__ import annotations
@@ -333,6 +334,9 @@ def wal(args: argparse.Namespace) -> None:
         with connection.cursor() as cursor:
             cursor.execute("ALTER SYSTEM SET autovacuum = off")  # its WAL is nobody's start
             cursor.execute("SELECT pg_reload_conf()")
+            # An A/B for pgflow/store: room on the page lets the per-step run UPDATE be HOT
+            # (the TRUNCATE of each round makes new pages, which take it).
+            cursor.execute(f"ALTER TABLE pgflow_run SET (fillfactor = {int(args.fillfactor)})")
         variants: dict[str, set[str]] = {"with": set(SEARCH_INDEXES), "without": set()}
         if args.breakdown:  # each index alone, beside none
             variants.update({f"only {name}": {name} for name in SEARCH_INDEXES})
@@ -415,6 +419,7 @@ def main() -> None:
     parser.add_argument("--wal-runs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--breakdown", action="store_true", help="with --wal: also each index alone")
+    parser.add_argument("--fillfactor", type=int, default=100, help="with --wal: pgflow_run's fillfactor")
     args = parser.parse_args()
     if args.wal:
         wal(args)
