@@ -215,6 +215,22 @@ class BadPredicate(pgflow.Workflow):
         return "never"
 
 
+class QueryingPredicate(pgflow.Workflow):
+    """A cancel_if whose query fails, as one reading a table its database lacks."""
+
+    @pgflow.cancel_if
+    def order_gone(self):
+        from django.db import connection  # the project's database, as a condition queries it
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM no_such_orders_table")
+        return False
+
+    @step
+    def guarded(self):
+        return "never"
+
+
 class WaitAfterPause(pgflow.Workflow):
     @step
     def first(self):

@@ -15,6 +15,7 @@ from ..core import errors as error_capture
 from ..core.events import EventKind
 from ..core.flow import CANCEL, PAUSE, SKIP, FlowControl, Outcome
 from ..core.states import RunStatus, StepStatus
+from ..db import atomic
 from ..exceptions import StepNotFound, WorkflowNotFound
 from ..models import Signal, Step, WorkflowRun
 from ..registry import resolve
@@ -90,8 +91,14 @@ def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
             outputs=held.outputs if held.outputs is not None else lambda: outputs_of(run),  # the claim's, if brought
         )
         try:
-            cancel = evaluation.should_cancel(workflow)
-            skip = not cancel and evaluation.should_skip(workflow, definition)
+            if workflow_class.cancel_conditions() or definition.skip_if is not None:
+                # In a savepoint: a condition's failed query would abort the transaction
+                # that must record its failure.
+                with atomic():
+                    cancel = evaluation.should_cancel(workflow)
+                    skip = not cancel and evaluation.should_skip(workflow, definition)
+            else:
+                cancel = skip = False
         except FlowControl as control:  # a verb called in a condition ends the step, as in a body
             apply(
                 run,

@@ -100,13 +100,6 @@ def test_each_tenants_steps_read_their_own_schema(new_database):
     assert status[public] != "finished" and not [name for run, name in outputs if run == public]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KNOWN BUG, reproduced, not fixed yet (pgflow/store/attempts.py prepare): a cancel_if whose "
-    "query fails aborts the prepare's transaction, so the pause that should record it fails too "
-    "(InternalError: current transaction is aborted): the run stays running, its attempt "
-    "in_progress, no error recorded, and the burst worker exits 0. Remove this mark with the fix.",
-)
 def test_a_public_schema_run_whose_cancel_if_fails_pauses_naming_the_error(new_database):
     manage(new_database, "migrate_schemas", "--shared", "--noinput")
     start = "from tests.tenants_app.workflows import ReadsNotes\nprint('RUN', ReadsNotes.start().pk)"

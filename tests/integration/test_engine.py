@@ -270,6 +270,16 @@ def test_a_failing_skip_if_pauses_the_run_with_the_error_recorded():
     assert run.paused_reason == "a cancel_if / skip_if of step 'guarded' failed: ZeroDivisionError: predicate bug"
 
 
+def test_a_cancel_if_whose_query_fails_pauses_the_run_with_the_error_recorded():
+    # The failed query aborts no transaction of pgflow's: the pause is recorded.
+    run = run_workflow(wf.QueryingPredicate.start())
+    assert run.status == "paused"
+    step = run.steps.get()
+    assert (step.status, step.error_class) == ("failed", "django.db.utils.ProgrammingError")
+    assert 'relation "no_such_orders_table" does not exist' in step.error_message
+    assert run.paused_reason.startswith("a cancel_if / skip_if of step 'guarded' failed: ProgrammingError: ")
+
+
 def test_a_step_reached_while_paused_keeps_its_wait_on_resume():
     run = wf.WaitAfterPause.start()
     held = store.claim(worker="t", queues=["workflows"], limit=1)[0]
