@@ -174,7 +174,9 @@ class Insert:
         assert slots == set(varying), f"not bound parameters of this insert: {set(varying) - slots}"
         pieces = self.sql.split("%s")
         assert len(pieces) == len(self.fields) + 1 and "%%" not in self.sql, self.sql
-        sql, prepared, places = [pieces[0]], list[Any](), dict[str, tuple[int, Field[Any, Any]]]()
+        sql = [pieces[0]]
+        prepared: list[Any] = []
+        places: dict[str, tuple[int, Field[Any, Any]]] = {}
         for field, value, piece in zip(self.fields, self.params(instance), pieces[1:], strict=True):
             if field.attname not in varying and (value is None or isinstance(value, bool | int | str)):
                 # A literal's % would read as a placeholder's.
