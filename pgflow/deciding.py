@@ -24,7 +24,7 @@ from .core.events import EventKind
 from .core.states import OPEN_RUN, StepStatus
 from .exceptions import ApprovalError, InputTooLarge, InvalidDecision, NotAllowedToDecide, WorkflowNotFound
 from .models import Event, Signal, Step, WorkflowRun
-from .registry import resolve
+from .registry import registered, resolve
 
 ON_BEHALF = " for user:"  # an actor acting for a user: "agent:<client> for user:<username>"
 
@@ -95,6 +95,26 @@ def why_not(user: Any, run: WorkflowRun, approval: Approval, *, groups: frozense
         has_permission=has_permission,
         requester=requester(run, approval) if active and not approval.self_approval else None,
     )
+
+
+def may_decide_some(user: Any) -> bool:
+    """True when ``user`` could decide an approval of some registered workflow, by its groups
+    and permission (who requested a run aside): who is shown the inbox."""
+    if not (getattr(user, "is_authenticated", False) and getattr(user, "is_active", False)):
+        return False
+    groups: frozenset[str] | None = None
+    for workflow in registered():
+        for definition in workflow.steps():
+            approval = definition.approval
+            if approval is None:
+                continue
+            if groups is None and approval.groups:
+                groups = _groups(user)
+            has_permission = bool(approval.permission and user.has_perm(approval.permission))
+            rule = dict(active=True, username=user.get_username(), has_permission=has_permission, requester=None)
+            if refusal(approval, user_groups=groups or frozenset(), **rule) is None:
+                return True
+    return False
 
 
 def _groups(user: Any) -> frozenset[str]:

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 import pgflow
 from pgflow.approvals import Approval
-from pgflow.deciding import Waiting, approval_of, open_votes, waiting_for, why_not
+from pgflow.deciding import Waiting, approval_of, may_decide_some, open_votes, waiting_for, why_not
 from pgflow.exceptions import ApprovalError, InvalidDecision
 from pgflow.models import Step, WorkflowRun
 
@@ -103,10 +103,11 @@ def inbox_page(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
 
 def with_inbox_row(site: admin.AdminSite, request: HttpRequest, app_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``app_list`` with an "Approvals inbox" row, and how many approvals wait for the user, in
-    the pgflow block (the index, the app index and the navigation sidebar). An approver need
-    not see any pgflow model: for them the block is made, holding only this row."""
+    the pgflow block (the index, the app index and the navigation sidebar), for a staff user
+    who could decide some approval. An approver need not see any pgflow model: for them the
+    block is made, holding only this row."""
     user = getattr(request, "user", None)
-    if not (getattr(user, "is_active", False) and getattr(user, "is_staff", False)):
+    if not (getattr(user, "is_active", False) and getattr(user, "is_staff", False)) or not may_decide_some(user):
         return app_list
     count = len(waiting_here(request, limit=NAV_COUNT_CAP + 1))
     name = "Approvals inbox"

@@ -51,11 +51,13 @@ def test_an_approver_without_pgflow_permissions_sees_the_inbox_link_with_its_cou
     assert "Approvals inbox (2)" in inbox_links(sidebar)
 
 
-def test_a_viewer_of_runs_sees_the_link_in_the_pgflow_block_without_a_count_when_none_waits(login):
+def test_a_viewer_of_runs_sees_the_link_only_when_they_could_decide_an_approval(login):
     viewer = make_user("viewer", perms=("view_workflowrun",))
     run_workflow(aw.Purchase.start())  # finance's, not the viewer's
+    assert inbox_links(login(viewer).get("/admin/")) == []  # in no approver group: no inbox
+    in_finance(viewer)  # now the Purchase's approval is theirs to decide
     page = login(viewer).get("/admin/")
-    assert inbox_links(page) == ["Approvals inbox", "View"]  # the row's name and its View link
+    assert inbox_links(page) == ["Approvals inbox (1)", "View"]  # the row's name and its View link
     text = page.content.decode()
     block = text[text.index('class="app-pgflow') :]
     assert block.index(INBOX) < block.index("</table>")  # in the pgflow block, with the runs
