@@ -9,6 +9,18 @@ from django import forms
 import pgflow
 from pgflow import Approval, step
 
+INBOX = "/admin/pgflow/inbox/"
+
+
+def in_finance(*users):
+    """Put ``users`` in the "finance" group, the approver group of most of these workflows."""
+    from django.contrib.auth.models import Group  # the auth app is ready once a test runs
+
+    group, _ = Group.objects.get_or_create(name="finance")
+    for user in users:
+        user.groups.add(group)
+    return users
+
 
 class RefundForm(forms.Form):
     amount = forms.DecimalField(min_value=0, max_digits=8, decimal_places=2)

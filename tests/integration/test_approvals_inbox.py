@@ -7,7 +7,6 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
 
@@ -17,20 +16,12 @@ from pgflow.testing import run_workflow
 from pgflow_dashboard import insights
 from pgflow_dashboard.window import WorkflowWindow
 from tests import approval_workflows as aw
+from tests.approval_workflows import INBOX, in_finance
 from tests.dashboard_support import make_user, run_url
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
 pytestmark = pytest.mark.django_db
-
-INBOX = "/admin/pgflow/inbox/"
-
-
-def in_finance(*users):
-    group, _ = Group.objects.get_or_create(name="finance")
-    for user in users:
-        user.groups.add(group)
-    return users
 
 
 def parked(workflow, **input):

@@ -5,23 +5,17 @@ from __future__ import annotations
 
 import pytest
 from django.contrib import admin
-from django.contrib.auth.models import Group
 
 import pgflow
 from example_project.shop.models import Order
 from pgflow.testing import run_workflow
 from pgflow_dashboard.admin import start_workflow_action
 from tests import approval_workflows as aw
+from tests.approval_workflows import in_finance
 from tests.dashboard_support import make_user
 from tests.integration.test_runs_on_models_admin import act, order, shop_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def in_finance(*users):
-    group, _ = Group.objects.get_or_create(name="finance")
-    for user in users:
-        user.groups.add(group)
 
 
 def test_start_with_an_actor_records_the_user_and_they_may_not_approve_their_own_run():

@@ -7,26 +7,18 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth.models import Group
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from pgflow.testing import run_workflow
 from tests import approval_workflows as aw
 from tests import workflows as wf
+from tests.approval_workflows import INBOX, in_finance
 from tests.dashboard_support import make_user
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
 pytestmark = pytest.mark.django_db
-
-INBOX = "/admin/pgflow/inbox/"
-
-
-def in_finance(*users):
-    group, _ = Group.objects.get_or_create(name="finance")
-    for user in users:
-        user.groups.add(group)
 
 
 def inbox_links(page) -> list[str]:
