@@ -1,11 +1,13 @@
 """Email to the approvers when an approval opens (``PGFLOW["APPROVAL_EMAIL"]``, off by default).
 
-When an approval step first parks (``pgflow.store.attempts.prepare``), :func:`opened` asks
-for the mail on the commit of that transaction: a run whose transaction rolls back mails no
-one, and nothing is sent while the run's row is locked. The mail goes through Django's
-``send_mail`` machinery (``EMAIL_BACKEND``), one message per approver so no one sees the
-others' addresses, to the active staff users who may decide it (its groups, its permission,
-not the requester under ``self_approval=False``) and have an address.
+When an approval step first parks (``pgflow.store.attempts.prepare``), the store runs the
+hooks registered with it on the commit of that transaction; :func:`connect` (pgflow's
+``AppConfig.ready``) registers :func:`opened`, so the store never imports this feature. A run
+whose transaction rolls back mails no one, and nothing is sent while the run's row is locked.
+The mail goes through Django's ``send_mail`` machinery (``EMAIL_BACKEND``), one message per
+approver so no one sees the others' addresses, to the active staff users who may decide it
+(its groups, its permission, not the requester under ``self_approval=False``) and have an
+address.
 
 Once per opened approval: asked when the attempt parks for the first time, never again for
 the same attempt (a re-run or a resumed run opens a new one). A commit whose worker dies
@@ -25,13 +27,13 @@ from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from . import db
 from .approvals import Approval
 from .conf import pgflow_settings
 from .core import approvalmail
 from .deciding import approval_of, requester
 from .models import Step, WorkflowRun
 from .observability import metrics
+from .store.attempts import on_approval_opened
 
 logger = logging.getLogger("pgflow")
 
@@ -43,12 +45,16 @@ def enabled() -> bool:
     return pgflow_settings.APPROVAL_EMAIL is not None
 
 
+def connect() -> None:
+    """Register :func:`opened` with the store (pgflow's ``AppConfig.ready``; once however often)."""
+    on_approval_opened(opened)
+
+
 def opened(run_id: int, step_id: int) -> None:
-    """An approval step parked for the first time: mail its approvers once the transaction
-    commits (nothing when ``PGFLOW["APPROVAL_EMAIL"]`` is None). Under the run's lock."""
-    if not enabled():
-        return
-    db.on_commit(lambda: send(run_id, step_id), robust=True)
+    """An approval step parked for the first time and its transaction committed: mail its
+    approvers (nothing when ``PGFLOW["APPROVAL_EMAIL"]`` is None)."""
+    if enabled():
+        send(run_id, step_id)
 
 
 def send(run_id: int, step_id: int) -> int:

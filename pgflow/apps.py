@@ -21,6 +21,10 @@ class PgflowConfig(AppConfig):
         from .fanout import djangotasks  # lazy: app registry; it imports the models
 
         djangotasks.connect()
+        # An approval's first park mails its approvers: the store runs the hook on the commit.
+        from . import approval_mail  # lazy: app registry; it imports the models and the store
+
+        approval_mail.connect()
 
 
 def _sync_schedules(*, using: str = "default", **_: object) -> None:

@@ -3,8 +3,9 @@ under the run lock, then ``finish`` with its outcome."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from ..core import errors as error_capture
 from ..core.events import EventKind
 from ..core.flow import CANCEL, PAUSE, SKIP, FlowControl, Outcome
 from ..core.states import RunStatus, StepStatus
-from ..db import atomic
+from ..db import atomic, on_commit
 from ..exceptions import StepNotFound, WorkflowNotFound
 from ..models import Signal, Step, WorkflowRun
 from ..registry import resolve
@@ -32,6 +33,17 @@ if TYPE_CHECKING:
     from ..workflow import Workflow
 
 logger = logging.getLogger("pgflow")
+
+# Called with (run_id, step_id) after the commit that parks an approval step for the first
+# time (once per opened approval). A feature above the store registers here, from pgflow's
+# AppConfig.ready (pgflow.approval_mail mails the approvers), so the store never imports it.
+APPROVAL_OPENED: list[Callable[[int, int], None]] = []
+
+
+def on_approval_opened(hook: Callable[[int, int], None]) -> None:
+    """Run ``hook(run_id, step_id)`` after each commit that opens an approval (once per hook)."""
+    if hook not in APPROVAL_OPENED:
+        APPROVAL_OPENED.append(hook)
 
 
 @dataclass(kw_only=True)
@@ -130,10 +142,8 @@ def prepare(held: Claim, *, at: datetime | None = None) -> Prepared | None:
                 opens = step.waiting_since is None  # this attempt's first park, not a re-park
                 park(run, step, at=at, deadline=definition.wait_timeout)
                 if opens and definition.approval is not None:
-                    # facade: the approval email is a feature above the store; it mails on the commit
-                    from .. import approval_mail
-
-                    approval_mail.opened(run.pk, step.pk)
+                    for hook in APPROVAL_OPENED:  # after the commit: never under the run's lock
+                        on_commit(functools.partial(hook, run.pk, step.pk), robust=True)
                 return None
     return Prepared(claim=held, run=run, step=step, definition=definition, workflow=workflow, signal=signal)
 

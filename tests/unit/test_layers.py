@@ -102,8 +102,6 @@ FACADES = (
     "pgflow.workflow.base.Workflow.start → pgflow.store",
     # What resolve() imported must be a Workflow; the workflow package registers itself here.
     "pgflow.registry.resolve → pgflow.workflow",
-    # An approval step's first park asks for its approvers' email, sent on the commit.
-    "pgflow.store.attempts.prepare → pgflow.approval_mail",
     # A declared schedule's input is checked against MAX_INPUT_BYTES where Django is configured.
     "pgflow.core.ticks._input_limit → pgflow.conf",
     # `manage.py pgflow show` prints the run page's "why" sentence where the dashboard is installed.
@@ -243,6 +241,19 @@ def test_the_workflow_package_sits_below_the_store():
         for path in sorted((ROOT / "pgflow" / "workflow").rglob("*.py"))
         for line, target in top_level_imports(path)
         if RANK.get(layer_of(target) or "core", 0) > RANK["definitions"]
+    ]
+    assert not offenders, offenders
+
+
+def test_the_store_imports_no_feature_not_even_inside_a_function():
+    # A feature the store must tell (an approval opened: its mail) registers a hook with the
+    # store from AppConfig.ready; the store never reaches up for it.
+    offenders = [
+        f"{path.relative_to(ROOT)}:{node.lineno} imports {target} ({layer_of(target)}) inside {function}"
+        for path in sorted((ROOT / "pgflow" / "store").rglob("*.py"))
+        for node, function in function_level_imports(ast.parse(path.read_text()))
+        for target in imported(node, _package_of(path))
+        if RANK.get(layer_of(target) or "core", 0) > RANK["store"]
     ]
     assert not offenders, offenders
 
