@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from pgflow_dashboard.admin import RunsInline, start_workflow_action
+from pgflow_dashboard.admin import RunsInline, StartWorkflowMixin, start_workflow_action
 
 from .models import Order
 from .workflows import OrderFulfilment, RefundApproval, fulfilment_key
 
 
 @admin.register(Order)
-class OrderAdmin(admin.ModelAdmin):
+class OrderAdmin(StartWorkflowMixin, admin.ModelAdmin):  # the mixin: who sees the start actions
     list_display = ("id", "customer", "status", "total_cents", "created_at")
     list_filter = ("status",)
     search_fields = ("customer", "email")

@@ -12,14 +12,15 @@ a setting a test patches (``MAX_BULK_RUNS``) is read from its own module, :mod:`
 - :mod:`.schedules`: schedules, and the form an admin-made one is checked with;
 - :mod:`.alerts`: alert rules and the alerts they raised;
 - :mod:`.inlines`: ``RunsInline``, an object's runs on its own change page;
-- :mod:`.actions`: ``start_workflow_action``, an action starting a workflow per object;
+- :mod:`.actions`: ``start_workflow_action``, an action starting a workflow per object, and
+  ``StartWorkflowMixin``, which the admin listing it takes;
 - :mod:`.subjects`: the run list's filter by subject type;
 - :mod:`.savedviews`: saved views (named run list searches) and the run list's filter by one.
 """
 
 from __future__ import annotations
 
-from .actions import start_workflow_action
+from .actions import StartWorkflowMixin, start_workflow_action
 from .alerts import KEEP, AlertAdmin, AlertRuleAdmin, AlertRuleForm, DeliveryInline, masked, unmasked
 from .inlines import RunsInline
 from .queues import QueueAdmin
@@ -57,6 +58,7 @@ __all__ = [
     "ScheduleAdmin",
     "ScheduleForm",
     "SeenByRunViewers",
+    "StartWorkflowMixin",
     "SubjectTypeFilter",
     "WorkerAdmin",
     "WorkflowClassFilter",

@@ -13,10 +13,15 @@ input=…, key=…, actor=request.user)`` (the user is the run's requester: an a
 workflow's ``input_form`` (a ``django.forms.Form`` class) when it declares one, whose
 cleaned values are added to each object's input; else, when no ``input`` is given, a JSON
 object typed on the page (the same for every run). Starting needs the change permission on
-runs (``pgflow.change_workflowrun``): the action is in the menu only of users who have it
-(Django asks ``model_admin.has_pgflow_start_permission(request)``, which this module gives
-every ``ModelAdmin``; an admin may define its own to hide it from more users), and the
-permission is checked again when the action is chosen and when it is confirmed.
+runs (``pgflow.change_workflowrun``): the action is in the menu only of users who have it,
+and the permission is checked again when the action is chosen and when it is confirmed.
+
+The menu asks the admin: Django shows an action with ``allowed_permissions`` only when the
+page's ``ModelAdmin.has_<permission>_permission(request)`` is true, so an admin listing the
+action takes :class:`StartWorkflowMixin` (``class OrderAdmin(StartWorkflowMixin,
+admin.ModelAdmin)``), which answers ``has_pgflow_start_permission``; an admin may override it
+to hide the action from more users. One without it fails Django's system check (admin.E129)
+at start-up. Django's own ``ModelAdmin`` is left as Django ships it.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ from ..forms import RerunForm
 MAX_STARTS = 1000  # objects one action starts for; more is refused as a whole, nothing started
 MAX_LISTED = 50  # runs the message names one by one
 PERMISSION = "pgflow.change_workflowrun"
-# The action's allowed_permissions: Django shows it only when has_pgflow_start_permission is true.
+# The action's allowed_permissions: Django shows it only when the admin's
+# has_pgflow_start_permission (StartWorkflowMixin's) is true.
 SHOWN_TO = "pgflow_start"
 
 Computed = Any | Callable[[Any], Any]
@@ -82,15 +88,14 @@ def start_workflow_action(
     )(action)
 
 
-def has_pgflow_start_permission(model_admin: admin.ModelAdmin, request: HttpRequest) -> bool:
-    """Whether the start actions show in ``model_admin``'s action menu: the user may start runs."""
-    return bool(request.user.has_perm(PERMISSION))
+class StartWorkflowMixin:
+    """For a ``ModelAdmin`` whose ``actions`` hold a ``start_workflow_action``: Django asks the
+    page's admin ``has_pgflow_start_permission`` (the action's ``allowed_permissions``) before
+    it lists the action. Put it before ``admin.ModelAdmin`` in the bases."""
 
-
-# Django asks the ModelAdmin of the action's page for has_<permission>_permission; the action
-# goes on any project's admin, so every ModelAdmin answers (one defined on an admin wins).
-if not hasattr(admin.ModelAdmin, f"has_{SHOWN_TO}_permission"):
-    setattr(admin.ModelAdmin, f"has_{SHOWN_TO}_permission", has_pgflow_start_permission)
+    def has_pgflow_start_permission(self, request: HttpRequest) -> bool:
+        """Whether the start actions show in this admin's action menu: the user may start runs."""
+        return bool(request.user.has_perm(PERMISSION))
 
 
 class _Plan:

@@ -20,7 +20,7 @@ from django.urls import path, reverse
 
 from example_project.shop.models import Notification, Order
 from pgflow_dashboard import site as dashboard_site
-from pgflow_dashboard.admin import RunsInline, start_workflow_action
+from pgflow_dashboard.admin import RunsInline, StartWorkflowMixin, start_workflow_action
 from tests import workflows as wf
 from tests.browser.test_dashboard_browser import (  # noqa: F401 - the fixtures
     ARTIFACTS,
@@ -33,7 +33,7 @@ from tests.dashboard_support import PASSWORD, make_user
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(StartWorkflowMixin, admin.ModelAdmin):
     list_display = ("id", "vendor_id", "order")
     inlines = [RunsInline]
     actions = [start_workflow_action(wf.Delayed, input={"via": "admin"}, key=lambda n: f"notice-{n.pk}")]

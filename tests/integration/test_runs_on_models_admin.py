@@ -24,6 +24,7 @@ from example_project.shop.models import Order
 from example_project.shop.workflows import OrderFulfilment, RefundApproval
 from pgflow.models import WorkflowRun
 from pgflow.testing import run_workflow
+from pgflow_dashboard.admin import StartWorkflowMixin, start_workflow_action
 from tests import dashboard_workflows as dw
 from tests import workflows as wf
 from tests.dashboard_support import changelist_url, make_user, messages_of, run_url
@@ -304,6 +305,28 @@ def test_an_admin_may_hide_the_start_action_from_more_users():
         assert start_options(operator) == []
     finally:
         del model_admin.has_pgflow_start_permission
+
+
+def test_the_dashboard_patches_no_class_of_djangos():
+    # The menu's check is StartWorkflowMixin's: Django's ModelAdmin stays as Django ships it.
+    assert not hasattr(admin.ModelAdmin, "has_pgflow_start_permission")
+
+
+def test_an_admin_with_the_start_action_needs_the_mixin_and_djangos_check_says_so():
+    """A project's own admin without StartWorkflowMixin is named at start-up (Django's
+    admin.E129, in `manage.py check` and every command), never a broken list page."""
+
+    class Bare(admin.ModelAdmin):
+        actions = [start_workflow_action(OrderFulfilment)]
+
+    class Mixed(StartWorkflowMixin, admin.ModelAdmin):
+        actions = [start_workflow_action(OrderFulfilment)]
+
+    site = admin.AdminSite(name="probe")
+    errors = Bare(Order, site).check()
+    assert [error.id for error in errors] == ["admin.E129"]
+    assert "has_pgflow_start_permission" in errors[0].msg
+    assert Mixed(Order, site).check() == []
 
 
 def test_the_start_action_asks_for_the_workflows_input_form():
