@@ -9,13 +9,13 @@ the form is the approval's own Django form; the vote is written by
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from . import store
 from .approvals import Approval, Vote, refusal, signal_name, vote_name
@@ -25,6 +25,9 @@ from .core.states import OPEN_RUN, StepStatus
 from .exceptions import ApprovalError, InputTooLarge, InvalidDecision, NotAllowedToDecide, WorkflowNotFound
 from .models import Event, Signal, Step, WorkflowRun
 from .registry import registered, resolve
+
+if TYPE_CHECKING:
+    from .workflow import Workflow
 
 ON_BEHALF = " for user:"  # an actor acting for a user: "agent:<client> for user:<username>"
 
@@ -71,6 +74,11 @@ def requester(run: WorkflowRun, approval: Approval) -> str | None:
             return found.get_username() if found else None
         return str(who)
     actor = Event.objects.filter(run=run, event=str(EventKind.STARTED)).values_list("actor", flat=True).first() or ""
+    return _requester_named(actor)
+
+
+def _requester_named(actor: str) -> str | None:
+    """The username a ``started`` event's actor names as the run's requester, if any."""
     if actor.startswith("user:"):
         return actor.removeprefix("user:")
     # An agent acting for a user (the MCP server's "agent:<client> for user:<username>"):
@@ -97,28 +105,67 @@ def why_not(user: Any, run: WorkflowRun, approval: Approval, *, groups: frozense
     )
 
 
-def may_decide_some(user: Any) -> bool:
+# The registry's approvals, one per who-may-decide rule, and the classes they were read from.
+_registered_rules: tuple[tuple[type[Workflow], ...], tuple[Approval, ...]] | None = None
+
+
+def registered_rules() -> tuple[Approval, ...]:
+    """One approval of the registered workflows per distinct rule of who may decide (its
+    groups and permission), in the registry's order.
+
+    The admin's navigation asks on every page, so the scan of every class's steps is kept
+    for the process. The registry is fixed once the apps are loaded, but a class made later
+    (a test, a reloaded module) or dropped replaces the classes this was read from: they are
+    compared (by identity, one pass) on each call, and a change reads the steps again."""
+    global _registered_rules
+    classes = tuple(registered())
+    cached = _registered_rules
+    if cached is not None and cached[0] == classes:
+        return cached[1]
+    rules: dict[tuple[frozenset[str], str | None], Approval] = {}
+    for workflow in classes:
+        for definition in workflow.steps():
+            if definition.approval is not None:
+                rules.setdefault(
+                    (frozenset(definition.approval.groups), definition.approval.permission), definition.approval
+                )
+    found = tuple(rules.values())
+    _registered_rules = (classes, found)
+    return found
+
+
+def may_decide_some(user: Any, *, groups: frozenset[str] | None = None) -> bool:
     """True when ``user`` could decide an approval of some registered workflow, by its groups
-    and permission (who requested a run aside): who is shown the inbox."""
+    and permission (who requested a run aside): who is shown the inbox. ``groups``: the
+    user's group names, when the caller read them already."""
     if not (getattr(user, "is_authenticated", False) and getattr(user, "is_active", False)):
         return False
-    groups: frozenset[str] | None = None
-    for workflow in registered():
-        for definition in workflow.steps():
-            approval = definition.approval
-            if approval is None:
-                continue
-            if groups is None and approval.groups:
-                groups = _groups(user)
-            has_permission = bool(approval.permission and user.has_perm(approval.permission))
-            rule = dict(active=True, username=user.get_username(), has_permission=has_permission, requester=None)
-            if refusal(approval, user_groups=groups or frozenset(), **rule) is None:
-                return True
+    for approval in registered_rules():
+        if groups is None and approval.groups:
+            groups = _groups(user)
+        if _rule_lets_in(user, approval, groups or frozenset()):
+            return True
     return False
+
+
+def _rule_lets_in(user: Any, approval: Approval, groups: frozenset[str]) -> bool:
+    """Whether an active ``user`` passes ``approval``'s groups and permission (who requested
+    the run aside)."""
+    has_permission = bool(approval.permission and user.has_perm(approval.permission))
+    rule = dict(active=True, username=user.get_username(), has_permission=has_permission, requester=None)
+    return refusal(approval, user_groups=groups, **rule) is None
 
 
 def _groups(user: Any) -> frozenset[str]:
     return frozenset(user.groups.values_list("name", flat=True))
+
+
+def user_groups(user: Any) -> frozenset[str]:
+    """``user``'s group names (one query; none for an anonymous or inactive user): read once
+    and handed to :func:`may_decide_some` and :func:`waiting_for` on one page."""
+    if not (getattr(user, "is_authenticated", False) and getattr(user, "is_active", False)):
+        return frozenset()
+    return _groups(user)
 
 
 def cleaned(approval: Approval, data: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -213,24 +260,42 @@ class Waiting:
     votes: list[Vote]
 
 
-def waiting_for(user: Any, *, limit: int = 200) -> list[Waiting]:
+def waiting_for(
+    user: Any,
+    *,
+    limit: int = 200,
+    tenants: Collection[str] | None = None,
+    groups: frozenset[str] | None = None,
+) -> list[Waiting]:
     """The approvals ``user`` may decide now, oldest wait first: those whose step waits, whose
     groups / permission / self-approval rule let the user in, and that they have not voted on.
+    ``tenants``: only runs of these tenants (None: every run); ``groups``: the user's group
+    names, when the caller read them already.
 
-    The waiting steps' classes and step names are read first (one query), so the steps of
-    signal waits that are no approval are never read: the admin's navigation counts these
-    on every page."""
+    The admin's navigation counts these on every page, so the queries do not grow with the
+    waits: the waiting steps' classes and step names are read first (one query), and only
+    the steps of approvals whose groups and permission let the user in are read, a chunk at
+    a time, with their runs' requesters and open votes in one query per chunk."""
     found: list[Waiting] = []
     if not (getattr(user, "is_authenticated", False) and getattr(user, "is_active", False)):
         return found
     waiting = Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True, run__status__in=list(OPEN_RUN))
+    if tenants is not None:
+        waiting = waiting.filter(run__tenant__in=sorted(tenants))
+    if groups is None:
+        groups = _groups(user)
     approvals: dict[tuple[str, str], Approval] = {}
     for pair in waiting.order_by().values_list("run__workflow_class", "step_name").distinct():
         try:
             definition = resolve(pair[0]).steps().get(pair[1])
         except WorkflowNotFound:
             continue
-        if definition is not None and definition.approval is not None:
+        # Steps of an approval the user may not decide whoever asked are never read.
+        if (
+            definition is not None
+            and definition.approval is not None
+            and _rule_lets_in(user, definition.approval, groups)
+        ):
             approvals[pair] = definition.approval
     if not approvals:
         return found
@@ -238,16 +303,83 @@ def waiting_for(user: Any, *, limit: int = 200) -> list[Waiting]:
     for workflow_class, step_name in approvals:
         of_approvals |= Q(run__workflow_class=workflow_class, step_name=step_name)
     steps = waiting.filter(of_approvals).select_related("run").order_by("waiting_since", "id")
-    groups = _groups(user)
-    for step in steps.iterator(chunk_size=500):
-        approval = approvals[(step.run.workflow_class, step.step_name)]
-        if why_not(user, step.run, approval, groups=groups) is not None:
-            continue
-        # With a quorum of one every vote decides: no open votes to read.
-        votes = open_votes(step.run, step.step_name) if approval.quorum > 1 else []
-        if any(v.decided_by == user.get_username() for v in votes):
-            continue
-        found.append(Waiting(run=step.run, step=step, approval=approval, waiting_since=step.waiting_since, votes=votes))
-        if len(found) >= limit:
-            break
+    username = user.get_username()
+    for chunk in _chunks(steps, size=max(min(limit, CHUNK), 1)):
+        started = _started_requesters([s.run_id for s in chunk if _reads_started(approvals[_pair(s)])])
+        votes = _open_votes([s for s in chunk if approvals[_pair(s)].quorum > 1])
+        for step in chunk:
+            approval = approvals[_pair(step)]
+            if not approval.self_approval:
+                who = started.get(step.run_id) if approval.requester is None else requester(step.run, approval)
+                if who is not None and who == username:
+                    continue  # refusal()'s self-approval rule, its other checks passed above
+            # With a quorum of one every vote decides: no open votes to read.
+            counted = votes.get((step.run_id, step.step_name), [])
+            if any(v.decided_by == username for v in counted):
+                continue
+            found.append(
+                Waiting(run=step.run, step=step, approval=approval, waiting_since=step.waiting_since, votes=counted)
+            )
+            if len(found) >= limit:
+                return found
+    return found
+
+
+CHUNK = 200  # waiting steps read at a time, each chunk with one query for requesters, one for votes
+
+
+def _pair(step: Step) -> tuple[str, str]:
+    return (step.run.workflow_class, step.step_name)
+
+
+def _reads_started(approval: Approval) -> bool:
+    """Whether the approval's requester is its run's ``started`` actor, and matters."""
+    return not approval.self_approval and approval.requester is None
+
+
+def _chunks(steps: QuerySet[Step], *, size: int) -> Iterator[list[Step]]:
+    """``steps`` in lists of ``size``, each one query (keyset on the ordering, no OFFSET)."""
+    after: tuple[datetime | None, int] | None = None
+    while True:
+        page = steps
+        if after is not None:
+            since, pk = after
+            if since is None:  # NULLs sort last: only NULLs of a later id follow
+                page = page.filter(waiting_since__isnull=True, id__gt=pk)
+            else:  # the id breaks ties; a NULL wait sorts after every time
+                page = page.filter(
+                    Q(waiting_since__gt=since) | Q(waiting_since=since, id__gt=pk) | Q(waiting_since__isnull=True)
+                )
+        chunk = list(page[:size])
+        if not chunk:
+            return
+        yield chunk
+        if len(chunk) < size:
+            return
+        after = (chunk[-1].waiting_since, chunk[-1].pk)
+
+
+def _started_requesters(run_ids: list[int]) -> dict[int, str | None]:
+    """Each run's requester by its ``started`` event's actor (one query)."""
+    if not run_ids:
+        return {}
+    found: dict[int, str | None] = {}
+    rows = Event.objects.filter(run_id__in=run_ids, event=str(EventKind.STARTED)).order_by("run_id", "created_at", "id")
+    for run_id, actor in rows.values_list("run_id", "actor"):
+        found.setdefault(run_id, _requester_named(actor or ""))
+    return found
+
+
+def _open_votes(steps: list[Step]) -> dict[tuple[int, str], list[Vote]]:
+    """The open votes of each step's approval (one query), as :func:`open_votes` reads them."""
+    if not steps:
+        return {}
+    names = {vote_name(step.step_name): step.step_name for step in steps}
+    rows = Signal.objects.filter(
+        run_id__in=sorted({step.run_id for step in steps}), name__in=sorted(names), consumed_at__isnull=True
+    ).order_by("received_at", "id")
+    found: dict[tuple[int, str], list[Vote]] = {}
+    for row in rows:
+        if isinstance(row.payload, Mapping):
+            found.setdefault((row.run_id, names[row.name]), []).append(Vote.of(row.payload))
     return found

@@ -24,7 +24,15 @@ from django.utils import timezone
 
 import pgflow
 from pgflow.approvals import Approval
-from pgflow.deciding import Waiting, approval_of, may_decide_some, open_votes, waiting_for, why_not
+from pgflow.deciding import (
+    Waiting,
+    approval_of,
+    may_decide_some,
+    open_votes,
+    user_groups,
+    waiting_for,
+    why_not,
+)
 from pgflow.exceptions import ApprovalError, InvalidDecision
 from pgflow.models import Step, WorkflowRun
 
@@ -88,10 +96,11 @@ def row(site: admin.AdminSite, request: HttpRequest, item: Waiting, *, now: Any)
     }
 
 
-def waiting_here(request: HttpRequest, *, limit: int = 200) -> list[Waiting]:
-    """The approvals the request's user may decide, of the tenants they see."""
+def waiting_here(request: HttpRequest, *, limit: int = 200, groups: frozenset[str] | None = None) -> list[Waiting]:
+    """The approvals the request's user may decide, of the tenants they see (``groups``: the
+    user's group names, when read already)."""
     keys = visible_to(request)  # PGFLOW["TENANT_VISIBLE"]: another tenant's approvals are not listed
-    return [item for item in waiting_for(request.user, limit=limit) if keys is None or item.run.tenant in keys]
+    return waiting_for(request.user, limit=limit, tenants=keys, groups=groups)
 
 
 def inbox_page(site: admin.AdminSite, request: HttpRequest) -> TemplateResponse:
@@ -107,9 +116,12 @@ def with_inbox_row(site: admin.AdminSite, request: HttpRequest, app_list: list[d
     who could decide some approval. An approver need not see any pgflow model: for them the
     block is made, holding only this row."""
     user = getattr(request, "user", None)
-    if not (getattr(user, "is_active", False) and getattr(user, "is_staff", False)) or not may_decide_some(user):
+    if not (getattr(user, "is_active", False) and getattr(user, "is_staff", False)):
         return app_list
-    count = len(waiting_here(request, limit=NAV_COUNT_CAP + 1))
+    groups = user_groups(user)  # one query for both: who may decide some, and what waits
+    if not may_decide_some(user, groups=groups):
+        return app_list
+    count = len(waiting_here(request, limit=NAV_COUNT_CAP + 1, groups=groups))
     name = "Approvals inbox"
     if count:
         name += f" ({NAV_COUNT_CAP}+)" if count > NAV_COUNT_CAP else f" ({count})"

@@ -80,6 +80,14 @@ class Expiring(pgflow.Workflow):
         return _decided(decision)
 
 
+class Managers(pgflow.Workflow):
+    """The managers' approval: a finance approver may not decide it."""
+
+    @step(approval=Approval(groups=["managers"]))
+    def review(self, decision):
+        return _decided(decision)
+
+
 class Purchase(pgflow.Workflow):
     """A finance approval whose requester is who started the run (the started event's actor)."""
 

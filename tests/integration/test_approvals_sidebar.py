@@ -68,3 +68,49 @@ def test_the_count_costs_no_query_per_waiting_step_that_is_no_approval(login):
     with CaptureQueriesContext(connection) as after:
         assert "Approvals inbox (1)" in inbox_links(client.get("/admin/"))
     assert len(after) == len(before)
+
+
+def test_the_count_costs_no_query_per_waiting_approval(login):
+    """The navigation counts on every admin page: its queries do not grow with the approvals
+    waiting, neither those the user may decide nor those of a group they are not in."""
+    ann = make_user("ann")
+    in_finance(ann)
+    client = login(ann)
+    run_workflow(aw.Purchase.start())
+    run_workflow(aw.TwoApprovers.start())
+    client.get("/admin/")
+    with CaptureQueriesContext(connection) as before:
+        assert "Approvals inbox (2)" in inbox_links(client.get("/admin/"))
+    for _ in range(4):
+        run_workflow(aw.Purchase.start())  # the requester read per run before
+        run_workflow(aw.TwoApprovers.start())  # and the open votes
+        run_workflow(aw.Managers.start())  # the managers' approval: not ann's
+    with CaptureQueriesContext(connection) as after:
+        assert "Approvals inbox (10)" in inbox_links(client.get("/admin/"))
+    assert len(after) == len(before), [q["sql"] for q in after.captured_queries]
+
+
+def test_a_workflow_defined_after_the_first_page_shows_the_inbox(login):
+    """The registry's approvals are read once per process, but a class made later (as a test
+    or a reloaded module does) or dropped from the registry counts at the next page."""
+    from django.contrib.auth.models import Group
+
+    from pgflow import Approval, Workflow, registry, step
+
+    ann = make_user("ann")
+    ann.groups.add(Group.objects.create(name="latecomers"))
+    client = login(ann)
+    assert inbox_links(client.get("/admin/")) == []
+
+    class LateApproval(Workflow):
+        @step(approval=Approval(groups=["latecomers"]))
+        def review(self, decision):
+            return decision.approved
+
+    try:
+        assert "Approvals inbox" in inbox_links(client.get("/admin/"))  # nothing waits yet
+        run_workflow(LateApproval.start())
+        assert "Approvals inbox (1)" in inbox_links(client.get("/admin/"))
+    finally:
+        registry._workflows.pop(LateApproval.workflow_path(), None)
+    assert inbox_links(client.get("/admin/")) == []  # no registered approval is ann's now
