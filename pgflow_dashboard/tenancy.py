@@ -4,12 +4,15 @@ imports the site, which imports the pages)."""
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from typing import TypeVar
+
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
 from pgflow import tenants
 from pgflow.conf import pgflow_settings
-from pgflow.models import WorkflowRun
+
+Tenanted = TypeVar("Tenanted", bound=Model)  # WorkflowRun, Schedule
 
 
 def in_use() -> bool:
@@ -28,9 +31,10 @@ def visible_to(request: HttpRequest) -> frozenset[str] | None:
     return found
 
 
-def scoped(runs: QuerySet[WorkflowRun], keys: frozenset[str] | None) -> QuerySet[WorkflowRun]:
-    """``runs`` narrowed to the tenants ``keys`` (None: as they are)."""
-    return runs if keys is None else runs.filter(tenant__in=sorted(keys))
+def scoped(rows: QuerySet[Tenanted], keys: frozenset[str] | None) -> QuerySet[Tenanted]:
+    """``rows`` (runs, or schedules: a model with a ``tenant`` column) narrowed to the tenants
+    ``keys`` (None: as they are); a row of no tenant is out of a restricted user's sight."""
+    return rows if keys is None else rows.filter(tenant__in=sorted(keys))
 
 
 class NotVisible(PermissionError):

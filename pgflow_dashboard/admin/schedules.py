@@ -164,6 +164,11 @@ class ScheduleAdmin(admin.ModelAdmin):
     actions = ["pause_schedules", "resume_schedules", "start_now"]
     list_select_related = ["last_run"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
+        # PGFLOW["TENANT_VISIBLE"], as the run list: a restricted user's list, pages and
+        # actions hold only their tenants' schedules (another's, or one of no tenant, is not found).
+        return tenancy.scoped(super().get_queryset(request), tenancy.visible_to(request))
+
     def get_list_display(self, request: HttpRequest) -> Any:
         shown = list(super().get_list_display(request))
         if tenancy.in_use():  # as the run list: a tenant column only in a project with tenants

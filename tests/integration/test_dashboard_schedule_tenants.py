@@ -121,3 +121,31 @@ def test_a_schedule_saved_outside_the_form_refuses_a_bad_tenant(tenanted):
     with pytest.raises(DefinitionError, match="Schedule 'n': tenant must be a non-empty string"):
         schedules.save(Schedule(workflow_class=tw.Seen.workflow_path(), name="n", every=timedelta(hours=1), tenant=""))
     assert not Schedule.objects.exists()
+
+
+def test_a_restricted_user_sees_and_acts_on_their_tenants_schedules_only(login, tenanted):
+    """The Schedules list is filtered as the run list is (PGFLOW["TENANT_VISIBLE"]): another
+    tenant's schedule, or one of no tenant, is neither listed, nor opened, nor acted on."""
+    made = {}
+    for name, tenant in (("acme hourly", "acme"), ("globex hourly", "globex"), ("shared hourly", None)):
+        made[name] = Schedule(
+            workflow_class=tw.Seen.workflow_path(), name=name, every=timedelta(hours=1), tenant=tenant
+        )
+        schedules.save(made[name])
+    listing_url = reverse("admin:pgflow_schedule_changelist")
+
+    def listed(client) -> list[str]:
+        return sorted(
+            re.findall(r'<th class="field-name"><a href="[^"]*">([^<]+)</a>', client.get(listing_url).content.decode())
+        )
+
+    everyone = login(make_user("scheduler", perms=PERMS))
+    assert listed(everyone) == ["acme hourly", "globex hourly", "shared hourly"]
+    acme = login(make_user("acme-scheduler", perms=PERMS))
+    assert listed(acme) == ["acme hourly"]
+    theirs = made["globex hourly"]
+    assert acme.get(reverse("admin:pgflow_schedule_change", args=[theirs.pk])).status_code == 302  # "doesn't exist"
+    posted = {"action": "pause_schedules", "_selected_action": [s.pk for s in made.values()]}
+    assert acme.post(listing_url, posted).status_code == 302
+    paused = dict(Schedule.objects.values_list("name", "paused"))
+    assert paused == {"acme hourly": True, "globex hourly": False, "shared hourly": False}
