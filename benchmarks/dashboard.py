@@ -104,7 +104,24 @@ def setup_django() -> None:
 
 # --- seeding ----------------------------------------------------------------------------------
 
-SEED_RUNS = """
+# The runs of both seeds (benchmarks/search_runs.py's too): RUNS rows of (i, created, status,
+# ended), created over the DAYS days before NOW, 90 % finished, 4 % cancelled, 4 % running,
+# 2 % paused; a finished or cancelled run ended 5 to 905 seconds after it was created (never
+# after NOW). Parameters runs, days and now; its random() draws follow the caller's setseed,
+# so a seed gives the same rows each time.
+DATED_RUNS = """
+    SELECT i, created, status,
+           CASE WHEN status IN ('finished', 'cancelled')
+                THEN least(created + (5 + random() * 900) * interval '1 second', %(now)s) END AS ended
+    FROM (
+        SELECT i, %(now)s - random() * %(days)s * interval '1 day' AS created,
+               CASE WHEN r < 0.90 THEN 'finished' WHEN r < 0.94 THEN 'cancelled'
+                    WHEN r < 0.98 THEN 'running' ELSE 'paused' END AS status
+        FROM (SELECT i, random() AS r FROM generate_series(1, %(runs)s) AS i) AS draw
+    ) AS dated
+"""
+
+SEED_RUNS = f"""
 SELECT setseed(0.42);
 INSERT INTO pgflow_run (workflow_class, status, current_step, input, definition_digest, created_at, updated_at,
                         finished_at, paused_reason)
@@ -117,17 +134,7 @@ SELECT (%(classes)s::text[])[1 + i %% 5],
        created, coalesce(ended, created), ended,
        CASE WHEN status = 'paused' THEN 'step step_' || %(per_run)s / 2 || ' #2 failed: ValueError: bad input'
             ELSE '' END
-FROM (
-    SELECT i, created, status,
-           CASE WHEN status IN ('finished', 'cancelled')
-                THEN least(created + (5 + random() * 900) * interval '1 second', %(now)s) END AS ended
-    FROM (
-        SELECT i, %(now)s - random() * %(days)s * interval '1 day' AS created,
-               CASE WHEN r < 0.90 THEN 'finished' WHEN r < 0.94 THEN 'cancelled'
-                    WHEN r < 0.98 THEN 'running' ELSE 'paused' END AS status
-        FROM (SELECT i, random() AS r FROM generate_series(1, %(runs)s) AS i) AS draw
-    ) AS dated
-) AS runs
+FROM ({DATED_RUNS}) AS runs
 ORDER BY created  -- a real table grows in time order: rows of one day share pages
 """
 

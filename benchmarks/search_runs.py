@@ -48,6 +48,8 @@ WAL_CLUSTER = ROOT / "benchmarks" / ".work" / "pg-search-wal"
 TARGET_MS = 300
 SLOW_QUERY_MS = 1.0
 
+from benchmarks.dashboard import DATED_RUNS  # noqa: E402 - after the path is set
+
 CLASSES = [
     "tests.workflows.ThreeSteps",
     "tests.workflows.SlowSteps",
@@ -63,7 +65,8 @@ ERRORS = [
     ("ValueError", "bad input: unknown sku"),
 ]
 
-SEED_RUNS = """
+# The runs over the days with their statuses: the dashboard seed's (one draw for both histories).
+SEED_RUNS = f"""
 SELECT setseed(0.41);
 INSERT INTO pgflow_run (workflow_class, status, current_step, input, key, definition_digest, created_at,
                         updated_at, finished_at, paused_reason, attributes)
@@ -80,17 +83,7 @@ SELECT (%(classes)s::text[])[1 + i %% 5], status,
        CASE WHEN status = 'paused' THEN 'step failed: TimeoutError' ELSE '' END,
        jsonb_build_object('customer', 'c' || (i %% 20000), 'plan', (ARRAY['gold', 'silver', 'bronze'])[1 + i %% 3],
                           'region', (ARRAY['eu', 'us'])[1 + i %% 2])
-FROM (
-    SELECT i, created, status,
-           CASE WHEN status IN ('finished', 'cancelled')
-                THEN least(created + (5 + random() * 900) * interval '1 second', %(now)s) END AS ended
-    FROM (
-        SELECT i, %(now)s - random() * %(days)s * interval '1 day' AS created,
-               CASE WHEN r < 0.90 THEN 'finished' WHEN r < 0.94 THEN 'cancelled'
-                    WHEN r < 0.98 THEN 'running' ELSE 'paused' END AS status
-        FROM (SELECT i, random() AS r FROM generate_series(1, %(runs)s) AS i) AS draw
-    ) AS dated
-) AS runs
+FROM ({DATED_RUNS}) AS runs
 ORDER BY created;
 UPDATE pgflow_run SET parent_id = id - 1 WHERE id %% 50 = 0;
 """
