@@ -4,6 +4,7 @@
     gates      Gate, QueueState (ListColumn)        pgflow.store (claim, scheduling); pgflow.queues
     batches    Batch, BatchMember                   pgflow.store; pgflow.fanout
     rollup     RollupState, Run/Step/FailureRollup  pgflow.rollup
+    history    HistoryState                         pgflow.store.history
     schedules  Schedule, ScheduleTick               pgflow.schedules (the admin's forms through it)
     workers    Worker                               pgflow.runtime.presence
     tokens     AccessToken                          pgflow_dashboard (the MCP's tokens)
@@ -18,6 +19,7 @@ name): the modules are where the classes live, not how they are imported. One ap
 from .alerts import Alert, AlertDelivery, AlertRule
 from .batches import Batch, BatchMember
 from .gates import Gate, ListColumn, QueueState
+from .history import HistoryState
 from .rollup import FailureRollup, RollupState, RunRollup, StepRollup
 from .runs import Event, Signal, Step, WorkflowRun, WorkflowRunQuerySet
 from .schedules import Schedule, ScheduleTick
@@ -35,6 +37,7 @@ __all__ = [
     "Event",
     "FailureRollup",
     "Gate",
+    "HistoryState",
     "ListColumn",
     "QueueState",
     "RollupState",

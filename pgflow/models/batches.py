@@ -22,7 +22,9 @@ class Batch(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
-    step = models.ForeignKey(Step, null=True, on_delete=models.SET_NULL, related_name="+")
+    step = models.ForeignKey(  # no database key into the partitioned pgflow_step (Event.step)
+        Step, null=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
     description = models.CharField(max_length=400)
     properties = models.JSONField(default=dict)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)

@@ -238,6 +238,9 @@ class Step(models.Model):
     rate_per = models.FloatField(default=0, db_default=0.0)
     # When a limit let the due attempt through: throttled from scheduled_at until then, queued after.
     throttled_until = models.DateTimeField(null=True, blank=True)
+    # The UTC day its run ended, once the sweep has filed the run into that day's partition
+    # (pgflow.store.history); None while the row is in pgflow_step_live, with the open work.
+    history_day = models.DateField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "pgflow_step"
@@ -311,11 +314,17 @@ class Event(models.Model):
     """The audit trail: every state change of a run writes one, in the same transaction."""
 
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, db_index=False)  # pgflow_event_run leads with it
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # No foreign key in the database: pgflow_step is partitioned (pgflow.store.history), and
+    # PostgreSQL only lets a key point at a unique index that includes the partition key.
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
     event = models.CharField(max_length=40, choices=[(kind.value, kind.label) for kind in EventKind])
     actor = models.CharField(max_length=200, default="system")
     details = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
+    # As Step.history_day: None while in pgflow_event_live.
+    history_day = models.DateField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "pgflow_event"
@@ -336,7 +345,9 @@ class Signal(models.Model):
     payload = models.JSONField(null=True, blank=True)
     received_at = models.DateTimeField()
     consumed_at = models.DateTimeField(null=True, blank=True)
-    consumed_by = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    consumed_by = models.ForeignKey(  # no database key into the partitioned pgflow_step (Event.step)
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
 
     class Meta:
         db_table = "pgflow_signal"
