@@ -8,8 +8,10 @@ advisory lock held for a transaction (:func:`leading`).
 - fan-out steps whose batch callback was lost (only with django_q installed);
 - the hourly rollup of the insights' figures: the hours closed since the last sweep
   (``pgflow.rollup.roll``, a bounded number per sweep);
-- retention: finished and cancelled runs older than RETENTION, in bounded batches, and the
-  rollup's rows as old;
+- history: ended runs filed into their days' partitions, the partitions of the next day made
+  ahead (``pgflow.store.history``);
+- retention: finished and cancelled runs older than RETENTION, in batches for up to
+  RETENTION_SECONDS, their days' partitions dropped whole, and the rollup's rows as old;
 - the rows of workers gone for a while (``pgflow.runtime.presence``).
 """
 
@@ -30,6 +32,7 @@ from ..db import connection
 from ..models import Step
 from ..observability import alerts
 from ..signals import repair_waits
+from ..store import history
 from . import connections, presence
 
 logger = logging.getLogger("pgflow")
@@ -37,7 +40,11 @@ logger = logging.getLogger("pgflow")
 LOCK_KEY = 0x7067_666C_6F77  # "pgflow" — the advisory lock only one sweeping worker holds
 BATCH_SIZE = 100  # repairs of one kind per sweep
 RETENTION_BATCH = 500  # runs deleted per statement
-RETENTION_ROUNDS = 10  # statements per sweep, so one sweep stays short
+# Batches per sweep: enough to keep up with several thousand runs ending a second at the
+# default SWEEP_INTERVAL, and few enough that one sweep ends (RETENTION_SECONDS bounds it too).
+RETENTION_ROUNDS = 200
+RETENTION_SECONDS = 5.0
+FILE_ROUNDS = 100  # history.FILE_BATCH runs each
 
 
 def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
@@ -63,6 +70,7 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
             {
                 "fan_out_repairs": _repair_fan_outs(at),
                 "rolled_hours": _roll(at),
+                "filed_runs": _file(at),
                 "purged_runs": purge(at=at),
                 "forgotten_workers": presence.forget_gone(at=at),
                 "alerts": _alerts(at),
@@ -164,13 +172,23 @@ def _repair_fan_outs(at: datetime) -> int:
     return done + fanout.repair_lost(at=at)
 
 
+def _file(at: datetime) -> int:
+    """Make the coming days' partitions, then file the ended runs into theirs."""
+    history.make_ahead(at)
+    return history.file_ended(at=at, rounds=FILE_ROUNDS)
+
+
 def purge(*, at: datetime) -> int:
-    """Delete finished and cancelled runs older than RETENTION (with their rows), and the
-    rollup's rows of hours as old."""
+    """Delete finished and cancelled runs older than RETENTION (with their rows), the history
+    partitions of the days wholly before it, and the rollup's rows of hours as old."""
     retention = pgflow_settings.RETENTION
     if retention is None:
         return 0
     cutoff = at - (retention if isinstance(retention, timedelta) else timedelta(seconds=retention))
     rollup.purge(cutoff)
     writer = archive.write if archive.configured() is not None else None  # PGFLOW["ARCHIVE"]: before the purge
-    return store.purge_runs(cutoff, batch=RETENTION_BATCH, rounds=RETENTION_ROUNDS, archive=writer)
+    purged = store.purge_runs(
+        cutoff, batch=RETENTION_BATCH, rounds=RETENTION_ROUNDS, seconds=RETENTION_SECONDS, archive=writer
+    )
+    history.drop_expired(cutoff)
+    return purged

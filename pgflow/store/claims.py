@@ -50,7 +50,7 @@ _GATE_ROOM = f"""
                           ELSE coalesce(s.status IN ('scheduled', 'in_progress'), true) END AS held,
                      CASE WHEN {_K_SINGLETON} THEN r.finished_at ELSE s.finished_at END AS ended
               FROM unnest(k.holders) AS u(id)
-              LEFT JOIN pgflow_step AS s ON s.id = u.id AND NOT {_K_SINGLETON}
+              LEFT JOIN pgflow_step_live AS s ON s.id = u.id AND NOT {_K_SINGLETON}
               LEFT JOIN pgflow_run AS r ON r.id = u.id AND {_K_SINGLETON}) AS h
     ) AS kept,
     LATERAL (
@@ -86,7 +86,7 @@ _CANDIDATES = (
     LATERAL (
         SELECT x.id, x.priority, x.scheduled_at, """
     + _IS_ASYNC.format(a="x")
-    + """ AS is_async FROM pgflow_step AS x
+    + """ AS is_async FROM pgflow_step_live AS x
         WHERE x.status = 'scheduled' AND NOT x.gated AND x.queue = q.name AND x.scheduled_at <= %(now)s {also}
             AND """
     + _KIND_FREE.format(a="x")
@@ -96,7 +96,7 @@ _CANDIDATES = (
                     + least(count(*) FILTER (WHERE due_now.is_async), %(awaiting)s) FROM (
             SELECT """
     + _IS_ASYNC.format(a="y")
-    + """ AS is_async FROM pgflow_step AS y WHERE y.status = 'scheduled' AND y.queue = q.name
+    + """ AS is_async FROM pgflow_step_live AS y WHERE y.status = 'scheduled' AND y.queue = q.name
                 AND timezone('UTC', y.scheduled_at) <= timezone('UTC', %(now)s::timestamptz) AND """
     + _KIND_FREE.format(a="y")
     + """
@@ -155,11 +155,11 @@ _GATED_QUEUES = """open_queues AS (
 # The group after (gate, rate_gate) ``{after}`` in queue ``{queue}``, else (once a walk, not
 # wrapped yet: ``{wrap}``) the queue's first group, flagged ``wrapped``.
 _NEXT_GROUP = """LATERAL (SELECT * FROM (
-        (SELECT queue, gate, rate_gate, {wrapped} AS wrapped FROM pgflow_step
+        (SELECT queue, gate, rate_gate, {wrapped} AS wrapped FROM pgflow_step_live
          WHERE status = 'scheduled' AND gated AND queue = {queue} AND (gate, rate_gate) > {after}
          ORDER BY gate, rate_gate LIMIT 1)
         UNION ALL
-        (SELECT queue, gate, rate_gate, true FROM pgflow_step
+        (SELECT queue, gate, rate_gate, true FROM pgflow_step_live
          WHERE {wrap} AND status = 'scheduled' AND gated AND queue = {queue}
          ORDER BY gate, rate_gate LIMIT 1)
     ) AS found LIMIT 1)"""
@@ -209,7 +209,7 @@ WITH RECURSIVE """
     CROSS JOIN LATERAL (
         SELECT s.id, s.priority, s.scheduled_at, s.run_id, """
     + _IS_ASYNC.format(a="s")
-    + """ AS is_async FROM pgflow_step AS s
+    + """ AS is_async FROM pgflow_step_live AS s
         WHERE s.status = 'scheduled' AND s.gated AND s.queue = g.queue AND s.gate = g.gate
             AND s.rate_gate = g.rate_gate AND s.scheduled_at <= %(now)s AND """
     + _KIND_FREE.format(a="s")
@@ -225,7 +225,7 @@ WITH RECURSIVE """
     + _IS_ASYNC.format(a="s")
     + """
     FROM pgflow_gate AS k
-    JOIN pgflow_step AS s ON s.run_id = ANY(k.holders) AND s.gate = k.name
+    JOIN pgflow_step_live AS s ON s.run_id = ANY(k.holders) AND s.gate = k.name
     LEFT JOIN room AS fr ON fr.name = s.rate_gate
     WHERE k.name IN (SELECT gate FROM groups WHERE gate LIKE '"""
     + gate_prefix(SINGLETON_GATE)
@@ -282,7 +282,7 @@ WITH RECURSIVE """
     WHERE k.name = r.name AND EXISTS (SELECT 1 FROM taken AS t WHERE t.gate = k.name OR t.rate_gate = k.name)
     RETURNING 1
 ), claimed AS (
-    UPDATE pgflow_step AS s
+    UPDATE pgflow_step_live AS s
     SET status = 'in_progress', started_at = due.started_at, worker = %(worker)s, claim_token = gen_random_uuid(),
         lease_expires_at = %(lease_until)s, throttled_until = due.throttled_until
     FROM due WHERE s.id = due.id
@@ -329,7 +329,7 @@ WITH """
     + _OPEN_QUEUES
     + """, probe AS (
     SELECT EXISTS (SELECT 1 FROM open_queues AS q, LATERAL (
-        SELECT 1 FROM pgflow_step WHERE status = 'scheduled' AND gated AND queue = q.name LIMIT 1) AS g
+        SELECT 1 FROM pgflow_step_live WHERE status = 'scheduled' AND gated AND queue = q.name LIMIT 1) AS g
     ) AS gated
 ), """
     + _CANDIDATES.format(also="AND NOT (SELECT gated FROM probe)")
@@ -338,7 +338,7 @@ WITH """
     + _WITHIN_KINDS.format(rows="candidates", order="w.priority DESC, w.scheduled_at, w.id")
     + """ WHERE fits ORDER BY priority DESC, scheduled_at, id LIMIT %(limit)s
 ), claimed AS (
-    UPDATE pgflow_step AS s
+    UPDATE pgflow_step_live AS s
     SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
         lease_expires_at = %(lease_until)s, throttled_until = NULL
     WHERE s.id = ANY (ARRAY(SELECT id FROM due))
@@ -348,7 +348,7 @@ WITH """
 ), later AS (
     SELECT min(first.scheduled_at) AS next_due
     FROM open_queues AS q,
-    LATERAL (SELECT scheduled_at FROM pgflow_step
+    LATERAL (SELECT scheduled_at FROM pgflow_step_live
              WHERE status = 'scheduled' AND queue = q.name AND id NOT IN (SELECT id FROM due)
              ORDER BY timezone('UTC', scheduled_at) LIMIT 1) AS first
 )
@@ -530,10 +530,10 @@ def claim(
 CLAIM_NOTIFIED_SQL = (
     """
 WITH claimed AS (
-    UPDATE pgflow_step AS s
+    UPDATE pgflow_step_live AS s
     SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, claim_token = gen_random_uuid(),
         lease_expires_at = %(lease_until)s, throttled_until = NULL
-    WHERE s.id = (SELECT id FROM pgflow_step WHERE id = %(id)s AND status = 'scheduled' AND NOT gated
+    WHERE s.id = (SELECT id FROM pgflow_step_live WHERE id = %(id)s AND status = 'scheduled' AND NOT gated
                   AND scheduled_at <= %(now)s AND queue = ANY(%(queues)s::text[]) FOR UPDATE SKIP LOCKED)
         AND NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = s.queue AND p.paused)
     RETURNING """
@@ -542,7 +542,7 @@ WITH claimed AS (
 ), later AS (
     SELECT min(first.scheduled_at) AS next_due
     FROM unnest(%(queues)s::text[]) AS q(name),
-    LATERAL (SELECT scheduled_at FROM pgflow_step
+    LATERAL (SELECT scheduled_at FROM pgflow_step_live
              WHERE status = 'scheduled' AND queue = q.name AND id <> %(id)s
              ORDER BY timezone('UTC', scheduled_at) LIMIT 1) AS first
     WHERE NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = q.name AND p.paused)
@@ -652,7 +652,7 @@ def _claim_session(cursor: Any) -> None:
 NEXT_DUE_SQL = """
 SELECT min(first.scheduled_at)
 FROM unnest(%(queues)s::text[]) AS q(name),
-LATERAL (SELECT scheduled_at FROM pgflow_step WHERE status = 'scheduled' AND queue = q.name
+LATERAL (SELECT scheduled_at FROM pgflow_step_live WHERE status = 'scheduled' AND queue = q.name
          ORDER BY timezone('UTC', scheduled_at) LIMIT 1) AS first
 WHERE NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = q.name AND p.paused)
 """
@@ -670,7 +670,7 @@ def claim_step(step_id: int, *, worker: str, at: datetime | None = None) -> Clai
     """Claim one specific scheduled attempt, due or not (``pgflow.testing`` skips waits)."""
     with db.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE pgflow_step AS s SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, "
+            "UPDATE pgflow_step_live AS s SET status = 'in_progress', started_at = %(now)s, worker = %(worker)s, "
             "claim_token = gen_random_uuid(), lease_expires_at = %(lease_until)s, "
             "scheduled_at = LEAST(s.scheduled_at, %(now)s) "
             "FROM pgflow_run AS r WHERE s.id = %(id)s AND s.status = 'scheduled' AND r.id = s.run_id " + _RETURNING,

@@ -135,7 +135,7 @@ WITH runs AS (
     SELECT id, status, workflow_class, definition_digest FROM pgflow_run
     WHERE id = ANY(%(runs)s::bigint[]) ORDER BY id FOR UPDATE SKIP LOCKED
 ), steps AS (
-    SELECT id, claim_token FROM pgflow_step
+    SELECT id, claim_token FROM pgflow_step_live
     WHERE id = ANY(%(steps)s::bigint[]) AND status = 'in_progress' AND run_id IN (SELECT id FROM runs)
     ORDER BY id FOR UPDATE
 )
@@ -158,7 +158,7 @@ def _digest(workflow_class: str) -> str | None:
 # statements themselves. The updated rows are found by primary key (an array), and their new
 # values looked up by id in a JSON object: no join a planner could turn into a table scan.
 _CLOSE_COMPLETED = """
-UPDATE pgflow_step AS s
+UPDATE pgflow_step_live AS s
 SET status = 'completed', outcome = 'completed', finished_at = GREATEST(%(at)s, s.started_at), claim_token = NULL,
     lease_expires_at = NULL, output = %(outputs)s -> s.id::text
 WHERE s.id = ANY(%(ids)s::bigint[])
@@ -169,14 +169,14 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 # as each row is inserted.
 _ADVANCE = """
 WITH next_steps AS (
-    INSERT INTO pgflow_step (run_id, step_name, attempt, status, outcome, queue, priority, created_at, scheduled_at,
-                             worker)
+    INSERT INTO pgflow_step_live (run_id, step_name, attempt, status, outcome, queue, priority, created_at,
+                                  scheduled_at, worker)
     SELECT v.run_id, v.step_name, 1, 'scheduled', '', v.queue, v.priority, %(at)s, v.due, ''
     FROM jsonb_to_recordset(%(steps)s) AS v(run_id bigint, step_name text, queue text, priority int,
                                                    due timestamptz)
     RETURNING 1
 ), events AS (
-    INSERT INTO pgflow_event (run_id, step_id, event, actor, details, created_at)
+    INSERT INTO pgflow_event_live (run_id, step_id, event, actor, details, created_at)
     SELECT v.run_id, v.step_id, v.event, 'system', coalesce(v.details, '{}'::jsonb), %(at)s
     FROM jsonb_to_recordset(%(events)s) AS v(n int, run_id bigint, step_id bigint, event text, details jsonb)
     ORDER BY v.n

@@ -37,7 +37,7 @@ def heartbeat(tokens: list[uuid.UUID], *, at: datetime | None = None) -> int:
     # with a batch of finishes that locks rows in another order.
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE pgflow_step SET lease_expires_at = %s WHERE id IN (SELECT id FROM pgflow_step "
+            "UPDATE pgflow_step_live SET lease_expires_at = %s WHERE id IN (SELECT id FROM pgflow_step_live "
             "WHERE claim_token = ANY(%s) AND status = 'in_progress' ORDER BY id FOR UPDATE SKIP LOCKED)",
             [until, list(tokens)],
         )
@@ -126,8 +126,8 @@ def reconnected(tokens: list[uuid.UUID], *, worker: str, away_seconds: float, at
     details = {"worker": worker, "away_seconds": round(away_seconds, 1)}
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO pgflow_event (run_id, step_id, event, actor, details, created_at) "
-            "SELECT run_id, id, %s, %s, %s::jsonb, %s FROM pgflow_step "
+            "INSERT INTO pgflow_event_live (run_id, step_id, event, actor, details, created_at) "
+            "SELECT run_id, id, %s, %s, %s::jsonb, %s FROM pgflow_step_live "
             "WHERE claim_token = ANY(%s) AND status = 'in_progress' ORDER BY id",
             [EventKind.RECONNECTED.value, SYSTEM, json.dumps(details), at or now(), tokens],
         )

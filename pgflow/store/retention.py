@@ -1,7 +1,10 @@
-"""Retention: deleting finished and cancelled runs, with every row they own, in bounded batches."""
+"""Retention: deleting finished and cancelled runs, with every row they own in the live
+partitions, in bounded batches. Their filed history goes with its day's partitions
+(``history.drop_expired``), up to a day later."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -12,21 +15,27 @@ from ..db import connection
 # A singleton's gate holds runs; every other gate holds attempts.
 _HOLDS_RUNS = f"k.name LIKE '{gate_prefix(SINGLETON_GATE)}%%'"
 
+# A gate's holders are pruned by the next claim through it, which must still see the ended
+# attempt in pgflow_step_live (or a singleton's ended run): a holder whose row it cannot find
+# counts as held, as a row claimed after the claim's snapshot would. So the attempts of the
+# runs ``%(ids)s`` leave the gates before their rows leave the live partition (purged, or
+# filed into history), or a key used again later would stay short of its places for ever.
+RELEASE_ATTEMPTS = (
+    "UPDATE pgflow_gate AS k SET holders = ARRAY(SELECT h FROM unnest(k.holders) AS h WHERE h <> ALL(gone.steps)) "
+    "FROM (SELECT array_agg(id) AS steps FROM pgflow_step_live WHERE run_id = ANY(%(ids)s)) AS gone "
+    f"WHERE NOT {_HOLDS_RUNS} AND k.holders && gone.steps"
+)
+
 _PURGE = [
-    # A gate's holders are pruned by the next claim through it, which must still see the ended
-    # attempt (or a singleton's ended run): a holder whose row is gone counts as held, as a row
-    # claimed after the claim's snapshot would. So the purged rows leave the gates first, or a
-    # key used again only after RETENTION would stay short of its places for ever.
     "UPDATE pgflow_gate AS k SET holders = ARRAY(SELECT h FROM unnest(k.holders) AS h WHERE h <> ALL(%(ids)s)) "
     f"WHERE {_HOLDS_RUNS} AND k.holders && %(ids)s::bigint[]",
-    "UPDATE pgflow_gate AS k SET holders = ARRAY(SELECT h FROM unnest(k.holders) AS h WHERE h <> ALL(gone.steps)) "
-    "FROM (SELECT array_agg(id) AS steps FROM pgflow_step WHERE run_id = ANY(%(ids)s)) AS gone "
-    f"WHERE NOT {_HOLDS_RUNS} AND k.holders && gone.steps",
-    "DELETE FROM pgflow_event WHERE run_id = ANY(%(ids)s)",
+    RELEASE_ATTEMPTS,
+    # The live partitions only: a filed run's rows go with their day (history.drop_expired).
+    "DELETE FROM pgflow_event_live WHERE run_id = ANY(%(ids)s)",
     "DELETE FROM pgflow_signal WHERE run_id = ANY(%(ids)s)",
     "DELETE FROM pgflow_batch_member WHERE batch_id IN (SELECT id FROM pgflow_batch WHERE run_id = ANY(%(ids)s))",
     "DELETE FROM pgflow_batch WHERE run_id = ANY(%(ids)s)",
-    "DELETE FROM pgflow_step WHERE run_id = ANY(%(ids)s)",
+    "DELETE FROM pgflow_step_live WHERE run_id = ANY(%(ids)s)",
     # What the models declare SET_NULL towards a run, done here: Django's on_delete is the
     # ORM's, and a row still naming a purged run fails the (deferred) foreign key at commit,
     # which would roll the whole batch back at every sweep (a re-run of an old run, a child
@@ -41,15 +50,24 @@ _PURGE = [
 
 
 def purge_runs(
-    cutoff: datetime, *, batch: int, rounds: int, archive: Callable[[list[int]], set[int]] | None = None
+    cutoff: datetime,
+    *,
+    batch: int,
+    rounds: int,
+    seconds: float | None = None,
+    archive: Callable[[list[int]], set[int]] | None = None,
 ) -> int:
     """Delete up to ``rounds`` batches of ``batch`` finished and cancelled runs that ended before
-    ``cutoff``, each batch in its own short transaction; returns how many runs went. A run
+    ``cutoff`` (and no more batch begun after ``seconds``), each batch in its own short
+    transaction; returns how many runs went. A run
     locked now (SKIP LOCKED) waits for a later sweep. ``archive`` (``pgflow.archive.write``)
     gets each batch's ids, locked, and returns those it wrote (or need not keep): only those
     are deleted; after a batch it could not write whole, the purge stops until the next sweep."""
     deleted = 0
+    stop = None if seconds is None else time.monotonic() + seconds
     for _ in range(rounds):
+        if stop is not None and time.monotonic() > stop:
+            break
         with db.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 "SELECT id FROM pgflow_run WHERE status IN ('finished', 'cancelled') AND finished_at < %s "

@@ -66,10 +66,10 @@ CLAIMED_STEP = "s.id, s.run_id, s.step_name, s.attempt, s.claim_token, s.started
 # previous step's was committed with the attempt itself.
 OUTPUTS_CAP = 32 * 1024
 CLAIMED_OUTPUTS = """CASE WHEN r.workflow_class || ':' || s.step_name = ANY(%(readers)s::text[])
-        AND (SELECT coalesce(sum(pg_column_size(z.output)), 0) FROM pgflow_step AS z
+        AND (SELECT coalesce(sum(pg_column_size(z.output)), 0) FROM pgflow_step_live AS z
              WHERE z.run_id = s.run_id AND z.status = 'completed') <= %(outputs_cap)s
     THEN (SELECT coalesce(jsonb_object_agg(o.step_name, o.output ORDER BY o.created_at, o.id), '{}'::jsonb)
-          FROM pgflow_step AS o WHERE o.run_id = s.run_id AND o.status = 'completed') END"""
+          FROM pgflow_step_live AS o WHERE o.run_id = s.run_id AND o.status = 'completed') END"""
 # What a claim reads of the attempt (s) and its run (r): Claim's fields, then RUN_COLUMNS,
 # then STEP_COLUMNS, then the outputs (CLAIMED_OUTPUTS).
 CLAIMED = (

@@ -37,6 +37,7 @@ from ..models import AlertDelivery, QueueState, Step
 from ..observability import alerts
 from ..runtime import sweep
 from ..runtime.runner import Runner
+from ..store import history
 from .inline import run_inline
 
 # What becomes of each column when the clock moves by D.
@@ -80,6 +81,7 @@ TIMES: tuple[Column, ...] = (
     Column("BatchMember", "enqueued_at", SHIFT, "the sweep: members never enqueued, after FAN_OUT_GRACE"),
     Column("BatchMember", "finished_at", SHIFT, "the batch page"),
     Column("RollupState", "rolled_until", HOURS, "the rollup's watermark: the hours rolled"),
+    Column("HistoryState", "filed_until", SHIFT, "the filing's watermark (an advance un-files history first)"),
     Column("RunRollup", "start", HOURS, "insights windows; retention"),
     Column("StepRollup", "start", HOURS, "insights windows; retention"),
     Column("FailureRollup", "start", HOURS, "insights windows; retention"),
@@ -288,6 +290,8 @@ def _shift(delta: timedelta) -> None:
         try:
             alias = _database()
             with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+                # A run's day of history moves with its finished_at: the sweep files it again.
+                history.unfile()
                 for sql, params in _statements(delta):
                     cursor.execute(sql, params)
             break

@@ -94,7 +94,7 @@ def test_one_worker_does_the_housekeeping_at_a_time_but_every_worker_recovers_at
         if k in ("dbname", "user", "password", "host", "port")
     }
     repairs = {"lost_leases", "wait_timeouts", "stale_waits"}
-    housekeeping = {"fan_out_repairs", "rolled_hours", "purged_runs", "forgotten_workers", "alerts"}
+    housekeeping = {"fan_out_repairs", "rolled_hours", "filed_runs", "purged_runs", "forgotten_workers", "alerts"}
     with psycopg.connect(**params, autocommit=True) as other:
         other.execute("SELECT pg_advisory_lock(%s)", [sweep.LOCK_KEY])
         assert set(sweep.run()) == repairs
