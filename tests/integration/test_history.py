@@ -1,0 +1,178 @@
+"""History in day partitions on a real PostgreSQL (pgflow.store.history): the sweep files each
+ended run into the partitions of its day, open and paused runs stay in the live ones, and
+retention drops a day whole once it is past RETENTION."""
+
+from __future__ import annotations
+
+from datetime import UTC, timedelta
+
+import pytest
+from django.db import connection
+
+from pgflow import store
+from pgflow.models import Event, Gate, Step, WorkflowRun
+from pgflow.runtime import sweep
+from pgflow.store import history
+from pgflow.testing import run_workflow
+from tests import flowcontrol_workflows as fc
+from tests import workflows as wf
+from tests.invariants import assert_exactly_once
+
+pytestmark = pytest.mark.django_db
+
+SETTLED = history.SETTLE + timedelta(seconds=1)
+
+
+def where(model: type[Step] | type[Event], run: WorkflowRun) -> set[str]:
+    """The partitions holding ``run``'s rows of ``model``'s table."""
+    table = model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT DISTINCT tableoid::regclass::text FROM {table} WHERE run_id = %s", [run.pk])  # noqa: S608
+        return {row[0] for row in cursor.fetchall()}
+
+
+def exists(name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [name])
+        return cursor.fetchone()[0]
+
+
+def day_of(run: WorkflowRun):
+    return run.finished_at.astimezone(UTC).date()
+
+
+def test_an_ended_run_is_filed_into_its_days_partitions_and_reads_as_before():
+    run = run_workflow(wf.ThreeSteps.start())
+    cancelled = wf.Delayed.start()
+    cancelled.cancel()
+    steps = list(run.steps.values())
+    events = list(run.events.values())
+    assert where(Step, run) == {"pgflow_step_live"} and where(Event, run) == {"pgflow_event_live"}
+
+    assert sweep.run(at=store.now() + SETTLED)["filed_runs"] == 2
+
+    run.refresh_from_db()
+    day = day_of(run)
+    assert where(Step, run) == {history.partition("pgflow_step", day)}
+    assert where(Event, run) == {history.partition("pgflow_event", day)}
+    assert where(Step, cancelled) == {
+        history.partition("pgflow_step", day_of(WorkflowRun.objects.get(pk=cancelled.pk)))
+    }
+    # Every reader through the ORM sees the same rows, filed or not (but the day they were filed).
+    assert [{**row, "history_day": None} for row in run.steps.values()] == steps
+    assert [{**row, "history_day": None} for row in run.events.values()] == events
+    assert {row["history_day"] for row in run.steps.values()} == {day}
+    assert run.outputs == {"one": {"n": 1}, "two": {"n": 2}, "three": {"n": 3}}
+    assert assert_exactly_once([run.pk, cancelled.pk]) == 2
+
+
+def test_open_and_paused_runs_and_a_run_ended_just_now_stay_live():
+    waiting = wf.Delayed.start()
+    paused = wf.Delayed.start()
+    paused.pause()
+    just_ended = run_workflow(wf.ThreeSteps.start())
+    assert sweep.run()["filed_runs"] == 0  # just_ended's end is younger than SETTLE
+    for run in (waiting, paused, just_ended):
+        assert where(Step, run) == {"pgflow_step_live"}
+    assert sweep.run(at=store.now() + SETTLED)["filed_runs"] == 1
+    assert where(Step, waiting) == where(Step, paused) == {"pgflow_step_live"}
+    assert where(Step, just_ended) != {"pgflow_step_live"}
+    # The filing goes on from where it stood: nothing is filed twice.
+    assert sweep.run(at=store.now() + SETTLED)["filed_runs"] == 0
+
+
+def test_a_filed_run_can_be_re_run_from_its_copied_outputs():
+    run = run_workflow(wf.ThreeSteps.start())
+    sweep.run(at=store.now() + SETTLED)
+    assert where(Step, run) != {"pgflow_step_live"}
+    again = run_workflow(run.rerun_from("three"))
+    assert again.status == "finished"
+    assert again.outputs == run.outputs
+    assert where(Step, again) == {"pgflow_step_live"}
+    # The original's rerun_as event came after its filing: it stays live, with the run.
+    assert "pgflow_event_live" in where(Event, run)
+    assert assert_exactly_once([run.pk, again.pk]) == 2
+
+
+def test_retention_drops_a_day_past_it_whole_and_keeps_open_and_paused_runs(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "RETENTION": timedelta(days=30)}
+    old = [run_workflow(wf.ThreeSteps.start()) for _ in range(3)]
+    recent = run_workflow(wf.ThreeSteps.start())
+    waiting = wf.Delayed.start()
+    paused = wf.Delayed.start()
+    paused.pause()
+    long_ago = store.now() - timedelta(days=40)
+    WorkflowRun.objects.filter(pk__in=[r.pk for r in old]).update(finished_at=long_ago)
+    WorkflowRun.objects.filter(pk__in=[waiting.pk, paused.pk]).update(created_at=long_ago)
+    Step.objects.filter(run_id__in=[waiting.pk, paused.pk]).update(created_at=long_ago)
+    day = long_ago.astimezone(UTC).date()
+
+    history.file_ended(at=store.now())
+    assert where(Step, old[0]) == {history.partition("pgflow_step", day)}
+    assert exists(history.partition("pgflow_step", day)) and exists(history.partition("pgflow_event", day))
+
+    assert sweep.run()["purged_runs"] == 3
+    assert not exists(history.partition("pgflow_step", day))
+    assert not exists(history.partition("pgflow_event", day))
+    assert day not in history.days() and day not in history.days("pgflow_event")
+    assert set(WorkflowRun.objects.values_list("pk", flat=True)) == {recent.pk, waiting.pk, paused.pk}
+    assert not Step.objects.filter(run_id__in=[r.pk for r in old]).exists()
+    assert not Event.objects.filter(run_id__in=[r.pk for r in old]).exists()
+    assert Step.objects.filter(run=waiting).exists() and Step.objects.filter(run=paused).exists()
+    assert WorkflowRun.objects.get(pk=paused.pk).status == "paused"
+    assert assert_exactly_once() == 3
+
+
+def test_a_day_keeps_its_partitions_while_a_run_that_ended_in_it_is_not_purged(settings):
+    run = run_workflow(wf.ThreeSteps.start())
+    long_ago = store.now() - timedelta(days=40)
+    WorkflowRun.objects.filter(pk=run.pk).update(finished_at=long_ago)
+    history.file_ended(at=store.now())
+    day = long_ago.astimezone(UTC).date()
+    # Its run not purged (an archive that could not write it, a lock): the day stays.
+    assert history.drop_expired(store.now()) == []
+    assert exists(history.partition("pgflow_step", day))
+    assert Step.objects.filter(run=run).count() == 3
+
+
+def test_retention_of_a_run_never_filed_deletes_its_live_rows(settings):
+    settings.PGFLOW = {**settings.PGFLOW, "RETENTION": timedelta(days=1)}
+    run = run_workflow(wf.ThreeSteps.start())
+    WorkflowRun.objects.filter(pk=run.pk).update(finished_at=store.now() - timedelta(days=2))
+    assert store.purge_runs(store.now() - timedelta(days=1), batch=10, rounds=1) == 1
+    assert not Step.objects.filter(run_id=run.pk).exists() and not Event.objects.filter(run_id=run.pk).exists()
+
+
+def test_filing_frees_the_places_its_runs_attempts_held():
+    held = [fc.PerTenant.start(input={"tenant": "t"}) for _ in range(2)]
+    assert sorted(c.run_id for c in store.claim(worker="w", queues=["limits"], limit=4)) == sorted(r.pk for r in held)
+    for run in held:
+        run.cancel()  # ended: the gate learns it at the next claim through it, or from the filing
+    assert sweep.run(at=store.now() + SETTLED)["filed_runs"] == 2
+    assert all(not gate.holders for gate in Gate.objects.all())
+    later = [fc.PerTenant.start(input={"tenant": "t"}) for _ in range(2)]
+    claimed = store.claim(worker="w", queues=["limits"], limit=4)
+    assert sorted(c.run_id for c in claimed) == sorted(r.pk for r in later), "the key kept both its places"
+
+
+def test_the_partitions_of_today_and_tomorrow_are_made_ahead():
+    sweep.run()
+    today = store.now().astimezone(UTC).date()
+    assert {today, today + timedelta(days=1)} <= set(history.days())
+    assert history.days() == history.days("pgflow_event")
+    # Each with the indexes history is read by.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = %s", [history.partition("pgflow_step", today)]
+        )
+        names = {row[0] for row in cursor.fetchall()}
+    assert names == {f"{history.partition('pgflow_step', today)}_{suffix}" for suffix in history.INDEXES["pgflow_step"]}
+
+
+def test_the_clock_unfiles_history_so_an_advance_past_retention_purges_it_all(pgflow_clock):
+    run = run_workflow(wf.ThreeSteps.start())
+    sweep.run(at=store.now() + SETTLED)
+    assert where(Step, run) != {"pgflow_step_live"}
+    pgflow_clock.advance(days=31)  # RETENTION: 30 days
+    assert not WorkflowRun.objects.filter(pk=run.pk).exists()
+    assert not Step.objects.filter(run_id=run.pk).exists() and not Event.objects.filter(run_id=run.pk).exists()
