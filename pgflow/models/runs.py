@@ -8,7 +8,7 @@ holding ``SELECT … FOR UPDATE`` on it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
@@ -23,6 +23,16 @@ if TYPE_CHECKING:
     from ..workflow import Workflow
 
 _OPEN_STEP = sorted(s.value for s in OPEN_STEP)  # sorted: a stable migration
+
+
+class LiveQuerySet(models.QuerySet[Any]):
+    """Attempts or events, which live in a partitioned table (pgflow.store.history)."""
+
+    def live(self) -> Self:
+        """Only the rows in the live partition: every row of a run still open. PostgreSQL then
+        plans and reads that one table, not every day's partition with it; a transition on an
+        open run reads nothing else."""
+        return self.filter(history_day__isnull=True)
 
 
 class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
@@ -242,6 +252,8 @@ class Step(models.Model):
     # (pgflow.store.history); None while the row is in pgflow_step_live, with the open work.
     history_day = models.DateField(null=True, blank=True, editable=False)
 
+    objects = LiveQuerySet.as_manager()
+
     class Meta:
         db_table = "pgflow_step"
         constraints = [
@@ -325,6 +337,8 @@ class Event(models.Model):
     created_at = models.DateTimeField()
     # As Step.history_day: None while in pgflow_event_live.
     history_day = models.DateField(null=True, blank=True, editable=False)
+
+    objects = LiveQuerySet.as_manager()
 
     class Meta:
         db_table = "pgflow_event"

@@ -205,12 +205,12 @@ def resolve_batch_step(step_id: int, *, at: datetime | None = None) -> bool:
     """Under the run's lock, move a step waiting on a finished (or vanished) batch on.
     Returns True when it resolved the step; a step no longer waiting is left alone (logged)."""
     at = at or now()
-    run_id = Step.objects.filter(pk=step_id).values_list("run_id", flat=True).first()
+    run_id = Step.objects.live().filter(pk=step_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return _late(step_id, "the step no longer exists (its run was deleted)")
     try:
         with locked(run_id) as run:
-            step = Step.objects.select_for_update().filter(pk=step_id).first()
+            step = Step.objects.live().select_for_update().filter(pk=step_id).first()
             if step is None or step.status != StepStatus.WAITING:
                 return _late(step_id, f"the step is {step.status if step else 'gone'}, not waiting on its batch")
             if step.batch_id is None:
@@ -299,7 +299,8 @@ def _opened_batch_id(step: Step) -> str | None:
     """The batch a fan_out attempt opened, from its audit trail (the step's FK is nulled when
     the batch row is deleted)."""
     details = (
-        Event.objects.filter(step=step, event=EventKind.FAN_OUT_OPENED)
+        Event.objects.live()
+        .filter(step=step, event=EventKind.FAN_OUT_OPENED)
         .order_by("-id")
         .values_list("details", flat=True)
         .first()

@@ -114,7 +114,7 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
             _complete_many(cursor, plain, at=at)
         for item in other:  # the rare cases, one by one, with the full rules
             run_row = WorkflowRun.objects.get(pk=item.claim.run_id)
-            step_row = Step.objects.get(pk=item.claim.step_id)
+            step_row = Step.objects.live().get(pk=item.claim.step_id)
             apply(
                 run_row,
                 step_row,
@@ -304,7 +304,7 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
     for item in fallback:
         apply(
             WorkflowRun.objects.get(pk=item.claim.run_id),
-            Step.objects.get(pk=item.claim.step_id),
+            Step.objects.live().get(pk=item.claim.step_id),
             item.outcome,
             at=at,
             output=item.output,

@@ -80,7 +80,12 @@ def resume(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
             if definition is None:
                 _resume_missing(run, workflow, at=at)
             else:
-                last = Step.objects.filter(run=run, step_name=definition.name).order_by("-created_at", "-id").first()
+                last = (
+                    Step.objects.live()
+                    .filter(run=run, step_name=definition.name)
+                    .order_by("-created_at", "-id")
+                    .first()
+                )
                 # A step the run never reached (it was paused as the step before ended) still
                 # owes its wait, counted from now; a fresh attempt of a tried step is due now.
                 delay = None if last else delay_of(workflow, run, definition, at, lambda: outputs_of(run))
@@ -95,9 +100,9 @@ def _passed_over(run: WorkflowRun, workflow: type[Workflow], definition: StepDef
     """Whether a step before ``definition`` in the current list never completed or was skipped in this run."""
     before = [d.name for d in workflow.steps()][: workflow.steps().index(definition.name) or 0]
     done = set(
-        Step.objects.filter(
-            run=run, status__in=[StepStatus.COMPLETED, StepStatus.SKIPPED], step_name__in=before
-        ).values_list("step_name", flat=True)
+        Step.objects.live()
+        .filter(run=run, status__in=[StepStatus.COMPLETED, StepStatus.SKIPPED], step_name__in=before)
+        .values_list("step_name", flat=True)
     )
     return len(done) < len(before)
 

@@ -33,7 +33,7 @@ def record_vote(run_id: int, step_name: str, vote: Mapping[str, Any], *, quorum:
     name, votes_name = approvals.signal_name(step_name), approvals.vote_name(step_name)
     user = vote["decided_by"]["username"]
     with locked(run_id) as run:
-        latest = Step.objects.filter(run=run, step_name=step_name).order_by("-id").first()
+        latest = Step.objects.live().filter(run=run, step_name=step_name).order_by("-id").first()
         settled = Signal.objects.filter(run=run, name=name, consumed_at__isnull=True).first()
         if settled is None and latest is not None and latest.signal_id is not None:
             settled = Signal.objects.filter(pk=latest.signal_id).first()  # taken by its attempt

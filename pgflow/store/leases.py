@@ -47,7 +47,8 @@ def heartbeat(tokens: list[uuid.UUID], *, at: datetime | None = None) -> int:
 def held_attempt(run: WorkflowRun, held: Claim) -> Step | None:
     """The claimed attempt, locked, if it is still in progress under our token."""
     return (
-        Step.objects.select_for_update()
+        Step.objects.live()
+        .select_for_update()
         .filter(pk=held.step_id, run=run, status=StepStatus.IN_PROGRESS, claim_token=held.token)
         .first()
     )
@@ -86,12 +87,13 @@ def hand_back(held: list[Claim], *, at: datetime | None = None) -> int:
 def recover_lost(step_id: int, *, at: datetime) -> bool:
     """An attempt whose worker stopped heartbeating: close it as lost, then a fresh attempt
     due now, or a pause once the step lost its worker MAX_LOST_ATTEMPTS times in a row."""
-    run_id = Step.objects.filter(pk=step_id).values_list("run_id", flat=True).first()
+    run_id = Step.objects.live().filter(pk=step_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return False
     with locked(run_id) as run:
         step = (
-            Step.objects.select_for_update()
+            Step.objects.live()
+            .select_for_update()
             .filter(pk=step_id, status=StepStatus.IN_PROGRESS, lease_expires_at__lt=at)
             .first()
         )
@@ -178,7 +180,8 @@ def _close_lost(run: WorkflowRun, step: Step, *, at: datetime, error: dict[str, 
 
 def _lost_in_a_row(step: Step) -> int:
     outcomes = (
-        Step.objects.filter(run_id=step.run_id, step_name=step.step_name)
+        Step.objects.live()
+        .filter(run_id=step.run_id, step_name=step.step_name)
         .order_by("-created_at", "-id")
         .values_list("outcome", flat=True)
     )

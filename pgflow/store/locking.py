@@ -44,7 +44,7 @@ def locked(run_id: int) -> Iterator[WorkflowRun]:
 
 def open_attempt(run: WorkflowRun) -> Step | None:
     """The run's open attempt (at most one), locked. Call under ``locked``."""
-    return Step.objects.select_for_update().filter(run=run, status__in=OPEN_STEP_VALUES).first()
+    return Step.objects.live().select_for_update().filter(run=run, status__in=OPEN_STEP_VALUES).first()
 
 
 def event(

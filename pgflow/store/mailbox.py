@@ -75,7 +75,7 @@ def _wake_stale(run: WorkflowRun, step: Step, *, at: datetime) -> None:
 def wake_stale(run_id: int, step_id: int, *, at: datetime) -> bool:
     """Wake one signal wait whose step no longer waits for a signal; False when it moved on since."""
     with locked(run_id) as run:
-        step = Step.objects.select_for_update().filter(pk=step_id, status=StepStatus.WAITING).first()
+        step = Step.objects.live().select_for_update().filter(pk=step_id, status=StepStatus.WAITING).first()
         if step is None or _waits_for(run, step) is not None:
             return False
         _wake_stale(run, step, at=at)
@@ -108,12 +108,13 @@ _TIMEOUT_OUTCOMES = {"pause": PAUSE, "cancel": CANCEL, "skip": SKIP}
 
 def time_out(step_id: int, *, at: datetime) -> bool:
     """Apply ``on_timeout`` to a signal wait past its deadline (the sweep calls this)."""
-    run_id = Step.objects.filter(pk=step_id).values_list("run_id", flat=True).first()
+    run_id = Step.objects.live().filter(pk=step_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return False
     with locked(run_id) as run:
         step = (
-            Step.objects.select_for_update()
+            Step.objects.live()
+            .select_for_update()
             .filter(pk=step_id, status=StepStatus.WAITING, deadline_at__lte=at, batch__isnull=True)
             .first()
         )

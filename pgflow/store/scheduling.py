@@ -42,7 +42,7 @@ def schedule_attempt(
 ) -> Step:
     """Insert the run's next open attempt of ``definition``; NOTIFY when it is due now."""
     if attempt is None:
-        attempt = Step.objects.filter(run=run, step_name=definition.name).count() + 1
+        attempt = Step.objects.live().filter(run=run, step_name=definition.name).count() + 1
     values = attempt_values(workflow, definition)
     due = at + timedelta(seconds=delay) if delay else at
     gates = gates_of_attempt(run, workflow, definition, attempt)
@@ -276,7 +276,8 @@ def outputs_of_runs(run_ids: list[int]) -> dict[int, dict[str, Any]]:
     """``outputs_of`` for each of ``run_ids``, in one query (a run with none maps to ``{}``)."""
     outputs: dict[int, dict[str, Any]] = {run_id: {} for run_id in run_ids}
     rows = (
-        Step.objects.filter(run_id__in=run_ids, status=StepStatus.COMPLETED)
+        Step.objects.live()
+        .filter(run_id__in=run_ids, status=StepStatus.COMPLETED)
         .order_by("created_at", "id")
         .values_list("run_id", "step_name", "output")
     )
