@@ -19,7 +19,9 @@ and the worker's CPU time (user + system) per step, less what a worker that find
 do spends starting and stopping: the figure a shared machine disturbs least. Beside it, what
 the drain cost PostgreSQL per step: the CPU time of the cluster's processes (the postmaster's
 children, those that exited during the drain included, background writers and autovacuum
-too) and the WAL it wrote (``pg_current_wal_lsn()`` before and after).
+too) and the WAL it wrote (``pg_current_wal_lsn()`` before and after); and what filing the
+drained runs into their day's partitions then cost it (pgflow.store.history.file_ended, the
+sweep's work a minute after a run ends), per step.
 
 (The f27ae2f A/B of benchmarks/RESULTS.md, --finding8 and --free-at-body-end, used a
 temporary switch in pgflow/runtime/held.py, gone since a slot is free at body end.)
@@ -34,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,6 +102,7 @@ def run(args: argparse.Namespace) -> None:
     figures: dict[tuple[str, int], list[float]] = {(name, c): [] for name, _, _, c in jobs}
     cpu: dict[tuple[str, int], list[float]] = {(name, c): [] for name, _, _, c in jobs}
     server: dict[tuple[str, int], list[tuple[float, float]]] = {(name, c): [] for name, _, _, c in jobs}
+    filing: dict[tuple[str, int], list[tuple[float, float]]] = {(name, c): [] for name, _, _, c in jobs}
     logs = WORK / "realistic-logs"
     logs.mkdir(exist_ok=True)
     startup = startup_cpu(concurrencies[0], logs / "startup.log", args.timeout)
@@ -111,24 +115,27 @@ def run(args: argparse.Namespace) -> None:
             order = [job for c in concurrencies for job in reversed([j for j in order if j[3] == c])]
         for name, workflow, env, c in order:
             log = logs / f"{name}-{c}-round{round_number}.log"
-            rate, cpu_ms, pg = measure(
+            rate, cpu_ms, pg, filed = measure(
                 workflow, args.runs, c, env, log, args.timeout, args.python_switch_interval, startup
             )
             figures[(name, c)].append(rate)
             cpu[(name, c)].append(cpu_ms)
             server[(name, c)].append(pg)
+            filing[(name, c)].append(filed)
             print(
                 f"round {round_number}: {name:>10} --concurrency {c:>3}: {rate:,.0f} steps/s, "
-                f"worker CPU {cpu_ms:.3f} ms/step, PostgreSQL CPU {pg[0]:.3f} ms/step, WAL {pg[1]:,.0f} B/step",
+                f"worker CPU {cpu_ms:.3f} ms/step, PostgreSQL CPU {pg[0]:.3f} ms/step, WAL {pg[1]:,.0f} B/step; "
+                f"filing: PostgreSQL CPU {filed[0]:.3f} ms/step, WAL {filed[1]:,.0f} B/step",
                 flush=True,
             )
     print()
     base = variants[0][0]
     print(
         f"| workload | --concurrency | steps/s per round | median | × {base}, per round | median of those "
-        "| worker CPU ms/step (median) | PostgreSQL CPU ms/step (median) | WAL bytes/step (median) |"
+        "| worker CPU ms/step (median) | PostgreSQL CPU ms/step (median) | WAL bytes/step (median) "
+        "| filing: PostgreSQL CPU ms/step, WAL bytes/step (median) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for c in concurrencies:
         for name, _, _ in variants:
             rates = figures[(name, c)]
@@ -138,7 +145,9 @@ def run(args: argparse.Namespace) -> None:
                 f"| {', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} "
                 f"| {statistics.median(cpu[(name, c)]):.3f} "
                 f"| {statistics.median(pg for pg, _ in server[(name, c)]):.3f} "
-                f"| {statistics.median(wal for _, wal in server[(name, c)]):,.0f} |"
+                f"| {statistics.median(wal for _, wal in server[(name, c)]):,.0f} "
+                f"| {statistics.median(pg for pg, _ in filing[(name, c)]):.3f}, "
+                f"{statistics.median(wal for _, wal in filing[(name, c)]):,.0f} |"
             )
 
 
@@ -151,12 +160,16 @@ def measure(
     timeout: float,
     keep_switch: bool,
     startup: float,
-) -> tuple[float, float, tuple[float, float]]:
+) -> tuple[float, float, tuple[float, float], tuple[float, float]]:
     """steps/s, the worker's CPU time (user + system, its whole process tree) per step (the
-    figure a loaded machine disturbs least), and PostgreSQL's (CPU ms, WAL bytes) per step."""
+    figure a loaded machine disturbs least), PostgreSQL's (CPU ms, WAL bytes) per step, and
+    then what filing the drained runs into their day's partitions cost it per step (the
+    sweep's work of a minute later, done here at once)."""
     from django.db import transaction
 
     from benchmarks import engine, workflows
+    from pgflow import store
+    from pgflow.store import history
 
     engine.reset()
     with transaction.atomic():
@@ -191,7 +204,17 @@ def measure(
     if steps < 3 * runs:
         raise RuntimeError(f"{workflow}: only {steps} of {3 * runs} steps finished (see {log})")
     pg_cpu, wal = (b - a for a, b in zip(server_before, server_after, strict=True))
-    return steps / seconds, 1000 * (cpu_seconds - startup) / steps, (1000 * pg_cpu / steps, wal / steps)
+    before_filing = server_cost()
+    filed = history.file_ended(at=store.now() + history.SETTLE + timedelta(seconds=1), rounds=10**6)
+    if filed != runs:
+        raise RuntimeError(f"{workflow}: filed {filed} of {runs} runs")
+    file_cpu, file_wal = (b - a for a, b in zip(before_filing, server_cost(), strict=True))
+    return (
+        steps / seconds,
+        1000 * (cpu_seconds - startup) / steps,
+        (1000 * pg_cpu / steps, wal / steps),
+        (1000 * file_cpu / steps, file_wal / steps),
+    )
 
 
 def server_cost() -> tuple[float, float]:
