@@ -241,6 +241,10 @@ def aggregate(
     of_tenants = "" if tenants is None else " AND tenant = ANY(%(tenants)s)"
     for index, (low, high) in enumerate(spans):
         params[f"low{index}"], params[f"high{index}"] = low, high
+        # An attempt is filed under the day its run ended, never before its own end: the day
+        # partitions before the span's first day hold none of it, and PostgreSQL leaves
+        # them out when it plans (pgflow.store.history).
+        params[f"day{index}"] = low.astimezone(UTC).date()
 
     def within(table: str, column: str, columns: str, where: str = "") -> str:
         # The rows of each span, one range scan each. Not "a OR b": an index scan cannot
@@ -249,7 +253,8 @@ def aggregate(
         return (
             "("
             + " UNION ALL ".join(
-                f"SELECT {columns} FROM {table} WHERE {column} >= %(low{i})s AND {column} < %(high{i})s{where}"
+                f"SELECT {columns} FROM {table} WHERE {column} >= %(low{i})s AND {column} < %(high{i})s"
+                + where.replace("{i}", str(i))
                 for i in range(len(spans))
             )
             + ")"
@@ -266,7 +271,9 @@ def aggregate(
             counted.durations.setdefault(path, {})[duration] = count
     for grouping, path, name, slot, outcome, error_class, *keys, count, failed in _rows(
         _ATTEMPTS_SQL.format(
-            finished=within("pgflow_step", "finished_at", _STEP_COLUMNS),
+            finished=within(
+                "pgflow_step", "finished_at", _STEP_COLUMNS, " AND (history_day IS NULL OR history_day >= %(day{i})s)"
+            ),
             tenants=of_tenants.replace(" tenant", " r.tenant"),
         ),
         params,

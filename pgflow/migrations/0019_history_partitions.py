@@ -12,9 +12,8 @@ Catalog changes only, in one short transaction: 0018's validated ``CHECK (histor
 NULL)`` tells PostgreSQL that the default partitions hold no row of any day, so attaching them
 and making a day's partition later scan nothing. The ids go on from where they were, from a plain
 sequence of the parent's (a partition may not have an identity column on PostgreSQL 17+).
-On an installation with history, every row starts in
-the live partitions and the sweep files the ended runs oldest first, a bounded batch per sweep
-(``pgflow_history --file`` does it all at once).
+On an installation with history, every row starts in the live partitions
+and the sweep files the ended runs oldest first, a bounded batch per sweep.
 
 Rollback (``migrate pgflow 0017``) moves every filed row back into the live partitions, drops
 the day partitions, then makes the live partitions the plain tables again: one UPDATE of all
