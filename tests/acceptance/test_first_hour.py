@@ -99,5 +99,5 @@ def test_a_worker_whose_tables_went_missing_says_so_and_exits(new_database: str)
     done = manage(new_database, "pgflow_worker", settings=WITHOUT_DJANGO_Q, timeout=60)
     assert done.returncode == 1
     [line] = [line for line in done.stderr.splitlines() if "manage.py migrate" in line]
-    assert "pgflow's tables are missing or out of date" in line and 'relation "pgflow_step" does not exist' in line
+    assert "pgflow's tables are missing or out of date" in line and 'relation "pgflow_step_live" does not exist' in line
     assert "retrying" not in done.stderr
