@@ -16,13 +16,18 @@ filed; retention deletes them there row by row.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from django.db import OperationalError
+
 from .. import db
 from ..db import connection
 from .retention import RELEASE_ATTEMPTS
+
+logger = logging.getLogger("pgflow")
 
 TABLES = ("pgflow_step", "pgflow_event")
 LIVE = {table: f"{table}_live" for table in TABLES}
@@ -49,6 +54,11 @@ INDEXES = {
 SETTLE = timedelta(seconds=60)  # an ended run whose end is this old has committed it
 FILE_BATCH = 1000  # runs filed per transaction
 AHEAD = 1  # days whose partitions are made before a run ends in them
+# How long an attach or a drop waits for the live partition's or the parent's lock before it
+# gives way, to try again at the next sweep. Below deadlock_timeout (1 s by default): in a
+# cycle with a body or a claim it is the DDL that gives up, before PostgreSQL picks a victim,
+# and the claims queued behind its request wait no longer than this.
+LOCK_TIMEOUT = "100ms"
 
 
 def partition(table: str, day: date) -> str:
@@ -70,31 +80,51 @@ def days(table: str = "pgflow_step") -> list[date]:
 
 def make_days(wanted: Iterable[date]) -> list[date]:
     """Make both tables' partitions for each day in ``wanted`` that has none, each day in its
-    own short transaction; returns the days made. Attaching a partition takes the live
-    partition's ACCESS EXCLUSIVE lock for a moment (its CHECK spares the scan), so it gives up
-    after ``lock_timeout`` rather than queue every claim behind a long transaction, and the
-    next sweep tries again."""
+    own short transaction; returns the days made. A day whose attach could not take its locks
+    within ``LOCK_TIMEOUT`` is left for the next sweep (``AHEAD`` days leave it many tries)."""
     made = []
     for day in sorted(set(wanted)):
-        with db.atomic(), connection.cursor() as cursor:
-            cursor.execute("SET LOCAL lock_timeout = '2s'")
-            if _make(cursor, day):
-                made.append(day)
+        try:
+            with db.atomic(), connection.cursor() as cursor:
+                if _make(cursor, day):
+                    made.append(day)
+        except OperationalError as error:
+            if not _gave_way(error):
+                raise
+            logger.info("history: the partitions of %s wait for the next sweep: %s", day, error)
     return made
 
 
 def _make(cursor: Any, day: date) -> bool:
-    """Make ``day``'s partitions in the caller's transaction, unless they exist."""
-    cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [partition("pgflow_step", day)])
-    if cursor.fetchone()[0]:
+    """Make ``day``'s partitions in the caller's transaction, unless they exist.
+
+    Each is built as a table of its own, indexes included, then attached: ``CREATE TABLE ...
+    PARTITION OF`` would hold the parent's lock while it builds and, in a body or a claim that
+    reads through the parent, meet it in a deadlock. ATTACH takes the parent's SHARE UPDATE
+    EXCLUSIVE lock, which every read and write of it passes, and the live partition's ACCESS
+    EXCLUSIVE one for the moment of the attach (its CHECK spares the scan)."""
+    if _exists(cursor, day):
         return False
     bounds = f"FROM ('{day.isoformat()}') TO ('{(day + timedelta(days=1)).isoformat()}')"
     for table in TABLES:
         name = partition(table, day)
-        cursor.execute(f"CREATE TABLE {name} PARTITION OF {table} FOR VALUES {bounds}")
+        cursor.execute(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS)")
         for suffix, definition in INDEXES[table].items():
             cursor.execute(f"CREATE INDEX {name}_{suffix} ON {name} {definition}")
+    cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+    for table in TABLES:
+        cursor.execute(f"ALTER TABLE {table} ATTACH PARTITION {partition(table, day)} FOR VALUES {bounds}")
     return True
+
+
+def _exists(cursor: Any, day: date) -> bool:
+    cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [partition("pgflow_step", day)])
+    return bool(cursor.fetchone()[0])
+
+
+def _gave_way(error: OperationalError) -> bool:
+    """Whether ``error`` is our DDL giving up a lock (or losing a deadlock) rather than a fault."""
+    return getattr(error.__cause__, "sqlstate", None) in ("55P03", "40P01")
 
 
 def make_ahead(at: datetime) -> list[date]:
@@ -119,21 +149,17 @@ def file_ended(*, at: datetime, batch: int = FILE_BATCH, rounds: int = 10) -> in
 
     Each batch locks its runs (FOR SHARE SKIP LOCKED: a run a transition or a purge holds is
     passed by) and moves their rows out of the live partitions by an UPDATE of
-    ``history_day`` through the parent table, then records how far it got."""
+    ``history_day`` through the parent table, then records how far it got. A batch that ends
+    in a day with no partitions yet changes nothing: the partitions are made outside it (no
+    DDL while it holds its runs) and the batch is taken again."""
     filed = 0
     for _ in range(rounds):
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT filed_until, filed_id FROM pgflow_history_state WHERE id = 1")
-            row = cursor.fetchone()
-        after, after_id = row if row else (None, 0)
-        params = {"until": at - SETTLE, "after": after, "after_id": after_id, "batch": batch}
-        with connection.cursor() as cursor:  # the batch's days, to make their partitions first
-            cursor.execute(f"SELECT DISTINCT day FROM ({_BATCH_SQL}) AS b(id, day, at)", params)  # noqa: S608
-            make_days(row[0] for row in cursor.fetchall())
         with db.atomic(), connection.cursor() as cursor:
+            # The state row's lock makes filings take turns (the first has no row to lock,
+            # and a second one's UPDATEs then find the rows filed).
             cursor.execute("SELECT filed_until, filed_id FROM pgflow_history_state WHERE id = 1 FOR UPDATE")
-            if (row := cursor.fetchone()) and tuple(row) != (after, after_id):  # another filing moved it
-                continue
+            after, after_id = cursor.fetchone() or (None, 0)
+            params = {"until": at - SETTLE, "after": after, "after_id": after_id, "batch": batch}
             cursor.execute(_BATCH_SQL + " FOR SHARE OF r SKIP LOCKED", params)
             runs = cursor.fetchall()
             if not runs:
@@ -141,24 +167,33 @@ def file_ended(*, at: datetime, batch: int = FILE_BATCH, rounds: int = 10) -> in
             by_day: dict[date, list[int]] = {}
             for run_id, day, _ in runs:
                 by_day.setdefault(day, []).append(run_id)
-            cursor.execute(RELEASE_ATTEMPTS, {"ids": [run_id for run_id, _, _ in runs]})
-            for day, ids in by_day.items():
-                _make(cursor, day)  # made by the peek above, unless a run was dated back since
-                for table in TABLES:
-                    cursor.execute(
-                        f"UPDATE {table} SET history_day = %s WHERE history_day IS NULL AND run_id = ANY(%s)",  # noqa: S608
-                        [day, ids],
-                    )
-            last_id, _, last_at = runs[-1]
-            cursor.execute(
-                "INSERT INTO pgflow_history_state (id, filed_until, filed_id) VALUES (1, %s, %s) "
-                "ON CONFLICT (id) DO UPDATE SET filed_until = excluded.filed_until, filed_id = excluded.filed_id",
-                [last_at, last_id],
-            )
+            missing = {day for day in by_day if not _exists(cursor, day)}
+            if not missing:
+                _file(cursor, runs, by_day)
+        if missing:
+            if set(make_days(missing)) != missing:
+                return filed  # a lock held too long: the next sweep files them
+            continue
         filed += len(runs)
         if len(runs) < batch:
             break
     return filed
+
+
+def _file(cursor: Any, runs: list[tuple[int, date, datetime]], by_day: dict[date, list[int]]) -> None:
+    cursor.execute(RELEASE_ATTEMPTS, {"ids": [run_id for run_id, _, _ in runs]})
+    for day, ids in by_day.items():
+        for table in TABLES:
+            cursor.execute(
+                f"UPDATE {table} SET history_day = %s WHERE history_day IS NULL AND run_id = ANY(%s)",  # noqa: S608
+                [day, ids],
+            )
+    last_id, _, last_at = runs[-1]
+    cursor.execute(
+        "INSERT INTO pgflow_history_state (id, filed_until, filed_id) VALUES (1, %s, %s) "
+        "ON CONFLICT (id) DO UPDATE SET filed_until = excluded.filed_until, filed_id = excluded.filed_id",
+        [last_at, last_id],
+    )
 
 
 def unfile() -> None:
@@ -174,22 +209,29 @@ def unfile() -> None:
 def drop_expired(cutoff: datetime) -> list[date]:
     """Drop both tables' partitions of every day wholly before ``cutoff`` whose runs retention
     has deleted (none ended before the day's end is left: a run locked, or not yet archived,
-    keeps its day); returns the days dropped."""
+    keeps its day); returns the days dropped. A drop waits ``LOCK_TIMEOUT`` at most for the
+    parent's lock, then gives way to the next sweep."""
     dropped = []
     for day in days():
         end = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
         if end > cutoff:
             break
-        with db.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT EXISTS (SELECT 1 FROM pgflow_run "
-                "WHERE finished_at < %s AND status IN ('finished', 'cancelled'))",
-                [end],
-            )
-            if cursor.fetchone()[0]:
-                break
-            cursor.execute("SET LOCAL lock_timeout = '2s'")
-            for table in TABLES:
-                cursor.execute(f"DROP TABLE IF EXISTS {partition(table, day)}")  # noqa: S608 - names made here
+        try:
+            with db.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pgflow_run "
+                    "WHERE finished_at < %s AND status IN ('finished', 'cancelled'))",
+                    [end],
+                )
+                if cursor.fetchone()[0]:
+                    break
+                cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+                for table in TABLES:
+                    cursor.execute(f"DROP TABLE IF EXISTS {partition(table, day)}")  # noqa: S608 - names made here
+        except OperationalError as error:
+            if not _gave_way(error):
+                raise
+            logger.info("history: the partitions of %s wait for the next sweep to drop them: %s", day, error)
+            break
         dropped.append(day)
     return dropped

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, timedelta
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -176,3 +177,45 @@ def test_the_clock_unfiles_history_so_an_advance_past_retention_purges_it_all(pg
     pgflow_clock.advance(days=31)  # RETENTION: 30 days
     assert not WorkflowRun.objects.filter(pk=run.pk).exists()
     assert not Step.objects.filter(run_id=run.pk).exists() and not Event.objects.filter(run_id=run.pk).exists()
+
+
+def other_connection() -> psycopg.Connection:
+    params = connection.get_connection_params()
+    return psycopg.connect(**{k: v for k, v in params.items() if k in ("dbname", "user", "password", "host", "port")})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_partition_whose_locks_a_transaction_holds_waits_for_a_later_sweep(caplog):
+    # A transaction that has read the live partition (a body's, a dashboard's) holds its lock
+    # until it ends: the attach gives way instead of queueing every claim behind it.
+    day = store.now().astimezone(UTC).date() + timedelta(days=40)
+    names = [history.partition(table, day) for table in history.TABLES]
+    try:
+        with other_connection() as other:
+            other.execute("SELECT count(*) FROM pgflow_step_live")
+            assert history.make_days([day]) == []
+            assert not any(exists(name) for name in names)  # neither table's: one transaction
+            assert f"the partitions of {day} wait for the next sweep" in caplog.text
+            # While it waits, its claims and transitions go on.
+            run = run_workflow(wf.ThreeSteps.start())
+            assert run.status == "finished"
+        assert history.make_days([day]) == [day]
+        assert all(exists(name) for name in names)
+    finally:
+        with connection.cursor() as cursor:
+            for name in names:
+                cursor.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_day_past_retention_whose_parent_is_held_is_dropped_at_a_later_sweep(caplog):
+    day = store.now().astimezone(UTC).date() - timedelta(days=400)
+    assert history.make_days([day]) == [day]
+    cutoff = store.now() - timedelta(days=300)
+    with other_connection() as other:
+        other.execute("SELECT count(*) FROM pgflow_step")  # through the parent: the run page's read
+        assert history.drop_expired(cutoff) == []
+        assert exists(history.partition("pgflow_step", day))
+        assert "wait for the next sweep to drop them" in caplog.text
+    assert history.drop_expired(cutoff) == [day]
+    assert not exists(history.partition("pgflow_step", day)) and not exists(history.partition("pgflow_event", day))
