@@ -47,6 +47,9 @@ def _forward(table: str) -> list[str]:
 def _backward(table: str) -> list[str]:
     return [
         f"UPDATE {table} SET history_day = NULL WHERE history_day IS NOT NULL",
+        # The UPDATE moved rows between partitions, an insert each, whose deferred key checks
+        # would stop the DETACH below ("pending trigger events"): run them now.
+        "SET CONSTRAINTS ALL IMMEDIATE",
         f"""DO $$ DECLARE day_table regclass; BEGIN
             FOR day_table IN SELECT inhrelid::regclass FROM pg_inherits
                              WHERE inhparent = '{table}'::regclass AND inhrelid <> '{table}_live'::regclass
