@@ -204,14 +204,8 @@ def main() -> None:
     parser.add_argument("--churn", type=int, default=30_000, help="attempts scheduled and closed before vacuum")
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args()
-    CLUSTER.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(CLUSTER.parent, 0o755)  # noqa: S103 - the postgres user must reach its data folder below it
-    os.environ[pgcluster.DURABLE_ENV] = "1"
-    os.environ["DATABASE_URL"] = pgcluster.ensure(CLUSTER)
-    try:
+    with pgcluster.durable(CLUSTER):
         run(args)
-    finally:
-        pgcluster.stop(CLUSTER)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -227,12 +221,8 @@ def run(args: argparse.Namespace) -> None:
     from pgflow.store import claims
     from pgflow.store.locking import now
 
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings "
-            "WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers')"
-        )
-        print("PostgreSQL:", cursor.fetchone()[0], "| load average:", *os.getloadavg(), flush=True)
+    engine.print_settings("shared_buffers")
+    print("load average:", *os.getloadavg(), flush=True)
     print(
         "| closed attempts | layout | seeded in s | live MB | day partitions MB | claim ms (median) | prepared ms "
         "| buffers | plan reads | after churn: first claim ms | then ms | load |"

@@ -53,6 +53,19 @@ def setup_django(database: str = BENCH_DB) -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
+def print_settings(*names: str) -> None:
+    """Print the server's durability settings, and ``names``' too: the ground a figure stands on."""
+    from django.db import connection  # after setup_django
+
+    wanted = ["fsync", "synchronous_commit", "full_page_writes", *names]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings WHERE name = ANY(%s)",
+            [wanted],
+        )
+        print("PostgreSQL:", cursor.fetchone()[0], flush=True)
+
+
 def reset() -> None:
     from django.db import connection
 

@@ -70,15 +70,9 @@ def main() -> None:
         help="workers keep Python's own thread switch interval (5 ms), not pgflow_worker's SWITCH_INTERVAL",
     )
     args = parser.parse_args()
-    WORK.mkdir(parents=True, exist_ok=True)
-    os.chmod(WORK, 0o755)  # noqa: S103 - the postgres user must reach its data folder below it
-    os.environ[pgcluster.DURABLE_ENV] = "1"
     # A durable cluster of its own: benchmarks/run.py stops pg-durable when it ends.
-    os.environ["DATABASE_URL"] = pgcluster.ensure(WORK / "pg-durable-realistic")
-    try:
+    with pgcluster.durable(WORK / "pg-durable-realistic"):
         run(args)
-    finally:
-        pgcluster.stop(WORK / "pg-durable-realistic")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -86,14 +80,7 @@ def run(args: argparse.Namespace) -> None:
     from benchmarks import engine
 
     engine.setup_django(DATABASE)
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings "
-            "WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes')"
-        )
-        print("PostgreSQL:", cursor.fetchone()[0], flush=True)
+    engine.print_settings()
     concurrencies = [int(value) for value in args.concurrency.split(",")]
     variants: list[tuple[str, str, dict[str, str]]] = [
         (name, WORKLOADS[name], {}) for name in args.workloads.split(",")

@@ -54,14 +54,8 @@ def main() -> None:
     parser.add_argument("--open", type=int, default=1000, help="running runs, and as many paused, that stay")
     parser.add_argument("--layouts", default="filed,unfiled")
     args = parser.parse_args()
-    CLUSTER.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(CLUSTER.parent, 0o755)  # noqa: S103 - the postgres user must reach its data folder below it
-    os.environ[pgcluster.DURABLE_ENV] = "1"
-    os.environ["DATABASE_URL"] = pgcluster.ensure(CLUSTER)
-    try:
+    with pgcluster.durable(CLUSTER):
         run(args)
-    finally:
-        pgcluster.stop(CLUSTER)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -69,14 +63,7 @@ def run(args: argparse.Namespace) -> None:
     from benchmarks import engine
 
     engine.setup_django(DATABASE)
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings "
-            "WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'autovacuum')"
-        )
-        print("PostgreSQL:", cursor.fetchone()[0], flush=True)
+    engine.print_settings("shared_buffers", "autovacuum")
     template()
     results = []
     for layout in args.layouts.split(","):

@@ -56,28 +56,15 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,8", help="comma-separated pgflow_worker --concurrency values")
     parser.add_argument("--timeout", type=float, default=900.0)
     args = parser.parse_args()
-    WORK.mkdir(parents=True, exist_ok=True)
-    os.chmod(WORK, 0o755)  # noqa: S103 - the postgres user must reach its data folder below it
-    os.environ[pgcluster.DURABLE_ENV] = "1"
-    os.environ["DATABASE_URL"] = pgcluster.ensure(CLUSTER)
-    try:
+    with pgcluster.durable(CLUSTER):
         run(args)
-    finally:
-        pgcluster.stop(CLUSTER)
 
 
 def run(args: argparse.Namespace) -> None:
     from benchmarks import engine
 
     engine.setup_django(DATABASE)
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings "
-            "WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes')"
-        )
-        print("PostgreSQL:", cursor.fetchone()[0], flush=True)
+    engine.print_settings()
     configs = [("django-tasks-db", 1)] + [("pgflow", int(c)) for c in args.concurrency.split(",")]
     figures: dict[tuple[str, int], list[dict[str, float]]] = {config: [] for config in configs}
     logs = WORK / "tasks-logs"

@@ -40,14 +40,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--fillfactor", type=int, default=None, help="pgflow_step's fillfactor for this drain (an A/B)")
     args = parser.parse_args()
-    WORK.mkdir(parents=True, exist_ok=True)
-    os.chmod(WORK, 0o755)  # noqa: S103 - the postgres user must reach its data folder below it
-    os.environ[pgcluster.DURABLE_ENV] = "1"
-    os.environ["DATABASE_URL"] = pgcluster.ensure(CLUSTER)
-    try:
+    with pgcluster.durable(CLUSTER):
         measure(args.runs, args.concurrency, args.fillfactor)
-    finally:
-        pgcluster.stop(CLUSTER)
 
 
 def measure(runs: int, concurrency: int, fillfactor: int | None) -> None:

@@ -29,6 +29,8 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -437,6 +439,22 @@ def stop(data_dir: Path | str = DEFAULT_DIR) -> None:
     _run(_as_server([str(binaries.folder / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"]), "pg_ctl stop")
     if data_dir in started_here:
         started_here.remove(data_dir)
+
+
+@contextmanager
+def durable(data_dir: Path | str) -> Iterator[str]:
+    """A cluster of its own in ``data_dir`` on PostgreSQL's durable defaults (fsync,
+    synchronous_commit and full-page writes on), named by DATABASE_URL while inside and stopped
+    after: the benchmarks' measuring ground."""
+    data_dir = Path(data_dir)
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir.parent, 0o755)  # noqa: S103 - the postgres user must reach its data folder below it
+    os.environ[DURABLE_ENV] = "1"
+    os.environ["DATABASE_URL"] = url = ensure(data_dir)
+    try:
+        yield url
+    finally:
+        stop(data_dir)
 
 
 def stop_if_unused(data_dir: Path | str = DEFAULT_DIR) -> str:
