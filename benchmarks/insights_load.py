@@ -3,7 +3,9 @@
 
     .venv/bin/python benchmarks/insights_load.py [--runs 20000] [--workers 4] [--concurrency 8] [--seconds 40]
 
-Starts RUNS runs of ThreeNoops on the engine benchmark's database, starts WORKERS workers,
+On a durable cluster of its own (benchmarks/.work/pg-durable-insights: fsync,
+synchronous_commit and full_page_writes on; stopped at the end), starts RUNS runs of
+ThreeNoops on the engine benchmark's database, starts WORKERS workers,
 and while they work computes the 24h insights (``pgflow_dashboard.insights.compute``, what the
 page and insights.json serve) back to back, timing each; prints the median, p95 and slowest,
 and each query's share of the slowest computation.
@@ -23,6 +25,10 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
 os.environ.setdefault("DEBUG", "false")
 
+from example_project import pgcluster  # noqa: E402 - after the path is set
+
+CLUSTER = ROOT / "benchmarks" / ".work" / "pg-durable-insights"
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -31,9 +37,17 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=40)
     args = parser.parse_args()
+    with pgcluster.durable(CLUSTER):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
+    # After DATABASE_URL names the durable cluster: the example project's settings read it.
     from benchmarks import engine
 
     engine.setup_django()
+    engine.print_settings()
+    print("load average:", *os.getloadavg(), flush=True)
     from django.db import connection
     from django.utils import timezone
 

@@ -95,15 +95,10 @@ def run(args: argparse.Namespace) -> None:
 def template() -> None:
     """One ThreeNoops run worked by a real worker, kept in bench_template_* tables."""
     from django.db import connection
-    from django.utils import timezone
 
     from benchmarks import engine
-    from pgflow.store import history
 
     engine.reset()
-    # The partitions the worker's first sweep would make, made first: that DDL, while the
-    # worker's first transition runs, can deadlock with it (reported with issue #38's figures).
-    history.make_ahead(timezone.now())
     engine.enqueue(1)
     argv, env = engine.worker_command(2, "--burst")
     subprocess.run(argv, cwd=ROOT, env={**os.environ, **env, "PGFLOW_TEST_DB_NAME": DATABASE}, check=True)
