@@ -60,6 +60,7 @@ def measure(args: argparse.Namespace) -> None:
         cursor.execute("ANALYZE pgflow_run; ANALYZE pgflow_step")
     workers = [engine.worker(args.concurrency) for _ in range(args.workers)]
     times: list[float] = []
+    per_query: dict[str, float] = {}  # the query's text: seconds, over every computation
     slowest: tuple[float, list[tuple[float, str]]] = (0.0, [])
     deadline = time.monotonic() + args.seconds
     try:
@@ -79,6 +80,8 @@ def measure(args: argparse.Namespace) -> None:
                 insights.compute(window)
             took = time.perf_counter() - began
             times.append(took)
+            for seconds, sql in queries:
+                per_query[sql] = per_query.get(sql, 0.0) + seconds
             if took > slowest[0]:
                 slowest = (took, sorted(queries, reverse=True)[:5])
     finally:
@@ -98,6 +101,9 @@ def measure(args: argparse.Namespace) -> None:
     )
     for seconds, sql in slowest[1]:
         print(f"  {seconds * 1000:7.1f} ms  {sql}")
+    print("mean per computation, by query:")
+    for sql, seconds in sorted(per_query.items(), key=lambda item: -item[1])[:8]:
+        print(f"  {seconds / len(times) * 1000:7.1f} ms  {sql}")
 
 
 if __name__ == "__main__":

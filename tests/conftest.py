@@ -17,3 +17,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     failure = problem(os.environ.get("DATABASE_URL", url))
     if failure:
         pytest.exit(failure, returncode=3)
+
+
+@pytest.fixture(autouse=True)
+def _nothing_kept_of_the_live_hours():
+    """Each test's database is new: what this process kept of the live hours' figures
+    (pgflow.rollup's kept ends) belongs to the one before."""
+    yield
+    from pgflow import rollup  # here, not at the top: Django is set up after this module loads
+
+    rollup.forget()

@@ -424,6 +424,55 @@ def test_the_history_generator_rebuilds_the_hours_it_wrote():
     assert figures(now) == live_figures(now)
 
 
+# --- the live hours between reads -----------------------------------------------------------------
+
+
+def test_the_live_hours_ends_are_kept_between_reads_and_only_the_new_ones_counted(monkeypatch):
+    monkeypatch.setattr(rollup, "LIVE_SETTLE", timedelta(seconds=1))
+    now = datetime.now(UTC)
+    mark = rollup.floor_to(now - timedelta(hours=2), rollup.HOUR)
+    RollupState.objects.create(pk=1, rolled_until=mark)  # everything before is rolled (here: nothing)
+    since = now - timedelta(hours=24)
+
+    def read() -> rollup.Tally:
+        return rollup.tally(since, datetime.now(UTC) + S, 3600)
+
+    def truth() -> rollup.Tally:
+        return rollup.aggregate([(mark, datetime.now(UTC) + S)], 3600)
+
+    def ended(at: datetime, path: str = CLASSES[0]) -> None:
+        run = make_run(created=at - 5 * S, status="finished", finished=at, path=path)
+        make_step(run, created=at - 5 * S, finished=at)
+
+    ended(now - timedelta(minutes=40))
+    assert read() == truth()
+    (kept,) = rollup._kept.values()
+    assert kept.counted.steps[(CLASSES[0], "one")].attempts == 1
+
+    ended(datetime.now(UTC))  # after the kept part: counted live
+    assert read() == truth()
+    assert sum(step.attempts for step in truth().steps.values()) == 2
+    first_until = kept.until
+
+    import time
+
+    time.sleep(1.2)  # the second end settles: the next read keeps it
+    assert read() == truth()
+    (kept,) = rollup._kept.values()
+    assert kept.until > first_until and kept.counted.steps[(CLASSES[0], "one")].attempts == 2
+
+    # A start stamped long before it commits (start() in a long transaction) is counted
+    # every read; an end stamped before the kept part's end is missing until its hour is
+    # rolled, or this process forgets what it kept.
+    make_run(created=now - timedelta(minutes=30), path=CLASSES[1])
+    ended(now - timedelta(minutes=30), path=CLASSES[2])
+    counted, exact = read(), truth()
+    assert counted.runs == {**exact.runs, **{k: [v[0], 0, 0] for k, v in exact.runs.items() if k[1] == CLASSES[2]}}
+    assert (CLASSES[2], "one") not in counted.steps and (CLASSES[2], "one") in exact.steps
+    rollup.forget()
+    assert read() == truth()
+
+
 # --- the command --------------------------------------------------------------------------------------
 
 
