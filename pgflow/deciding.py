@@ -279,7 +279,7 @@ def waiting_for(
     found: list[Waiting] = []
     if not (getattr(user, "is_authenticated", False) and getattr(user, "is_active", False)):
         return found
-    waiting = Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True, run__status__in=list(OPEN_RUN))
+    waiting = Step.objects.live().filter(status=StepStatus.WAITING, batch__isnull=True, run__status__in=list(OPEN_RUN))
     if tenants is not None:
         waiting = waiting.filter(run__tenant__in=sorted(tenants))
     if groups is None:

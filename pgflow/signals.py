@@ -56,7 +56,8 @@ def repair_waits(*, at: datetime, limit: int = 500) -> int:
     number of distinct waiting steps, not of waiting runs.
     """
     pairs = (
-        Step.objects.filter(status=StepStatus.WAITING, batch__isnull=True)
+        Step.objects.live()
+        .filter(status=StepStatus.WAITING, batch__isnull=True)
         .values_list("run__workflow_class", "step_name")
         .distinct()
     )
@@ -70,9 +71,13 @@ def repair_waits(*, at: datetime, limit: int = 500) -> int:
             stale.append((workflow_class, step_name))
     woken = 0
     for workflow_class, step_name in stale:
-        ids = Step.objects.filter(
-            status=StepStatus.WAITING, batch__isnull=True, step_name=step_name, run__workflow_class=workflow_class
-        ).values_list("pk", "run_id")[:limit]
+        ids = (
+            Step.objects.live()
+            .filter(
+                status=StepStatus.WAITING, batch__isnull=True, step_name=step_name, run__workflow_class=workflow_class
+            )
+            .values_list("pk", "run_id")[:limit]
+        )
         for step_id, run_id in list(ids):
             woken += store.wake_stale(run_id, step_id, at=at)
     return woken

@@ -380,13 +380,14 @@ GROUP_RUN_IDS = 1000  # run ids a group carries for its bulk action (one action 
 def paused_groups(*, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Paused runs grouped by (class, step, error class of their latest failure), most first:
     ``{"count", "rows": [{"workflow_class", "step_name", "error_class", "count", "since",
-    "run_ids"}]}``, so 200 runs paused by one error read as one row with one bulk action."""
+    "run_ids"}]}``, so 200 runs paused by one error read as one row with one bulk action. A
+    paused run is open, so its attempts are in the live partition (pgflow.store.history)."""
     sql = f"""
         SELECT r.workflow_class, r.current_step, f.error_class, count(*), min(r.updated_at),
                (array_agg(r.id ORDER BY r.id))[1:%(ids)s]
         FROM pgflow_run r
         LEFT JOIN LATERAL (
-            SELECT s.error_class FROM pgflow_step s
+            SELECT s.error_class FROM pgflow_step_live s
             WHERE s.run_id = r.id AND s.error_class IS NOT NULL
             ORDER BY s.created_at DESC, s.id DESC LIMIT 1
         ) f ON true
@@ -412,7 +413,7 @@ def _by_member_error(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """
         SELECT r.id, r.updated_at, f.batch_id FROM pgflow_run r
         CROSS JOIN LATERAL (
-            SELECT s.batch_id FROM pgflow_step s WHERE s.run_id = r.id AND s.error_class IS NOT NULL
+            SELECT s.batch_id FROM pgflow_step_live s WHERE s.run_id = r.id AND s.error_class IS NOT NULL
             ORDER BY s.created_at DESC, s.id DESC LIMIT 1
         ) f
         WHERE r.id = ANY(%(ids)s)
@@ -457,16 +458,18 @@ def _stuck_steps(
     limit: int,
     tenants: Sequence[str] | None = None,
 ) -> dict[str, Any]:
+    # Open attempts are in the live partition only (pgflow.store.history): the parent would
+    # also scan every day of history, whose partitions have no index on status.
     params = {**params, **_tenant_params(tenants)}
     if tenants is None:
-        count = _scalar(f"SELECT count(*) FROM pgflow_step s WHERE {where}", params)
+        count = _scalar(f"SELECT count(*) FROM pgflow_step_live s WHERE {where}", params)
     else:
         where += _of_tenants("r", tenants)
         count = _scalar(
-            f"SELECT count(*) FROM pgflow_step s JOIN pgflow_run r ON r.id = s.run_id WHERE {where}", params
+            f"SELECT count(*) FROM pgflow_step_live s JOIN pgflow_run r ON r.id = s.run_id WHERE {where}", params
         )
     sql = f"""
-        SELECT {_STEP_COLUMNS}, {extra} FROM pgflow_step s JOIN pgflow_run r ON r.id = s.run_id
+        SELECT {_STEP_COLUMNS}, {extra} FROM pgflow_step_live s JOIN pgflow_run r ON r.id = s.run_id
         WHERE {where} ORDER BY {order}, s.id LIMIT %(limit)s
     """
     return {"count": count, "rows": _dicts((*_STEP_KEYS, extra_key), _rows(sql, {**params, "limit": limit}))}
@@ -486,19 +489,37 @@ def overdue_steps(now: datetime, *, limit: int, tenants: Sequence[str] | None = 
     )
 
 
+# Every queue holding a scheduled attempt, one index probe each (pgflow_step_due leads with
+# the queue): a DISTINCT would read every scheduled row, a whole backlog.
+_SCHEDULED_QUEUES = """
+    WITH RECURSIVE queues(queue) AS (
+        (SELECT queue FROM pgflow_step_live WHERE status = 'scheduled' ORDER BY queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT s.queue FROM pgflow_step_live s WHERE s.status = 'scheduled' AND s.queue > queues.queue
+                ORDER BY s.queue LIMIT 1)
+        FROM queues WHERE queues.queue IS NOT NULL
+    )
+    SELECT queue FROM queues WHERE queue IS NOT NULL
+"""
+
+
 def queues_without_worker(now: datetime, *, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Queues with attempts due now that no live worker serves: ``{"count", "rows": [{"queue",
     "due", "oldest_due_at"}]}``, oldest first. Live means a heartbeat younger than the lease
-    (the ``Worker`` rows); one group per queue over the claim index's scheduled rows."""
+    (the ``Worker`` rows). The queues holding scheduled attempts come from a loose scan of
+    the due-time index (one probe per queue); only those no worker serves are counted."""
     live = Worker.objects.using(readdb.alias()).live(now)
     served = {queue for queues in live.values_list("queues", flat=True) for queue in queues or ()}
+    unserved = [row[0] for row in _rows(_SCHEDULED_QUEUES, {}) if row[0] not in served]
+    if not unserved:
+        return {"count": 0, "rows": []}
     mine = "" if tenants is None else " AND run_id IN (SELECT r.id FROM pgflow_run r WHERE r.tenant = ANY(%(tenants)s))"
     due = _rows(
-        "SELECT queue, count(*), min(scheduled_at) FROM pgflow_step "
-        f"WHERE status = 'scheduled' AND scheduled_at <= %(now)s{mine} GROUP BY queue ORDER BY 3, 1",
-        {"now": now, **_tenant_params(tenants)},
+        "SELECT queue, count(*), min(scheduled_at) FROM pgflow_step_live WHERE status = 'scheduled' "
+        f"AND scheduled_at <= %(now)s AND queue = ANY(%(unserved)s){mine} GROUP BY queue ORDER BY 3, 1",
+        {"now": now, "unserved": unserved, **_tenant_params(tenants)},
     )
-    rows = _dicts(("queue", "due", "oldest_due_at"), [row for row in due if row[0] not in served])
+    rows = _dicts(("queue", "due", "oldest_due_at"), due)
     return {"count": len(rows), "rows": rows[:limit]}
 
 

@@ -15,13 +15,14 @@ from pgflow.db import connection
 from pgflow.models import QueueState, Worker
 
 # One scan of the open attempts (the claim indexes cover scheduled rows): per queue, the due
-# ones, the oldest due time, and those in progress.
+# ones, the oldest due time, and those in progress. Open attempts are in the live partition
+# only (pgflow.store.history): the parent would also scan every day of history.
 _OPEN_SQL = """
     SELECT queue,
            count(*) FILTER (WHERE status = 'scheduled' AND scheduled_at <= %(now)s),
            min(scheduled_at) FILTER (WHERE status = 'scheduled' AND scheduled_at <= %(now)s),
            count(*) FILTER (WHERE status = 'in_progress')
-    FROM pgflow_step WHERE status IN ('scheduled', 'in_progress') GROUP BY queue
+    FROM pgflow_step_live WHERE status IN ('scheduled', 'in_progress') GROUP BY queue
 """
 
 

@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -172,6 +172,7 @@ SELECT CASE WHEN s.scheduled_at > s.waiting_since THEN s.scheduled_at ELSE COALE
        - s.waiting_since
 FROM pgflow_step s JOIN pgflow_run r ON r.id = s.run_id
 WHERE s.waiting_since IS NOT NULL AND COALESCE(s.finished_at, %(now)s) >= %(since)s
+  AND (s.history_day IS NULL OR s.history_day >= %(day)s)
   AND (%(path)s::text IS NULL OR r.workflow_class = %(path)s) AND (%(step)s::text IS NULL OR s.step_name = %(step)s)
 """
 
@@ -184,6 +185,8 @@ def _waiting_histogram(params: dict[str, Any], at: datetime) -> dict[int, int]:
             {
                 "now": at,
                 "since": at - timedelta(seconds=params["window"]),
+                # An attempt that ended in the window is filed under its run's end day, not before.
+                "day": (at - timedelta(seconds=params["window"])).astimezone(UTC).date(),
                 "path": params.get("workflow_class"),
                 "step": params.get("step"),
             },
@@ -227,7 +230,8 @@ def _runs_paused(params: dict[str, Any], at: datetime) -> tuple[bool, float | No
 
 def _steps_overdue(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
     count = _count(
-        "SELECT count(*) FROM pgflow_step WHERE status = 'scheduled' AND scheduled_at < %(before)s "
+        # Open attempts are in the live partition only (pgflow.store.history), here and below.
+        "SELECT count(*) FROM pgflow_step_live WHERE status = 'scheduled' AND scheduled_at < %(before)s "
         "AND (%(queue)s::text IS NULL OR queue = %(queue)s)",
         {"before": at - timedelta(seconds=params["after"]), "queue": params.get("queue")},
     )
@@ -239,7 +243,9 @@ def _steps_overdue(params: dict[str, Any], at: datetime) -> tuple[bool, float | 
 
 
 def _waits_past_deadline(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
-    count = _count("SELECT count(*) FROM pgflow_step WHERE status = 'waiting' AND deadline_at <= %(now)s", {"now": at})
+    count = _count(
+        "SELECT count(*) FROM pgflow_step_live WHERE status = 'waiting' AND deadline_at <= %(now)s", {"now": at}
+    )
     return count > params["count"], count, f"{count} signal waits past their deadline (more than {params['count']})"
 
 
@@ -247,7 +253,7 @@ def _queue_without_worker(params: dict[str, Any], at: datetime) -> tuple[bool, f
     served = {queue for queues in Worker.objects.live(at).values_list("queues", flat=True) for queue in queues or ()}
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT DISTINCT queue FROM pgflow_step WHERE status = 'scheduled' AND scheduled_at <= %(due)s "
+            "SELECT DISTINCT queue FROM pgflow_step_live WHERE status = 'scheduled' AND scheduled_at <= %(due)s "
             "AND (%(queue)s::text IS NULL OR queue = %(queue)s)",
             {"due": at - timedelta(seconds=params["after"]), "queue": params.get("queue")},
         )
@@ -281,9 +287,8 @@ def _runs_matching(params: dict[str, Any], at: datetime) -> tuple[bool, float | 
 def _approvals_waiting(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
     """Approval steps waiting for a decision for longer than ``after`` (their class read once per step)."""
     waits = (
-        Step.objects.filter(
-            status="waiting", batch__isnull=True, waiting_since__lte=at - timedelta(seconds=params["after"])
-        )
+        Step.objects.live()
+        .filter(status="waiting", batch__isnull=True, waiting_since__lte=at - timedelta(seconds=params["after"]))
         .values_list("run__workflow_class", "step_name", "run_id")
         .order_by("waiting_since", "id")
     )

@@ -201,13 +201,15 @@ def serve(port: int, *, address: str = "0.0.0.0") -> None:  # noqa: S104 - a scr
 
 # --- the /metrics view's gauges, read from the database at scrape time --------------------------
 
-# Each gauge's query, named; one round trip each, over the partial indexes of open rows.
+# Each gauge's query, named; one round trip each, over the partial indexes of open rows. Open
+# attempts are in the live partition only (pgflow.store.history): naming the parent would
+# also scan every day of history, whose partitions have no index on status.
 _DUE_BY_QUEUE = """
 SELECT queue, count(*), EXTRACT(EPOCH FROM (%(now)s - min(scheduled_at)))
-FROM pgflow_step WHERE status = 'scheduled' AND scheduled_at <= %(now)s GROUP BY queue
+FROM pgflow_step_live WHERE status = 'scheduled' AND scheduled_at <= %(now)s GROUP BY queue
 """
 _PAUSED_BY_CLASS = "SELECT workflow_class, count(*) FROM pgflow_run WHERE status = 'paused' GROUP BY workflow_class"
-_PAST_DEADLINE = "SELECT count(*) FROM pgflow_step WHERE status = 'waiting' AND deadline_at <= %(now)s"
+_PAST_DEADLINE = "SELECT count(*) FROM pgflow_step_live WHERE status = 'waiting' AND deadline_at <= %(now)s"
 
 
 def cluster_gauges(now: datetime) -> dict[str, Any]:

@@ -135,7 +135,8 @@ def _alerts(at: datetime) -> int:
 
 def _expired_leases(at: datetime) -> list[int]:
     return list(
-        Step.objects.filter(status=StepStatus.IN_PROGRESS, lease_expires_at__lt=at)
+        Step.objects.live()
+        .filter(status=StepStatus.IN_PROGRESS, lease_expires_at__lt=at)
         .order_by("lease_expires_at")
         .values_list("pk", flat=True)[:BATCH_SIZE]
     )
@@ -143,7 +144,8 @@ def _expired_leases(at: datetime) -> list[int]:
 
 def _past_deadline(at: datetime) -> list[int]:
     return list(
-        Step.objects.filter(status=StepStatus.WAITING, deadline_at__lte=at, batch__isnull=True)
+        Step.objects.live()
+        .filter(status=StepStatus.WAITING, deadline_at__lte=at, batch__isnull=True)
         .order_by("deadline_at")
         .values_list("pk", flat=True)[:BATCH_SIZE]
     )

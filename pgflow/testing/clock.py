@@ -225,9 +225,11 @@ def next_due() -> datetime | None:
     an alert delivery's next try."""
     at = store.now()
     steps = Step.objects.filter(run__status=RunStatus.RUNNING)
-    lease = Step.objects.filter(status=StepStatus.IN_PROGRESS, lease_expires_at__gte=at).aggregate(
-        m=Min("lease_expires_at")
-    )["m"]
+    lease = (
+        Step.objects.live()
+        .filter(status=StepStatus.IN_PROGRESS, lease_expires_at__gte=at)
+        .aggregate(m=Min("lease_expires_at"))["m"]
+    )
     moments = [
         steps.filter(status=StepStatus.SCHEDULED, scheduled_at__gt=at).aggregate(m=Min("scheduled_at"))["m"],
         steps.filter(status=StepStatus.WAITING, deadline_at__gt=at).aggregate(m=Min("deadline_at"))["m"],
@@ -359,8 +361,10 @@ def _due() -> set[tuple[int, int, str]]:
 def _wake() -> None:
     """Wake the workers of every queue with a due attempt: a real worker sleeping until the
     next due time it knew of would otherwise wait for its poll."""
-    queues = Step.objects.filter(status=StepStatus.SCHEDULED, scheduled_at__lte=store.now()).values_list(
-        "queue", flat=True
+    queues = (
+        Step.objects.live()
+        .filter(status=StepStatus.SCHEDULED, scheduled_at__lte=store.now())
+        .values_list("queue", flat=True)
     )
     for queue in sorted(set(queues)):
         store.notify(queue)

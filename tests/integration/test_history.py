@@ -179,6 +179,53 @@ def test_the_clock_unfiles_history_so_an_advance_past_retention_purges_it_all(pg
     assert not Step.objects.filter(run_id=run.pk).exists() and not Event.objects.filter(run_id=run.pk).exists()
 
 
+def test_the_lookups_of_open_work_plan_the_live_partition_alone():
+    """The sweep's leases and deadlines, the dashboard's stuck lists and queue page, the
+    /metrics gauges, the alerts' open-work measures and the signal and approval lookups:
+    open attempts are never filed, so none of them may plan a day of history."""
+    from django.contrib.auth.models import User
+
+    from pgflow import deciding, signals
+    from pgflow.fanout import repairs
+    from pgflow.observability import alerts, metrics
+    from pgflow_dashboard import insights, queuepage
+
+    run = run_workflow(wf.ThreeSteps.start())
+    sweep.run(at=store.now() + SETTLED)
+    day = history.partition("pgflow_step", day_of(WorkflowRun.objects.get(pk=run.pk)))
+    assert where(Step, run) == {day}
+    wf.Delayed.start()  # and an open run, so the lookups have something to find
+    staff = User.objects.create_user("ops", is_staff=True)
+
+    statements: list[tuple[str, object]] = []
+
+    def capture(execute, sql, params, many, context):
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    now = store.now()
+    with connection.execute_wrapper(capture):
+        sweep._expired_leases(now)
+        sweep._past_deadline(now)
+        insights.stuck(now)
+        queuepage.queues(now)
+        metrics.cluster_gauges(now)
+        alerts._steps_overdue({"after": 0, "count": 0}, now)
+        alerts._waits_past_deadline({"count": 0}, now)
+        alerts._queue_without_worker({"after": 0}, now)
+        alerts._approvals_waiting({"after": 0, "count": 0}, now)
+        signals.repair_waits(at=now)
+        repairs.repair_lost(at=now)
+        deciding.waiting_for(staff)
+    read = [(sql, params) for sql, params in statements if "pgflow_step" in sql]
+    assert len(read) >= 12
+    for sql, params in read:
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + sql, params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert day not in plan, f"{sql}\n{plan}"
+
+
 def other_connection() -> psycopg.Connection:
     params = connection.get_connection_params()
     return psycopg.connect(**{k: v for k, v in params.items() if k in ("dbname", "user", "password", "host", "port")})
