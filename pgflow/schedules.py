@@ -402,6 +402,8 @@ def _start(row: Schedule, workflow: type[Workflow], tick: datetime, *, buffered:
         # reaches the caller with the tick still due)
         _record(row, tick, ScheduleTick.Outcome.SKIPPED, reason=_refusal(exc), **details)
         return None
+    # The tick's key may name a run started before this transaction: held while it is linked.
+    store.hold_run(run.pk, by=f"schedule {row.pk}'s tick at {tick.isoformat()}")
     ScheduleTick.objects.create(
         schedule=row,
         tick_at=tick,

@@ -400,4 +400,30 @@ def flow_violations(run_ids: list[Any] | None = None) -> list[str]:
         + tick_violations(ticks, [*keyed, *ticked])
         + gate_violations(gated)
         + signal_violations(signals, signal_steps, received)
+        + link_violations()
     )
+
+
+# Links between runs that are not foreign keys (pgflow.store.links): table, column.
+RUN_LINKS = [
+    ("pgflow_run", "rerun_of_id"),
+    ("pgflow_run", "parent_id"),
+    ("pgflow_batch_member", "child_id"),
+    ("pgflow_schedule", "last_run_id"),
+    ("pgflow_schedule_tick", "run_id"),
+]
+
+
+def link_violations() -> list[str]:
+    """Every row in the database whose link names a run that is not there."""
+    from pgflow.db import connection  # as flow_violations' imports: the pure checkers need no Django
+
+    found: list[str] = []
+    with connection.cursor() as cursor:
+        for table, column in RUN_LINKS:
+            cursor.execute(
+                f"SELECT t.id, t.{column} FROM {table} AS t WHERE t.{column} IS NOT NULL "
+                f"AND NOT EXISTS (SELECT 1 FROM pgflow_run AS r WHERE r.id = t.{column}) ORDER BY t.id"
+            )
+            found += [f"{table} {row_id}: {column} names run {run_id}, which is gone" for row_id, run_id in cursor]
+    return found

@@ -62,7 +62,10 @@ class BatchMember(models.Model):
     error = models.TextField(null=True, blank=True)
     # batch.add_run(): the child run this member stands for (no django-q2 task then). It
     # counts when the child finishes (succeeded) or is cancelled (failed).
-    child = models.ForeignKey(WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Not a database foreign key, as WorkflowRun.parent is not.
+    child = models.ForeignKey(
+        WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
 
     class Meta:
         db_table = "pgflow_batch_member"

@@ -67,12 +67,27 @@ class WorkflowRun(models.Model):
     # The W3C traceparent current when start() was called: every attempt's span joins that trace.
     traceparent = models.CharField(max_length=55, null=True, blank=True)
     # run.rerun_from(): the run this one re-runs (its outputs before the re-run step were copied).
+    # The links between runs are not database foreign keys (db_constraint=False): each costs
+    # every purged run a check, and retention nulls them itself (pgflow.store.retention).
+    # Whoever writes one holds the run it names (pgflow.store.links).
     rerun_of = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns", db_index=False
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="reruns",
+        db_index=False,
+        db_constraint=False,
     )
     # batch.add_run() in a fan_out: the run whose step waits on this one as a batch member.
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children", db_index=False
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="children",
+        db_index=False,
+        db_constraint=False,
     )
     # The class's pgflow.Singleton key for this run (None: no singleton, or its key was None).
     singleton_key = models.CharField(max_length=200, null=True, blank=True)

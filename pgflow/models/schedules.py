@@ -56,7 +56,10 @@ class Schedule(models.Model):
     disabled_reason = models.CharField(max_length=300, blank=True, default="")
     next_tick_at = models.DateTimeField(null=True, blank=True)
     last_tick_at = models.DateTimeField(null=True, blank=True)
-    last_run = models.ForeignKey(WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Not a database foreign key, as WorkflowRun.parent is not; it names the run the tick started.
+    last_run = models.ForeignKey(
+        WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
     # buffer_one: the tick held while the last run is open; started when it ends.
     buffered_tick_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
@@ -99,7 +102,13 @@ class ScheduleTick(models.Model):
     outcome = models.CharField(max_length=20, choices=Outcome.choices)
     # pgflow_tick_run indexes its non-NULL rows: a lookup by run is by value.
     run = models.ForeignKey(
-        WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+        WorkflowRun,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,  # as Schedule.last_run
     )
     started_at = models.DateTimeField()
     details = models.JSONField(default=dict, blank=True)

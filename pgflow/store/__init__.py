@@ -25,6 +25,7 @@ One module per concept:
 - ``batches``: a fan-out's batch opened, its members counted, its step resolved;
 - ``rerun``: a run re-run from one of its steps;
 - ``children``: child runs as a fan-out's members, counted when they end;
+- ``links``: a run held while a link to it is written (the links are not foreign keys);
 - ``retention``: old runs deleted.
 
 Callers outside pgflow use the models' methods (``run.pause()`` …), ``Workflow.start()`` and
@@ -42,6 +43,7 @@ from .commit import Finished, finish_many
 from .controls import cancel, pause, resume, skip_step
 from .decisions import record_vote
 from .leases import hand_back, heartbeat, log_ignored, recover_lost
+from .links import hold_run
 from .locking import CHANNEL, TESTING_WORKER, actor_name, notify, now, read_note
 from .mailbox import deliver, time_out, wake_stale
 from .rerun import rerun_from, rerun_plan
@@ -70,6 +72,7 @@ __all__ = [
     "finish_many",
     "hand_back",
     "heartbeat",
+    "hold_run",
     "log_ignored",
     "mark_enqueued",
     "next_due",

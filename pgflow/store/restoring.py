@@ -12,7 +12,10 @@ from django.db import models
 
 from .. import db
 from ..models import Batch, BatchMember, Event, Signal, Step, WorkflowRun
+from . import links
 from .locking import now
+
+_LINKS = ("parent_id", "rerun_of_id")  # a run's links to other runs (pgflow.store.links)
 
 
 class AlreadyThere(Exception):
@@ -27,9 +30,13 @@ def restore(record: dict[str, Any]) -> WorkflowRun:
         if WorkflowRun.objects.filter(pk=run_id).exists():
             raise AlreadyThere(f"run {run_id} is in the database: nothing to restore")
         row = _instance(WorkflowRun, values)
-        # The runs it named may be gone for good: a link to none would fail the foreign key.
-        for link in ("parent_id", "rerun_of_id"):
-            if getattr(row, link) is not None and not WorkflowRun.objects.filter(pk=getattr(row, link)).exists():
+        named = [getattr(row, link) for link in _LINKS] + [
+            member.get("child_id") for batch in record["batches"] for member in batch["members"]
+        ]
+        # The runs it named may be gone for good: its links to those are dropped, the others held.
+        kept = links.held_runs(run_id for run_id in named if run_id is not None)
+        for link in _LINKS:
+            if getattr(row, link) not in kept:
                 setattr(row, link, None)
         row.finished_at = now()
         row.save(force_insert=True)
@@ -38,17 +45,18 @@ def restore(record: dict[str, Any]) -> WorkflowRun:
         Batch.objects.bulk_create([_instance(Batch, batch) for batch in record["batches"]])
         Step.objects.bulk_create([_instance(Step, step) for step in record["steps"]])
         BatchMember.objects.bulk_create(
-            [_instance(BatchMember, member, child=False) for batch in record["batches"] for member in batch["members"]]
+            [_instance(BatchMember, member, kept=kept) for batch in record["batches"] for member in batch["members"]]
         )
         Event.objects.bulk_create([_instance(Event, event) for event in record["events"]])
     return WorkflowRun.objects.get(pk=run_id)
 
 
-def _instance(model: type[models.Model], values: dict[str, Any], *, child: bool = True) -> Any:
+def _instance(model: type[models.Model], values: dict[str, Any], *, kept: set[int] | None = None) -> Any:
     """``model`` from an archived row's columns by attname (the extras, such as a batch's
-    ``members``, left out); values are converted as a form's would be (``to_python``)."""
+    ``members``, left out); values are converted as a form's would be (``to_python``). With
+    ``kept`` (a batch member), a child run not among those is dropped: purged, not restored."""
     fields = {field.attname: field for field in model._meta.concrete_fields}
-    kept = {name: fields[name].to_python(value) for name, value in values.items() if name in fields}
-    if not child and kept.get("child_id") is not None and not WorkflowRun.objects.filter(pk=kept["child_id"]).exists():
-        kept["child_id"] = None  # a member's child run purged and not restored
-    return model(**kept)
+    columns = {name: fields[name].to_python(value) for name, value in values.items() if name in fields}
+    if kept is not None and columns.get("child_id") not in kept:
+        columns["child_id"] = None
+    return model(**columns)

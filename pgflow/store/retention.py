@@ -37,9 +37,9 @@ _PURGE = [
     "DELETE FROM pgflow_batch WHERE run_id = ANY(%(ids)s)",
     "DELETE FROM pgflow_step_live WHERE run_id = ANY(%(ids)s)",
     # What the models declare SET_NULL towards a run, done here: Django's on_delete is the
-    # ORM's, and a row still naming a purged run fails the (deferred) foreign key at commit,
-    # which would roll the whole batch back at every sweep (a re-run of an old run, a child
-    # of a parent kept open, a schedule's tick and last run).
+    # ORM's, and these links are not foreign keys (pgflow.store.links), so nothing else would
+    # stop a row naming a purged run (a re-run of an old run, a child of a parent kept open,
+    # a schedule's tick and last run).
     "UPDATE pgflow_run SET rerun_of_id = NULL WHERE rerun_of_id = ANY(%(ids)s)",
     "UPDATE pgflow_run SET parent_id = NULL WHERE parent_id = ANY(%(ids)s)",
     "UPDATE pgflow_batch_member SET child_id = NULL WHERE child_id = ANY(%(ids)s)",

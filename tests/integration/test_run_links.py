@@ -1,0 +1,122 @@
+"""The links between runs (a re-run's original, a child's parent, a batch member's child run, a
+schedule's last run and a tick's run) are not foreign keys (migration 0020): retention nulls
+those naming a run it deletes, and a writer holds the run it links to, waiting for a
+retention's delete as a key's check would and told when the run is gone."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import IntegrityError, close_old_connections, connection
+
+from pgflow import db, store
+from pgflow.models import BatchMember, Schedule, ScheduleTick, WorkflowRun
+from pgflow.testing import run_workflow
+from tests import composition_workflows as cw
+from tests.invariants import assert_exactly_once, link_violations
+
+pytestmark = pytest.mark.django_db
+
+
+def aged(*runs: WorkflowRun) -> None:
+    WorkflowRun.objects.filter(pk__in=[run.pk for run in runs]).update(finished_at=store.now() - timedelta(days=40))
+
+
+def test_retention_nulls_every_link_to_a_run_it_deletes_and_keeps_the_others():
+    original = run_workflow(cw.Ledger.start(input={"n": 1, "amount": 2}))
+    rerun = run_workflow(original.rerun_from("receipt"))
+    old_parent = run_workflow(cw.Parent.start(input={"n": 1}))
+    (kept_child,) = WorkflowRun.objects.filter(parent=old_parent)
+    parent = run_workflow(cw.Parent.start(input={"n": 1}))
+    (old_child,) = WorkflowRun.objects.filter(parent=parent)
+    at = store.now()
+    schedule = Schedule.objects.create(
+        workflow_class="tests.composition_workflows.Ledger",
+        name="nightly ledger",
+        cron="0 3 * * *",
+        created_at=at,
+        updated_at=at,
+        last_run=original,
+    )
+    tick = ScheduleTick.objects.create(
+        schedule=schedule, tick_at=at, outcome=ScheduleTick.Outcome.CANCELLED_PREVIOUS, run=original, started_at=at
+    )
+    kept_tick = ScheduleTick.objects.create(
+        schedule=schedule, tick_at=at, outcome=ScheduleTick.Outcome.MANUAL, run=rerun, started_at=at
+    )
+    aged(original, old_parent, old_child)
+
+    assert store.purge_runs(store.now() - timedelta(days=30), batch=10, rounds=5) == 3
+
+    assert not WorkflowRun.objects.filter(pk__in=[original.pk, old_parent.pk, old_child.pk]).exists()
+    rerun.refresh_from_db()
+    kept_child.refresh_from_db()
+    schedule.refresh_from_db()
+    tick.refresh_from_db()
+    kept_tick.refresh_from_db()
+    assert (rerun.rerun_of_id, kept_child.parent_id, schedule.last_run_id, tick.run_id) == (None, None, None, None)
+    assert BatchMember.objects.get(batch__run=parent).child_id is None
+    assert kept_tick.run_id == rerun.pk
+    assert link_violations() == []
+    assert_exactly_once()
+
+
+def test_a_link_left_naming_a_gone_run_is_a_violation():
+    original = run_workflow(cw.Ledger.start(input={"n": 1, "amount": 2}))
+    rerun = run_workflow(original.rerun_from("receipt"))
+    with connection.cursor() as cursor:  # what retention would leave without its UPDATEs
+        cursor.execute("UPDATE pgflow_run SET rerun_of_id = %s WHERE id = %s", [10**9, rerun.pk])
+    assert link_violations() == [f"pgflow_run {rerun.pk}: rerun_of_id names run {10**9}, which is gone"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("ending", ["COMMIT", "ROLLBACK"])
+def test_a_link_waits_for_a_delete_of_its_run_and_is_refused_when_it_commits(ending):
+    run = run_workflow(cw.Ledger.start(input={"n": 1, "amount": 2}))
+    params = {
+        k: v
+        for k, v in connection.get_connection_params().items()
+        if k in ("dbname", "user", "password", "host", "port")
+    }
+    outcome: list[object] = []
+
+    def link() -> None:
+        try:
+            with db.atomic():
+                store.hold_run(run.pk, by="the test's link")
+            outcome.append("held")
+        except IntegrityError as error:
+            outcome.append(str(error))
+        finally:
+            close_old_connections()
+
+    with psycopg.connect(**params) as retention:
+        # retention's delete, as pgflow.store.retention makes it, not yet committed
+        for table in ("pgflow_event_live", "pgflow_step_live", "pgflow_signal"):
+            retention.execute(f"DELETE FROM {table} WHERE run_id = %s", [run.pk])
+        retention.execute("DELETE FROM pgflow_run WHERE id = %s", [run.pk])
+        linking = threading.Thread(target=link)
+        linking.start()
+        linking.join(1.0)
+        assert linking.is_alive() and outcome == []  # waiting, as the key's check waited
+        retention.execute(ending)
+        linking.join(10)
+    assert outcome == (
+        [f"the test's link links to run {run.pk}, which retention deleted meanwhile; nothing was linked"]
+        if ending == "COMMIT"
+        else ["held"]
+    )
+
+
+def test_only_the_rows_a_run_owns_are_foreign_keys_to_it():
+    # Each key pointing at pgflow_run is checked for every run retention deletes.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f' "
+            "AND confrelid = 'pgflow_run'::regclass ORDER BY 1"
+        )
+        keys = [row[0] for row in cursor.fetchall()]
+    assert keys == ["pgflow_batch", "pgflow_event_live", "pgflow_signal", "pgflow_step_live"]
