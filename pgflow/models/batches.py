@@ -62,10 +62,11 @@ class BatchMember(models.Model):
     error = models.TextField(null=True, blank=True)
     # batch.add_run(): the child run this member stands for (no django-q2 task then). It
     # counts when the child finishes (succeeded) or is cancelled (failed).
-    # Not a database foreign key, as WorkflowRun.parent is not.
-    child = models.ForeignKey(
-        WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
-    )
+    # Still a foreign key, unlike the other links between runs (pgflow.store.links): its writer,
+    # a parent linking an existing keyed run, holds the parent's lock, where holding the child
+    # would wait for a child's lock under a parent's (docs/architecture.md, "Lock order between
+    # runs"). The key's own check at commit takes the same lock; that is left as it was.
+    child = models.ForeignKey(WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:
         db_table = "pgflow_batch_member"

@@ -24,7 +24,6 @@ from ..core.flow import COMPLETE, PAUSE, Outcome
 from ..core.states import RunStatus, StepStatus
 from ..exceptions import FanOutFailed, WorkflowNotFound
 from ..models import Batch, BatchMember, Event, Step, WorkflowRun
-from . import links
 from .claims import Claim
 from .leases import held_attempt, log_ignored
 from .locking import TESTING_WORKER, event, locked, now
@@ -126,8 +125,6 @@ def _start_children(
             key=member.kwargs.get("key"),
             parent=run,
         )
-        if member.kwargs.get("key") is not None:  # maybe an existing run, older than this transaction
-            links.hold_run(child.pk, by=f"batch {batch.pk}'s member {row.position}")
         if child.parent_id is None:
             # An existing keyed run (not a child of any run yet) becomes this run's child. Never
             # wait for its lock: the lock order is child, then parent (see pgflow.store.children).

@@ -1,7 +1,7 @@
-"""Links between runs: a re-run's original, a child's parent, a batch member's child run, a
-schedule's last run and a tick's run. They are not database foreign keys (migration 0020):
-PostgreSQL checks every key that points at a run for each run deleted, which was most of
-what retention spent on one.
+"""Links between runs: a re-run's original, a child's parent, a schedule's last run and a
+tick's run. They are not database foreign keys (migration 0020): PostgreSQL checks every key
+that points at a run for each run deleted, which was most of what retention spent on one. A
+batch member's child run stays a key (see ``BatchMember.child``).
 
 In their place, retention nulls the links to the runs it deletes (``retention``), and
 whoever writes a link to a run it neither created nor locked in its transaction holds that

@@ -1,7 +1,7 @@
-"""The links between runs (a re-run's original, a child's parent, a batch member's child run, a
-schedule's last run and a tick's run) are not foreign keys (migration 0020): retention nulls
-those naming a run it deletes, and a writer holds the run it links to, waiting for a
-retention's delete as a key's check would and told when the run is gone."""
+"""Four links between runs (a re-run's original, a child's parent, a schedule's last run and a
+tick's run) are not foreign keys (migration 0020): retention nulls those naming a run it
+deletes, as it does a batch member's child run (still a key), and a writer holds the run it
+links to, waiting for a retention's delete as a key's check would and told when the run is gone."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_a_link_waits_for_a_delete_of_its_run_and_is_refused_when_it_commits(end
     )
 
 
-def test_only_the_rows_a_run_owns_are_foreign_keys_to_it():
+def test_only_the_rows_a_run_owns_and_a_batch_members_child_are_foreign_keys_to_it():
     # Each key pointing at pgflow_run is checked for every run retention deletes.
     with connection.cursor() as cursor:
         cursor.execute(
@@ -119,4 +119,4 @@ def test_only_the_rows_a_run_owns_are_foreign_keys_to_it():
             "AND confrelid = 'pgflow_run'::regclass ORDER BY 1"
         )
         keys = [row[0] for row in cursor.fetchall()]
-    assert keys == ["pgflow_batch", "pgflow_event_live", "pgflow_signal", "pgflow_step_live"]
+    assert keys == ["pgflow_batch", "pgflow_batch_member", "pgflow_event_live", "pgflow_signal", "pgflow_step_live"]
