@@ -53,6 +53,7 @@ from .core.phases import ROLLED
 from .core.states import RunStatus, StepStatus
 from .db import connection
 from .models import FailureRollup, RollupState, RunRollup, StepRollup
+from .store import history
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -134,12 +135,14 @@ class Tally:
 def tally(since: datetime, until: datetime, bucket_seconds: int) -> Tally:
     """The figures of ``[since, until)`` by buckets of ``bucket_seconds``: rolled hours read
     from the rollup, the rest counted live. Buckets shorter than an hour are all live."""
-    mark = rolled_until()
-    if bucket_seconds % 3600 or mark is None:
+    if bucket_seconds % 3600:
+        return aggregate([(since, until)], bucket_seconds)
+    mark, settled_before = _watermark_and_settled()
+    if mark is None:
         return aggregate([(since, until)], bucket_seconds)
     first = ceil_to(since, HOUR)  # [since, first) is a partial hour: live
     last = max(first, min(floor_to(until, HOUR), mark))  # [last, until) is not rolled yet: live
-    settled = max(last, min(until, _settled_before()))
+    settled = max(last, min(until, settled_before))
     counted = Tally().add(_kept_ends(last, settled, bucket_seconds))
     counted.add(_count([(since, first), (last, until)], [(since, first), (settled, until)], bucket_seconds))
     if first < last:
@@ -170,14 +173,16 @@ _kept: dict[tuple[str, int, datetime], _Kept] = {}  # (alias, bucket_seconds, wa
 _kept_lock = threading.Lock()
 
 
-def _settled_before() -> datetime:
-    """Every end stamped LIVE_SETTLE before this is visible to the reads here: the database's
-    clock at this statement, or on a standby the commit time of the last transaction it replayed."""
-    moment = _rows(
-        "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_xact_replay_timestamp() ELSE statement_timestamp() END",
+def _watermark_and_settled() -> tuple[datetime | None, datetime]:
+    """``rolled_until()``, and the moment every end stamped LIVE_SETTLE before is visible to
+    the reads here: the database's clock at this statement, or on a standby the commit time
+    of the last transaction it replayed. One round trip for both."""
+    mark, moment = _rows(
+        "SELECT (SELECT rolled_until FROM pgflow_rollup_state WHERE id = 1), "
+        "CASE WHEN pg_is_in_recovery() THEN pg_last_xact_replay_timestamp() ELSE statement_timestamp() END",
         {},
-    )[0][0]
-    return _EPOCH if moment is None else moment - LIVE_SETTLE
+    )[0]
+    return mark, _EPOCH if moment is None else moment - LIVE_SETTLE
 
 
 def _kept_ends(mark: datetime, settled: datetime, bucket_seconds: int) -> Tally:
@@ -327,12 +332,9 @@ def _count(
             i = next(numbers)
             params[f"low{i}"], params[f"high{i}"] = low, high
             where = of_tenants
-            if table == "pgflow_step":
-                # An attempt is filed under the day its run ended, never before its own end:
-                # the day partitions before the span's first day hold none of it, and
-                # PostgreSQL leaves them out when it plans (pgflow.store.history).
-                params[f"day{i}"] = low.astimezone(UTC).date()
-                where = f" AND (history_day IS NULL OR history_day >= %(day{i})s)"
+            if table == "pgflow_step":  # the days before the span's are left out when planned
+                params[f"day{i}"] = history.first_day(low)
+                where = f" AND {history.filed_from('history_day', f'day{i}')}"
             bounds = f"{column} >= %(low{i})s AND {column} < %(high{i})s"
             scans.append(f"SELECT {columns} FROM {table} WHERE {bounds}{where}")
         return "(" + " UNION ALL ".join(scans) + ")" if scans else None

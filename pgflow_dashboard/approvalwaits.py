@@ -9,12 +9,12 @@ window and those open now. Which steps are approvals is read from each class's d
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC
 from typing import Any
 
 from pgflow import readdb
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.registry import resolve
+from pgflow.store import history
 
 from .window import WorkflowWindow
 
@@ -27,7 +27,7 @@ SELECT r.workflow_class, s.step_name,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM
            (CASE WHEN s.status = 'waiting' THEN %(now)s ELSE s.scheduled_at END) - s.waiting_since))
 FROM pgflow_step s JOIN pgflow_run r ON r.id = s.run_id
-WHERE s.waiting_since IS NOT NULL AND s.batch_id IS NULL AND (s.history_day IS NULL OR s.history_day >= %(day)s)
+WHERE s.waiting_since IS NOT NULL AND s.batch_id IS NULL AND {filed}
   AND (s.status = 'waiting'
        OR (s.waiting_since < s.scheduled_at AND s.scheduled_at >= %(since)s AND s.scheduled_at <= %(now)s)){tenants}
 GROUP BY r.workflow_class, s.step_name
@@ -41,13 +41,12 @@ def approval_waits(window: WorkflowWindow, *, tenants: Sequence[str] | None = No
     mine = "" if tenants is None else " AND r.tenant = ANY(%(tenants)s)"
     with readdb.connection().cursor() as cursor:  # the replica inside readdb.reading()
         cursor.execute(
-            _WAITS.format(tenants=mine),
+            _WAITS.format(tenants=mine, filed=history.filed_from("s.history_day", "day")),
             {
                 "since": window.since(),
                 "now": window.now,
-                # An attempt scheduled in the window is filed under a day its run ended on, at or
-                # after it: the days before the window's are left out when PostgreSQL plans.
-                "day": window.since().astimezone(UTC).date(),
+                # An attempt scheduled in the window ended in it or after: the days before are left out.
+                "day": history.first_day(window.since()),
                 "tenants": list(tenants or ()),
             },
         )

@@ -62,7 +62,7 @@ from typing import Any
 
 from django.db import transaction
 
-from pgflow import readdb, rollup
+from pgflow import queues, readdb, rollup
 from pgflow.core import histogram
 from pgflow.core.flow import CANCEL, OUTCOME_WORDS, PAUSE, REATTEMPT, SKIP
 from pgflow.core.states import RunStatus
@@ -489,28 +489,15 @@ def overdue_steps(now: datetime, *, limit: int, tenants: Sequence[str] | None = 
     )
 
 
-# Every queue holding a scheduled attempt, one index probe each (pgflow_step_due leads with
-# the queue): a DISTINCT would read every scheduled row, a whole backlog.
-_SCHEDULED_QUEUES = """
-    WITH RECURSIVE queues(queue) AS (
-        (SELECT queue FROM pgflow_step_live WHERE status = 'scheduled' ORDER BY queue LIMIT 1)
-        UNION ALL
-        SELECT (SELECT s.queue FROM pgflow_step_live s WHERE s.status = 'scheduled' AND s.queue > queues.queue
-                ORDER BY s.queue LIMIT 1)
-        FROM queues WHERE queues.queue IS NOT NULL
-    )
-    SELECT queue FROM queues WHERE queue IS NOT NULL
-"""
-
-
 def queues_without_worker(now: datetime, *, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Queues with attempts due now that no live worker serves: ``{"count", "rows": [{"queue",
     "due", "oldest_due_at"}]}``, oldest first. Live means a heartbeat younger than the lease
     (the ``Worker`` rows). The queues holding scheduled attempts come from a loose scan of
     the due-time index (one probe per queue); only those no worker serves are counted."""
     live = Worker.objects.using(readdb.alias()).live(now)
-    served = {queue for queues in live.values_list("queues", flat=True) for queue in queues or ()}
-    unserved = [row[0] for row in _rows(_SCHEDULED_QUEUES, {}) if row[0] not in served]
+    served = {queue for names in live.values_list("queues", flat=True) for queue in names or ()}
+    with readdb.connection().cursor() as cursor:  # the replica inside readdb.reading()
+        unserved = [queue for queue in queues.scheduled_queues(cursor) if queue not in served]
     if not unserved:
         return {"count": 0, "rows": []}
     mine = "" if tenants is None else " AND run_id IN (SELECT r.id FROM pgflow_run r WHERE r.tenant = ANY(%(tenants)s))"

@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,7 +35,7 @@ from django.db import connections
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from .. import db, rollup, search
+from .. import db, queues, rollup, search
 from ..conf import pgflow_settings
 from ..core import alerting, histogram
 from ..db import connection
@@ -43,6 +43,7 @@ from ..exceptions import WorkflowNotFound
 from ..models import Alert, AlertDelivery, AlertRule, SavedView, Step, Worker
 from ..registry import resolve
 from ..searching import runs_matching
+from ..store import history
 
 logger = logging.getLogger("pgflow")
 
@@ -167,12 +168,12 @@ def _phase_p95(params: dict[str, Any], at: datetime) -> tuple[bool, float | None
     )
 
 
-_WAITING_SQL = """
+_WAITING_SQL = f"""
 SELECT CASE WHEN s.scheduled_at > s.waiting_since THEN s.scheduled_at ELSE COALESCE(s.finished_at, %(now)s) END
        - s.waiting_since
 FROM pgflow_step s JOIN pgflow_run r ON r.id = s.run_id
 WHERE s.waiting_since IS NOT NULL AND COALESCE(s.finished_at, %(now)s) >= %(since)s
-  AND (s.history_day IS NULL OR s.history_day >= %(day)s)
+  AND {history.filed_from("s.history_day", "day")}
   AND (%(path)s::text IS NULL OR r.workflow_class = %(path)s) AND (%(step)s::text IS NULL OR s.step_name = %(step)s)
 """
 
@@ -185,8 +186,7 @@ def _waiting_histogram(params: dict[str, Any], at: datetime) -> dict[int, int]:
             {
                 "now": at,
                 "since": at - timedelta(seconds=params["window"]),
-                # An attempt that ended in the window is filed under its run's end day, not before.
-                "day": (at - timedelta(seconds=params["window"])).astimezone(UTC).date(),
+                "day": history.first_day(at - timedelta(seconds=params["window"])),  # the days before, left out
                 "path": params.get("workflow_class"),
                 "step": params.get("step"),
             },
@@ -250,14 +250,11 @@ def _waits_past_deadline(params: dict[str, Any], at: datetime) -> tuple[bool, fl
 
 
 def _queue_without_worker(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
-    served = {queue for queues in Worker.objects.live(at).values_list("queues", flat=True) for queue in queues or ()}
+    served = {queue for names in Worker.objects.live(at).values_list("queues", flat=True) for queue in names or ()}
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT DISTINCT queue FROM pgflow_step_live WHERE status = 'scheduled' AND scheduled_at <= %(due)s "
-            "AND (%(queue)s::text IS NULL OR queue = %(queue)s)",
-            {"due": at - timedelta(seconds=params["after"]), "queue": params.get("queue")},
-        )
-        orphaned = sorted(row[0] for row in cursor.fetchall() if row[0] not in served)
+        named = params.get("queue")
+        unserved = [queue for queue in ([named] if named else queues.scheduled_queues(cursor)) if queue not in served]
+        orphaned = queues.due_by(cursor, unserved, at - timedelta(seconds=params["after"]))
     return (
         bool(orphaned),
         len(orphaned),

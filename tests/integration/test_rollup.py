@@ -473,6 +473,24 @@ def test_the_live_hours_ends_are_kept_between_reads_and_only_the_new_ones_counte
     assert read() == truth()
 
 
+def test_a_tally_asks_for_the_watermark_and_the_clock_once_and_short_buckets_for_neither():
+    from django.test.utils import CaptureQueriesContext
+
+    now = datetime.now(UTC)
+    RollupState.objects.create(pk=1, rolled_until=rollup.floor_to(now - timedelta(hours=2), rollup.HOUR))
+
+    def statements(bucket_seconds: int, hours: int) -> list[str]:
+        with CaptureQueriesContext(connection) as captured:
+            rollup.tally(now - timedelta(hours=hours), now, bucket_seconds)
+        return [query["sql"] for query in captured.captured_queries]
+
+    hourly = statements(3600, 24)
+    assert len([sql for sql in hourly if "pgflow_rollup_state" in sql]) == 1
+    assert len([sql for sql in hourly if "statement_timestamp()" in sql]) == 1
+    # An alert's 5-minute window by minutes is all live: neither is read.
+    assert not [sql for sql in statements(60, 1) if "pgflow_rollup_state" in sql or "statement_timestamp" in sql]
+
+
 # --- the command --------------------------------------------------------------------------------------
 
 
