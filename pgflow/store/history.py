@@ -25,7 +25,7 @@ from django.db import OperationalError
 
 from .. import db
 from ..db import connection
-from .retention import RELEASE_ATTEMPTS
+from .retention import INDEXED_ONLY, RELEASE_ATTEMPTS
 
 logger = logging.getLogger("pgflow")
 
@@ -170,6 +170,7 @@ def file_ended(*, at: datetime, batch: int = FILE_BATCH, rounds: int = 10) -> in
         with db.atomic(), connection.cursor() as cursor:
             # The state row's lock makes filings take turns (the first has no row to lock,
             # and a second one's UPDATEs then find the rows filed).
+            cursor.execute(INDEXED_ONLY)
             cursor.execute("SELECT filed_until, filed_id FROM pgflow_history_state WHERE id = 1 FOR UPDATE")
             after, after_id = cursor.fetchone() or (None, 0)
             params = {"until": at - SETTLE, "after": after, "after_id": after_id, "batch": batch}
