@@ -28,9 +28,9 @@ RELEASE_ATTEMPTS = (
 
 # Every statement of a purge or a filing finds its rows by an index (a run's id, its rows'
 # run_id). A live partition after a filing and a VACUUM holds few rows on many empty pages,
-# and PostgreSQL then plans a sequential scan of all of them for each batch: 21 ms a batch of
-# 500 runs at 100,000 runs filed, against 0.6 ms by the index (benchmarks/RESULTS.md, "Issue
-# 38: retention without the links' checks"). For the batch's transaction only.
+# and PostgreSQL may then plan a sequential scan of every page for each batch (seen: 21 ms
+# for a batch of 500 runs, 0.6 ms by the index; benchmarks/RESULTS.md, "Issue 38: retention
+# without the links' checks"). For the batch's transaction only.
 INDEXED_ONLY = "SET LOCAL enable_seqscan = off"
 
 _PURGE = [
