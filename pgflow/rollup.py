@@ -47,13 +47,12 @@ from typing import Any
 from django.utils import timezone
 
 from . import db, readdb
-from .core import histogram
+from .core import filing, histogram
 from .core.histogram import Histogram
 from .core.phases import ROLLED
 from .core.states import RunStatus, StepStatus
 from .db import connection
 from .models import FailureRollup, RollupState, RunRollup, StepRollup
-from .store import history
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -333,8 +332,8 @@ def _count(
             params[f"low{i}"], params[f"high{i}"] = low, high
             where = of_tenants
             if table == "pgflow_step":  # the days before the span's are left out when planned
-                params[f"day{i}"] = history.first_day(low)
-                where = f" AND {history.filed_from('history_day', f'day{i}')}"
+                params[f"day{i}"] = filing.first_day(low)
+                where = f" AND {filing.filed_from('history_day', f'day{i}')}"
             bounds = f"{column} >= %(low{i})s AND {column} < %(high{i})s"
             scans.append(f"SELECT {columns} FROM {table} WHERE {bounds}{where}")
         return "(" + " UNION ALL ".join(scans) + ")" if scans else None

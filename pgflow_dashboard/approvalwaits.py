@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from pgflow import readdb
+from pgflow.core import filing
 from pgflow.exceptions import WorkflowNotFound
 from pgflow.registry import resolve
-from pgflow.store import history
 
 from .window import WorkflowWindow
 
@@ -41,12 +41,12 @@ def approval_waits(window: WorkflowWindow, *, tenants: Sequence[str] | None = No
     mine = "" if tenants is None else " AND r.tenant = ANY(%(tenants)s)"
     with readdb.connection().cursor() as cursor:  # the replica inside readdb.reading()
         cursor.execute(
-            _WAITS.format(tenants=mine, filed=history.filed_from("s.history_day", "day")),
+            _WAITS.format(tenants=mine, filed=filing.filed_from("s.history_day", "day")),
             {
                 "since": window.since(),
                 "now": window.now,
                 # An attempt scheduled in the window ended in it or after: the days before are left out.
-                "day": history.first_day(window.since()),
+                "day": filing.first_day(window.since()),
                 "tenants": list(tenants or ()),
             },
         )

@@ -37,13 +37,12 @@ from django.utils.module_loading import import_string
 
 from .. import db, queues, rollup, search
 from ..conf import pgflow_settings
-from ..core import alerting, histogram
+from ..core import alerting, filing, histogram
 from ..db import connection
 from ..exceptions import WorkflowNotFound
 from ..models import Alert, AlertDelivery, AlertRule, SavedView, Step, Worker
 from ..registry import resolve
 from ..searching import runs_matching
-from ..store import history
 
 logger = logging.getLogger("pgflow")
 
@@ -173,7 +172,7 @@ SELECT CASE WHEN s.scheduled_at > s.waiting_since THEN s.scheduled_at ELSE COALE
        - s.waiting_since
 FROM pgflow_step s JOIN pgflow_run r ON r.id = s.run_id
 WHERE s.waiting_since IS NOT NULL AND COALESCE(s.finished_at, %(now)s) >= %(since)s
-  AND {history.filed_from("s.history_day", "day")}
+  AND {filing.filed_from("s.history_day", "day")}
   AND (%(path)s::text IS NULL OR r.workflow_class = %(path)s) AND (%(step)s::text IS NULL OR s.step_name = %(step)s)
 """
 
@@ -186,7 +185,7 @@ def _waiting_histogram(params: dict[str, Any], at: datetime) -> dict[int, int]:
             {
                 "now": at,
                 "since": at - timedelta(seconds=params["window"]),
-                "day": history.first_day(at - timedelta(seconds=params["window"])),  # the days before, left out
+                "day": filing.first_day(at - timedelta(seconds=params["window"])),  # the days before, left out
                 "path": params.get("workflow_class"),
                 "step": params.get("step"),
             },

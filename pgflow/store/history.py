@@ -66,19 +66,6 @@ def partition(table: str, day: date) -> str:
     return f"{table}_{day:%Y%m%d}"
 
 
-def filed_from(column: str, parameter: str) -> str:
-    """The condition on ``column`` (a ``history_day``) that keeps the rows that ended at or after
-    a moment, given as the query's ``%(parameter)s`` = ``first_day(moment)``. A row is filed
-    under the day its run ended, never before its own end, so the day partitions before that
-    moment's UTC date hold none of them, and PostgreSQL leaves them out when it plans."""
-    return f"({column} IS NULL OR {column} >= %({parameter})s)"
-
-
-def first_day(moment: datetime) -> date:
-    """The earliest day whose partitions may hold a row that ended at ``moment`` or after."""
-    return moment.astimezone(UTC).date()
-
-
 def days(table: str = "pgflow_step") -> list[date]:
     """The days ``table`` has a partition for, oldest first."""
     with connection.cursor() as cursor:
