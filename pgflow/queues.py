@@ -42,6 +42,20 @@ _DUE_BY = """
     ORDER BY q.queue
 """
 
+# The FROM of the scheduled attempts of %(queues)s due before %(before)s, read the way
+# pgflow_step_due is built (the queue, then the due time as timezone('UTC', ...)): one range
+# of the index per queue. A bound on scheduled_at alone has no index to use, and reads every
+# scheduled row. Formatted with the subquery's ``columns``, a ``join`` (to pgflow_run as r, or
+# ""), a ``where`` ("" or " AND ...") and an ``order`` ("" or its ORDER BY ... LIMIT).
+DUE_BEFORE = """
+    unnest(%(queues)s::text[]) AS q(queue) CROSS JOIN LATERAL (
+        SELECT {columns} FROM pgflow_step_live s{join}
+        WHERE s.status = 'scheduled' AND s.queue = q.queue
+          AND timezone('UTC', s.scheduled_at) < timezone('UTC', %(before)s::timestamptz){where}
+        {order}
+    ) AS s
+"""
+
 
 def scheduled_queues(cursor: CursorWrapper) -> list[str]:
     """Every queue with an attempt scheduled, due or not, in order, read on ``cursor``'s database."""
@@ -55,6 +69,15 @@ def due_by(cursor: CursorWrapper, queues: Sequence[str], by: datetime) -> list[s
         return []
     cursor.execute(_DUE_BY, {"queues": list(queues), "by": by})
     return [row[0] for row in cursor.fetchall()]
+
+
+def count_due_before(cursor: CursorWrapper, queues: Sequence[str], before: datetime) -> int:
+    """How many attempts of ``queues`` are scheduled and were due before ``before``."""
+    cursor.execute(
+        "SELECT count(*) FROM " + DUE_BEFORE.format(columns="1", join="", where="", order=""),
+        {"queues": list(queues), "before": before},
+    )
+    return cursor.fetchone()[0]
 
 
 def _set(queue: str, *, paused: bool, actor: Any) -> QueueState:

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -104,16 +105,17 @@ def compute(window: WorkflowWindow, *, tenants: Sequence[str] | None = None) -> 
         cursor.execute("SET LOCAL jit = off")
         cursor.execute("SET LOCAL work_mem = '64MB'")
         counted = tally(window, tenants=tenants)
+        opened = open_runs(window, tenants=tenants)
         return {
             "window": {**window.to_dict(), "since": window.since(), "now": window.now},
             "runs_per_bucket": runs_per_bucket(window, counted),
             "step_failures_per_bucket": step_failures_per_bucket(window, counted),
             "phase_p95_per_bucket": phase_p95_per_bucket(window, counted),
-            "workflows": workflows(window, counted, tenants=tenants),
+            "workflows": workflows(window, counted, tenants=tenants, opened=opened),
             "steps": steps(window, counted),
             "errors": with_member_errors(window, top_errors(window, counted), tenants=tenants),
             "percentiles": dict(PERCENTILE_METHOD),
-            "stuck": stuck(window.now, tenants=tenants),
+            "stuck": stuck(window.now, tenants=tenants, opened=opened),
             "schedules": schedules(window, tenants=tenants),
             "approvals": approval_waits(window, tenants=tenants),  # per approval step: waits p50/p95 (approvalwaits)
             # Only when filtered: the tenants whose runs the figures count (the JSON is unchanged without).
@@ -242,28 +244,58 @@ def top_errors(
 # --- per workflow class and per step --------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class OpenRuns:
+    """The runs open now, from one scan: per class, the running and paused of those started in
+    the window (``workflows``); per (class, definition digest), how many (``definition_changed``)."""
+
+    in_window: dict[str, tuple[int, int]]
+    by_definition: list[tuple[str, str, int]]
+
+
+def open_runs(window: WorkflowWindow | None, *, tenants: Sequence[str] | None = None) -> OpenRuns:
+    """The open runs, counted once for both figures that count them; with no ``window``,
+    ``in_window`` is empty (a NULL bound lets no row through the FILTER)."""
+    rows = _rows(
+        f"""
+        SELECT workflow_class, definition_digest,
+               count(*) FILTER (WHERE status = 'running' AND created_at >= %(since)s AND created_at <= %(now)s),
+               count(*) FILTER (WHERE status = 'paused' AND created_at >= %(since)s AND created_at <= %(now)s),
+               count(*)
+        FROM pgflow_run r WHERE status IN ('running', 'paused'){_of_tenants("r", tenants)}
+        GROUP BY 1, 2 ORDER BY 1, 2
+        """,
+        {
+            "since": None if window is None else window.since(),
+            "now": None if window is None else window.now,
+            **_tenant_params(tenants),
+        },
+    )
+    in_window: dict[str, tuple[int, int]] = {}
+    for path, _digest, running, paused, _count in rows:
+        if running or paused:
+            before = in_window.get(path, (0, 0))
+            in_window[path] = (before[0] + running, before[1] + paused)
+    return OpenRuns(in_window, [(path, digest, count) for path, digest, _r, _p, count in rows])
+
+
 def workflows(
-    window: WorkflowWindow, counted: rollup.Tally | None = None, *, tenants: Sequence[str] | None = None
+    window: WorkflowWindow,
+    counted: rollup.Tally | None = None,
+    *,
+    tenants: Sequence[str] | None = None,
+    opened: OpenRuns | None = None,
 ) -> list[dict[str, Any]]:
-    """Per workflow class: runs started, open now, ended in the window (see the module docstring)."""
+    """Per workflow class: runs started, open now, ended in the window (see the module docstring);
+    ``opened``: the open runs already counted (:func:`open_runs`), else counted here."""
     counted = tally(window, tenants=tenants) if counted is None else counted
     totals: dict[str, list[int]] = {}
     for (_key, path), counts in counted.runs.items():
         mine = totals.setdefault(path, [0, 0, 0])
         for index, count in enumerate(counts):
             mine[index] += count
-    # Live: how many of the runs started in the window are open now (index (status, created_at)).
-    open_now = {
-        path: (running, paused)
-        for path, running, paused in _rows(
-            f"""
-        SELECT workflow_class, count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'paused')
-        FROM pgflow_run r WHERE status IN ('running', 'paused') AND created_at >= %(since)s AND created_at <= %(now)s
-        {_of_tenants("r", tenants)} GROUP BY 1
-    """,
-            {"since": window.since(), "now": window.now, **_tenant_params(tenants)},
-        )
-    }
+    # Live: how many of the runs started in the window are open now.
+    open_now = (open_runs(window, tenants=tenants) if opened is None else opened).in_window
     result = []
     for path in sorted(set(totals) | set(open_now) | set(counted.durations)):
         started, finished, cancelled = totals.get(path, (0, 0, 0))
@@ -309,19 +341,24 @@ def steps(window: WorkflowWindow, counted: rollup.Tally | None = None) -> list[d
 
 
 def stuck(
-    now: datetime, *, limit: int = STUCK_LIMIT, tenants: Sequence[str] | None = None
+    now: datetime,
+    *,
+    limit: int = STUCK_LIMIT,
+    tenants: Sequence[str] | None = None,
+    opened: OpenRuns | None = None,
 ) -> dict[str, dict[str, Any]]:
     """What needs an operator now: ``{category: {"count", "rows"}}``, at most ``limit`` rows
     each; with ``tenants``, of those tenants' runs only (a queue without a worker: counting
-    only their due steps)."""
+    only their due steps). ``opened``: the open runs already counted (:func:`open_runs`)."""
+    scheduled = _scheduled_queues()  # for the overdue and the queues without a worker
     return {
         "paused": paused_runs(now, limit=limit, tenants=tenants),
         "paused_groups": paused_groups(limit=limit, tenants=tenants),
-        "overdue": overdue_steps(now, limit=limit, tenants=tenants),
+        "overdue": overdue_steps(now, limit=limit, tenants=tenants, scheduled=scheduled),
         "lease_expired": lease_expired(now, limit=limit, tenants=tenants),
         "deadline_passed": deadline_passed(now, limit=limit, tenants=tenants),
-        "definition_changed": definition_changed(limit=limit, tenants=tenants),
-        "no_worker": queues_without_worker(now, limit=limit, tenants=tenants),
+        "definition_changed": definition_changed(limit=limit, tenants=tenants, opened=opened),
+        "no_worker": queues_without_worker(now, limit=limit, tenants=tenants, scheduled=scheduled),
     }
 
 
@@ -475,29 +512,47 @@ def _stuck_steps(
     return {"count": count, "rows": _dicts((*_STEP_KEYS, extra_key), _rows(sql, {**params, "limit": limit}))}
 
 
-def overdue_steps(now: datetime, *, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
-    """Attempts due for longer than OVERDUE_AFTER that no worker claimed (no worker on their queue?)."""
-    # The claim index is partial on status = 'scheduled', so this reads only scheduled rows.
-    return _stuck_steps(
-        "s.status = 'scheduled' AND s.scheduled_at < %(due_before)s",
-        "s.scheduled_at",
-        "s.scheduled_at",
-        "due_at",
-        {"due_before": now - OVERDUE_AFTER},
-        limit,
-        tenants,
+def _scheduled_queues() -> list[str]:
+    with readdb.connection().cursor() as cursor:  # the replica inside readdb.reading()
+        return queues.scheduled_queues(cursor)
+
+
+def overdue_steps(
+    now: datetime, *, limit: int, tenants: Sequence[str] | None = None, scheduled: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Attempts due for longer than OVERDUE_AFTER that no worker claimed (no worker on their
+    queue?). ``scheduled``: the queues holding scheduled attempts, when the caller has read them."""
+    mine = _of_tenants("r", tenants)
+    params = {
+        "queues": list(_scheduled_queues() if scheduled is None else scheduled),
+        "before": now - OVERDUE_AFTER,
+        "limit": limit,
+        **_tenant_params(tenants),
+    }
+    join = " JOIN pgflow_run r ON r.id = s.run_id"
+    counted = queues.DUE_BEFORE.format(columns="1", join="" if tenants is None else join, where=mine, order="")
+    count = _scalar(f"SELECT count(*) FROM {counted}", params)
+    listed = queues.DUE_BEFORE.format(
+        columns=f"{_STEP_COLUMNS}, s.scheduled_at",
+        join=join,
+        where=mine,
+        order="ORDER BY timezone('UTC', s.scheduled_at), s.id LIMIT %(limit)s",  # each queue's oldest
     )
+    sql = f"SELECT s.* FROM {listed} ORDER BY s.scheduled_at, s.id LIMIT %(limit)s"
+    return {"count": count, "rows": _dicts((*_STEP_KEYS, "due_at"), _rows(sql, params))}
 
 
-def queues_without_worker(now: datetime, *, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
+def queues_without_worker(
+    now: datetime, *, limit: int, tenants: Sequence[str] | None = None, scheduled: Sequence[str] | None = None
+) -> dict[str, Any]:
     """Queues with attempts due now that no live worker serves: ``{"count", "rows": [{"queue",
     "due", "oldest_due_at"}]}``, oldest first. Live means a heartbeat younger than the lease
     (the ``Worker`` rows). The queues holding scheduled attempts come from a loose scan of
-    the due-time index (one probe per queue); only those no worker serves are counted."""
+    the due-time index (one probe per queue; ``scheduled`` when the caller has read them);
+    only those no worker serves are counted."""
     live = Worker.objects.using(readdb.alias()).live(now)
     served = {queue for names in live.values_list("queues", flat=True) for queue in names or ()}
-    with readdb.connection().cursor() as cursor:  # the replica inside readdb.reading()
-        unserved = [queue for queue in queues.scheduled_queues(cursor) if queue not in served]
+    unserved = [queue for queue in (_scheduled_queues() if scheduled is None else scheduled) if queue not in served]
     if not unserved:
         return {"count": 0, "rows": []}
     mine = "" if tenants is None else " AND run_id IN (SELECT r.id FROM pgflow_run r WHERE r.tenant = ANY(%(tenants)s))"
@@ -536,18 +591,17 @@ def deadline_passed(now: datetime, *, limit: int, tenants: Sequence[str] | None 
     )
 
 
-def definition_changed(*, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
+def definition_changed(
+    *, limit: int, tenants: Sequence[str] | None = None, opened: OpenRuns | None = None
+) -> dict[str, Any]:
     """Open runs whose stored digest differs from their class's current one, or whose class
     no longer imports: they may stop on a step that is gone.
 
-    The open runs are grouped by (class, digest) in SQL (few groups), each class resolved once.
+    The open runs are grouped by (class, digest) in SQL (few groups; ``opened`` when the caller
+    has counted them), each class resolved once.
     """
     mine = _of_tenants("r", tenants)
-    groups = _rows(
-        "SELECT workflow_class, definition_digest, count(*) FROM pgflow_run r "
-        f"WHERE status IN ('running', 'paused'){mine} GROUP BY 1, 2 ORDER BY 1, 2",
-        _tenant_params(tenants),
-    )
+    groups = (open_runs(None, tenants=tenants) if opened is None else opened).by_definition
     current: dict[str, str | None] = {}
     problems: dict[str, str] = {}
     changed: list[tuple[str, str]] = []

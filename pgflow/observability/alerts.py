@@ -228,12 +228,11 @@ def _runs_paused(params: dict[str, Any], at: datetime) -> tuple[bool, float | No
 
 
 def _steps_overdue(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
-    count = _count(
-        # Open attempts are in the live partition only (pgflow.store.history), here and below.
-        "SELECT count(*) FROM pgflow_step_live WHERE status = 'scheduled' AND scheduled_at < %(before)s "
-        "AND (%(queue)s::text IS NULL OR queue = %(queue)s)",
-        {"before": at - timedelta(seconds=params["after"]), "queue": params.get("queue")},
-    )
+    with connection.cursor() as cursor:
+        named = params.get("queue")
+        count = queues.count_due_before(
+            cursor, [named] if named else queues.scheduled_queues(cursor), at - timedelta(seconds=params["after"])
+        )
     return (
         count > params["count"],
         count,
@@ -243,7 +242,9 @@ def _steps_overdue(params: dict[str, Any], at: datetime) -> tuple[bool, float | 
 
 def _waits_past_deadline(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
     count = _count(
-        "SELECT count(*) FROM pgflow_step_live WHERE status = 'waiting' AND deadline_at <= %(now)s", {"now": at}
+        # Open attempts are in the live partition only (pgflow.store.history).
+        "SELECT count(*) FROM pgflow_step_live WHERE status = 'waiting' AND deadline_at <= %(now)s",
+        {"now": at},
     )
     return count > params["count"], count, f"{count} signal waits past their deadline (more than {params['count']})"
 

@@ -433,6 +433,51 @@ def test_the_stuck_list():
     assert limited["paused"]["count"] == 2 and len(limited["paused"]["rows"]) == 1
 
 
+def test_overdue_attempts_are_the_oldest_of_every_queue_exactly_counted():
+    # Read one queue at a time along pgflow_step_due: the list must still be the oldest of all
+    # queues together, and the count every one of them.
+    due = {}
+    for queue, minutes in [("mail", 50), ("mail", 20), ("reports", 40), ("reports", 10), ("bulk", 30), ("bulk", 6)]:
+        step = make_step(make_run(created=at(1)), status="scheduled", created=at(1), scheduled=at(0, minutes=minutes))
+        Step.objects.filter(pk=step.pk).update(queue=queue)
+        due[step.pk] = at(0, minutes=minutes)
+    make_step(make_run(created=at(1)), status="scheduled", created=at(1), scheduled=at(0, minutes=4))  # not yet
+    make_step(make_run(created=at(1)), status="in_progress", created=at(1), scheduled=at(0, minutes=55))  # claimed
+
+    overdue = insights.overdue_steps(NOW, limit=3)
+    assert overdue["count"] == 6
+    assert [row["due_at"] for row in overdue["rows"]] == [at(0, minutes=50), at(0, minutes=40), at(0, minutes=30)]
+    assert [row["queue"] for row in overdue["rows"]] == ["mail", "reports", "bulk"]
+    assert all(due[row["step_id"]] == row["due_at"] for row in overdue["rows"])
+    assert insights.overdue_steps(NOW, limit=3, scheduled=["reports"])["count"] == 2  # the queues given only
+    WorkflowRun.objects.filter(pk__in=Step.objects.filter(queue="mail").values("run_id")).update(tenant="acme")
+    mine = insights.overdue_steps(NOW, limit=1, tenants=["acme"])
+    assert mine["count"] == 2 and [row["due_at"] for row in mine["rows"]] == [at(0, minutes=50)]
+
+
+def test_the_insights_count_the_open_runs_once_for_both_figures():
+    current = dw.Later.definition_digest()
+    make_run(LATER, created=at(1), digest=current)
+    make_run(LATER, created=at(2), digest="0" * 64)
+    make_run(LATER, status="paused", created=at(30), digest="0" * 64)  # before the window: not in "workflows"
+    statements: list[str] = []
+
+    def capture(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        figures = insights.compute(window())
+    scans = [sql for sql in statements if "FROM pgflow_run r WHERE status IN ('running', 'paused')" in sql]
+    scans = [sql for sql in scans if "GROUP BY" in sql]  # counted, not the changed runs' rows
+    assert len(scans) == 1, scans
+    (later,) = [row for row in figures["workflows"] if row["workflow_class"] == LATER]
+    assert (later["running"], later["paused"]) == (2, 0)
+    assert figures["stuck"]["definition_changed"]["count"] == 2
+    assert figures["stuck"]["definition_changed"] == insights.definition_changed(limit=insights.STUCK_LIMIT)
+    assert insights.workflows(window()) == figures["workflows"]
+
+
 def test_runs_whose_definition_changed():
     current = dw.Later.definition_digest()
     make_run(LATER, created=at(1), digest=current)
