@@ -327,6 +327,11 @@ class Step(models.Model):
             # error: reads the attempts with an error, never every attempt. output: GIN
             # pgflow_step_output (completed attempts), made by migration 0016 only (see attributes).
             models.Index(fields=["run"], name="pgflow_step_error", condition=Q(error_class__isnull=False)),
+            # The attempts that have waited, for the approval waits and the waiting histogram;
+            # on every partition (migration 0021).
+            models.Index(
+                fields=["waiting_since"], name="pgflow_step_waiting", condition=Q(waiting_since__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:

@@ -33,8 +33,9 @@ TABLES = ("pgflow_step", "pgflow_event")
 LIVE = {table: f"{table}_live" for table in TABLES}
 
 # What history is read by (each live index whose readers history has): the run page and the
-# purge (by run), the insights and the rollup (by time), the search (outputs, errors), and the
-# primary key's lookups. The claim's, the leases' and the deadlines' partial indexes hold open
+# purge (by run), the insights and the rollup (by time), the search (outputs, errors), the
+# approval waits and the waiting histogram (the attempts that waited), and the primary key's
+# lookups. The claim's, the leases' and the deadlines' partial indexes hold open
 # attempts only, which history never has.
 INDEXES = {
     "pgflow_step": {
@@ -44,6 +45,7 @@ INDEXES = {
         "id": "(id)",
         "output": "USING gin (output jsonb_path_ops) WHERE status = 'completed'",
         "error": "(run_id) WHERE error_class IS NOT NULL",
+        "waiting": "(waiting_since) WHERE waiting_since IS NOT NULL",  # the parent's too (0021)
     },
     "pgflow_event": {
         "run": "(run_id, created_at)",

@@ -4,6 +4,7 @@ retention drops a day whole once it is past RETENTION."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, timedelta
 
 import psycopg
@@ -168,6 +169,49 @@ def test_the_partitions_of_today_and_tomorrow_are_made_ahead():
         )
         names = {row[0] for row in cursor.fetchall()}
     assert names == {f"{history.partition('pgflow_step', today)}_{suffix}" for suffix in history.INDEXES["pgflow_step"]}
+    # The one the parent has too is the day's own, attached to it (none built during the attach).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.inhrelid::regclass::text, x.indisvalid FROM pg_inherits AS i JOIN pg_index AS x "
+            "ON x.indexrelid = i.inhparent WHERE i.inhparent = 'pgflow_step_waiting'::regclass"
+        )
+        attached = dict(cursor.fetchall())
+    assert set(attached) == {f"{history.partition('pgflow_step', day)}_waiting" for day in history.days()} | {
+        "pgflow_step_live_waiting"
+    }
+    assert all(attached.values()), "the parent's index is valid"
+
+
+def test_the_waits_are_read_by_the_index_of_the_attempts_that_waited():
+    """The approval waits and the alerts' waiting histogram, with a filed day present: by
+    pgflow_step_waiting's partitions, not by a scan of every attempt of their window."""
+    from pgflow.observability import alerts
+    from pgflow_dashboard import approvalwaits
+    from pgflow_dashboard.window import WorkflowWindow
+
+    run_workflow(wf.ThreeSteps.start())
+    sweep.run(at=store.now() + SETTLED)
+    statements: list[tuple[str, object]] = []
+
+    def capture(execute, sql, params, many, context):
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    now = store.now()
+    with connection.execute_wrapper(capture):
+        approvalwaits.approval_waits(WorkflowWindow.parse("24h", retention=None, now=now))
+        alerts._waiting_histogram({"window": 3600, "workflow_class": None, "step": None}, now)
+    assert len(statements) == 2
+    for sql, params in statements:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")  # a few rows: only whether it can
+            cursor.execute("EXPLAIN " + sql, params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "Seq Scan on pgflow_step" not in plan, plan
+        # Every index read of an attempts partition ("Bitmap Index Scan on <index>", "Index
+        # Scan using <index> on <partition>") reads its partition's index of the waits.
+        reads = [line for line in plan.splitlines() if re.search(r"Index (Only )?Scan (on|using) pgflow_step", line)]
+        assert reads and all(re.search(r"(on|using) pgflow_step_\w*waiting", line) for line in reads), plan
 
 
 def test_the_clock_unfiles_history_so_an_advance_past_retention_purges_it_all(pgflow_clock):
