@@ -102,8 +102,7 @@ def compute(window: WorkflowWindow, *, tenants: Sequence[str] | None = None) -> 
     with readdb.reading() as route, transaction.atomic(using=route.alias), readdb.connection().cursor() as cursor:
         # Scoped to this transaction. JIT compiling each of these one-off aggregates costs
         # more than it saves; the default work_mem (4 MB) sends a month's sort to disk.
-        cursor.execute("SET LOCAL jit = off")
-        cursor.execute("SET LOCAL work_mem = '64MB'")
+        cursor.execute("SET LOCAL jit = off; SET LOCAL work_mem = '64MB'")
         counted = tally(window, tenants=tenants)
         opened = open_runs(window, tenants=tenants)
         return {
@@ -365,13 +364,15 @@ def stuck(
 def paused_runs(now: datetime, *, limit: int, tenants: Sequence[str] | None = None) -> dict[str, Any]:
     """Paused runs, oldest first, with why (``paused_reason``) and since when (``updated_at``)."""
     mine, params = _of_tenants("r", tenants), _tenant_params(tenants)
-    count = _scalar(f"SELECT count(*) FROM pgflow_run r WHERE status = 'paused'{mine}", params)
     sql = f"""
         SELECT id, workflow_class, current_step, paused_reason, updated_at, created_at
         FROM pgflow_run r WHERE status = 'paused'{mine} ORDER BY created_at, id LIMIT %(limit)s
     """
+    count, rows = _counted(
+        f"SELECT count(*) FROM pgflow_run r WHERE status = 'paused'{mine}", sql, {"limit": limit, **params}
+    )
     keys = ("run_id", "workflow_class", "current_step", "paused_reason", "paused_at", "created_at")
-    return {"count": count, "rows": _dicts(keys, _rows(sql, {"limit": limit, **params}))}
+    return {"count": count, "rows": _dicts(keys, rows)}
 
 
 MEMBER_ERRORS_READ = 5000  # failed fan-out members read per window for their own error classes
@@ -497,19 +498,18 @@ def _stuck_steps(
 ) -> dict[str, Any]:
     # Open attempts are in the live partition only (pgflow.store.history): the parent would
     # also scan every day of history, whose partitions have no index on status.
-    params = {**params, **_tenant_params(tenants)}
+    params = {**params, **_tenant_params(tenants), "limit": limit}
     if tenants is None:
-        count = _scalar(f"SELECT count(*) FROM pgflow_step_live s WHERE {where}", params)
+        counted = f"SELECT count(*) FROM pgflow_step_live s WHERE {where}"
     else:
         where += _of_tenants("r", tenants)
-        count = _scalar(
-            f"SELECT count(*) FROM pgflow_step_live s JOIN pgflow_run r ON r.id = s.run_id WHERE {where}", params
-        )
+        counted = f"SELECT count(*) FROM pgflow_step_live s JOIN pgflow_run r ON r.id = s.run_id WHERE {where}"
     sql = f"""
         SELECT {_STEP_COLUMNS}, {extra} FROM pgflow_step_live s JOIN pgflow_run r ON r.id = s.run_id
         WHERE {where} ORDER BY {order}, s.id LIMIT %(limit)s
     """
-    return {"count": count, "rows": _dicts((*_STEP_KEYS, extra_key), _rows(sql, {**params, "limit": limit}))}
+    count, rows = _counted(counted, sql, params)
+    return {"count": count, "rows": _dicts((*_STEP_KEYS, extra_key), rows)}
 
 
 def _scheduled_queues() -> list[str]:
@@ -531,7 +531,6 @@ def overdue_steps(
     }
     join = " JOIN pgflow_run r ON r.id = s.run_id"
     counted = queues.DUE_BEFORE.format(columns="1", join="" if tenants is None else join, where=mine, order="")
-    count = _scalar(f"SELECT count(*) FROM {counted}", params)
     listed = queues.DUE_BEFORE.format(
         columns=f"{_STEP_COLUMNS}, s.scheduled_at",
         join=join,
@@ -539,7 +538,8 @@ def overdue_steps(
         order="ORDER BY timezone('UTC', s.scheduled_at), s.id LIMIT %(limit)s",  # each queue's oldest
     )
     sql = f"SELECT s.* FROM {listed} ORDER BY s.scheduled_at, s.id LIMIT %(limit)s"
-    return {"count": count, "rows": _dicts((*_STEP_KEYS, "due_at"), _rows(sql, params))}
+    count, rows = _counted(f"SELECT count(*) FROM {counted}", sql, params)
+    return {"count": count, "rows": _dicts((*_STEP_KEYS, "due_at"), rows)}
 
 
 def queues_without_worker(
@@ -555,11 +555,14 @@ def queues_without_worker(
     unserved = [queue for queue in (_scheduled_queues() if scheduled is None else scheduled) if queue not in served]
     if not unserved:
         return {"count": 0, "rows": []}
-    mine = "" if tenants is None else " AND run_id IN (SELECT r.id FROM pgflow_run r WHERE r.tenant = ANY(%(tenants)s))"
+    join = "" if tenants is None else " JOIN pgflow_run r ON r.id = s.run_id"
     due = _rows(
-        "SELECT queue, count(*), min(scheduled_at) FROM pgflow_step_live WHERE status = 'scheduled' "
-        f"AND scheduled_at <= %(now)s AND queue = ANY(%(unserved)s){mine} GROUP BY queue ORDER BY 3, 1",
-        {"now": now, "unserved": unserved, **_tenant_params(tenants)},
+        "SELECT s.queue, count(*), min(s.scheduled_at) FROM "
+        + queues.DUE_BEFORE.format(
+            columns="s.queue, s.scheduled_at", join=join, where=_of_tenants("r", tenants), order=""
+        )
+        + "GROUP BY 1 ORDER BY 3, 1",
+        {"queues": unserved, "before": now + _THROUGH_NOW, **_tenant_params(tenants)},  # due at now or before
     )
     rows = _dicts(("queue", "due", "oldest_due_at"), due)
     return {"count": len(rows), "rows": rows[:limit]}
@@ -713,8 +716,12 @@ def _rows(sql: str, params: dict[str, Any] | list[Any]) -> list[tuple[Any, ...]]
         return cursor.fetchall()
 
 
-def _scalar(sql: str, params: dict[str, Any]) -> Any:
-    return _rows(sql, params)[0][0]
+def _counted(count: str, listed: str, params: dict[str, Any]) -> tuple[int, list[tuple[Any, ...]]]:
+    """A stuck list's ``count`` (a ``SELECT count(*)``) and its first rows (``listed``, whose
+    first column is never NULL) in one statement: under load every statement waits its turn for
+    a core, and the stuck lists are half the insights' statements."""
+    rows = _rows(f"SELECT c.n, l.* FROM ({count}) AS c(n) LEFT JOIN LATERAL ({listed}) AS l ON true", params)
+    return rows[0][0], [row[1:] for row in rows if row[1] is not None]
 
 
 def _dicts(keys: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from django.db import connection
 from pgflow import rollup
 from pgflow.core import histogram, phases
 from pgflow.models import Step, WorkflowRun
+from pgflow.runtime import presence
 from pgflow_dashboard import insights
 from pgflow_dashboard.window import WorkflowWindow
 from tests import dashboard_workflows as dw
@@ -453,6 +454,20 @@ def test_overdue_attempts_are_the_oldest_of_every_queue_exactly_counted():
     WorkflowRun.objects.filter(pk__in=Step.objects.filter(queue="mail").values("run_id")).update(tenant="acme")
     mine = insights.overdue_steps(NOW, limit=1, tenants=["acme"])
     assert mine["count"] == 2 and [row["due_at"] for row in mine["rows"]] == [at(0, minutes=50)]
+
+
+def test_queues_without_a_worker_count_what_is_due_now_or_before():
+    later = NOW + timedelta(seconds=1)
+    for queue, due in [("mail", at(0, minutes=9)), ("mail", NOW), ("mail", later), ("bulk", at(1))]:
+        step = make_step(make_run(created=at(1)), status="scheduled", created=at(1), scheduled=due)
+        Step.objects.filter(pk=step.pk).update(queue=queue)
+    presence.register(name="w", queues=["bulk"], concurrency=1, at=NOW)
+
+    found = insights.queues_without_worker(NOW, limit=5)
+    assert found == {"count": 1, "rows": [{"queue": "mail", "due": 2, "oldest_due_at": at(0, minutes=9)}]}
+    WorkflowRun.objects.filter(pk=Step.objects.get(queue="mail", scheduled_at=NOW).run_id).update(tenant="acme")
+    mine = insights.queues_without_worker(NOW, limit=5, tenants=["acme"])
+    assert mine == {"count": 1, "rows": [{"queue": "mail", "due": 1, "oldest_due_at": NOW}]}
 
 
 def test_the_insights_count_the_open_runs_once_for_both_figures():
