@@ -34,7 +34,7 @@ def restore(record: dict[str, Any]) -> WorkflowRun:
             member.get("child_id") for batch in record["batches"] for member in batch["members"]
         ]
         # The runs it named may be gone for good: its links to those are dropped, the others held.
-        kept = links.held_runs(run_id for run_id in named if run_id is not None)
+        kept = links.held_runs(linked for linked in named if linked is not None)
         for link in _LINKS:
             if getattr(row, link) not in kept:
                 setattr(row, link, None)

@@ -14,6 +14,7 @@ from django.db import IntegrityError, close_old_connections, connection
 
 from pgflow import db, store
 from pgflow.models import BatchMember, Schedule, ScheduleTick, WorkflowRun
+from pgflow.store import retention
 from pgflow.testing import run_workflow
 from tests import composition_workflows as cw
 from tests.invariants import assert_exactly_once, link_violations
@@ -93,16 +94,15 @@ def test_a_link_waits_for_a_delete_of_its_run_and_is_refused_when_it_commits(end
         finally:
             close_old_connections()
 
-    with psycopg.connect(**params) as retention:
-        # retention's delete, as pgflow.store.retention makes it, not yet committed
-        for table in ("pgflow_event_live", "pgflow_step_live", "pgflow_signal"):
-            retention.execute(f"DELETE FROM {table} WHERE run_id = %s", [run.pk])
-        retention.execute("DELETE FROM pgflow_run WHERE id = %s", [run.pk])
+    with psycopg.connect(**params) as purging:
+        # retention's own purge of the run, its statements as it runs them, not yet committed
+        for statement in retention._PURGE:
+            purging.execute(statement, {"ids": [run.pk]})
         linking = threading.Thread(target=link)
         linking.start()
         linking.join(1.0)
         assert linking.is_alive() and outcome == []  # waiting, as the key's check waited
-        retention.execute(ending)
+        purging.execute(ending)
         linking.join(10)
     assert outcome == (
         [f"the test's link links to run {run.pk}, which retention deleted meanwhile; nothing was linked"]
