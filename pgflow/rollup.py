@@ -153,13 +153,29 @@ def tally(since: datetime, until: datetime, bucket_seconds: int) -> Tally:
 
 # The hours after the watermark are counted live on every read: up to an hour and SETTLE of
 # attempts, which under load is every attempt the workers finished meanwhile. Their ends
-# (runs finished or cancelled, attempts ended) older than LIVE_SETTLE are kept in this
-# process and only the ends after them counted on the next read; the runs started are
-# counted live every time (a start() inside a long transaction commits long after its
-# created_at). The ends are written by short engine transactions: one stamped more than
-# LIVE_SETTLE before its commit is missing from the kept part until its hour is rolled,
-# when the watermark moves and the rolled figures replace it.
+# (runs finished or cancelled, attempts ended) are kept in this process once every end
+# stamped before them has committed, and only the ends after them counted on the next read;
+# the runs started are counted live every time (a start() inside a long transaction commits
+# long after its created_at). An end is stamped (store.now()) inside or just before the
+# transaction that commits it, so the ends before the start of the oldest transaction open
+# now, less STAMP_MARGIN (the stamp taken before BEGIN; clocks of other hosts), are all
+# visible. That cut-off is never more than LIVE_SETTLE back: an end stamped longer before its
+# commit is missing from the kept part until its hour is rolled, when the watermark moves and
+# the rolled figures replace it. Where pg_stat_activity hides another role's sessions (no
+# pg_read_all_stats), and on a standby, the cut-off is LIVE_SETTLE back.
 LIVE_SETTLE = timedelta(seconds=10)
+STAMP_MARGIN = timedelta(seconds=1)
+
+_CLOCK_SQL = """
+SELECT (SELECT rolled_until FROM pgflow_rollup_state WHERE id = 1),
+       CASE WHEN pg_is_in_recovery() THEN pg_last_xact_replay_timestamp() - %(settle)s
+            ELSE greatest(statement_timestamp() - %(settle)s,
+                          least(statement_timestamp(), (
+                              SELECT CASE WHEN bool_or(backend_type IS NULL) THEN '-infinity'::timestamptz
+                                          ELSE min(xact_start) FILTER (WHERE backend_type = 'client backend') END
+                              FROM pg_stat_activity WHERE datname = current_database())) - %(margin)s)
+       END
+"""
 
 
 @dataclass(frozen=True)
@@ -173,15 +189,10 @@ _kept_lock = threading.Lock()
 
 
 def _watermark_and_settled() -> tuple[datetime | None, datetime]:
-    """``rolled_until()``, and the moment every end stamped LIVE_SETTLE before is visible to
-    the reads here: the database's clock at this statement, or on a standby the commit time
-    of the last transaction it replayed. One round trip for both."""
-    mark, moment = _rows(
-        "SELECT (SELECT rolled_until FROM pgflow_rollup_state WHERE id = 1), "
-        "CASE WHEN pg_is_in_recovery() THEN pg_last_xact_replay_timestamp() ELSE statement_timestamp() END",
-        {},
-    )[0]
-    return mark, _EPOCH if moment is None else moment - LIVE_SETTLE
+    """``rolled_until()``, and the moment every end stamped before is visible to the reads
+    here (see above). One round trip for both."""
+    mark, moment = _rows(_CLOCK_SQL, {"settle": LIVE_SETTLE, "margin": STAMP_MARGIN})[0]
+    return mark, _EPOCH if moment is None else moment
 
 
 def _kept_ends(mark: datetime, settled: datetime, bucket_seconds: int) -> Tally:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import random
 import re
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import close_old_connections, connection, transaction
 
 from pgflow import rollup
 from pgflow.core import histogram
@@ -454,8 +456,6 @@ def test_the_live_hours_ends_are_kept_between_reads_and_only_the_new_ones_counte
     assert sum(step.attempts for step in truth().steps.values()) == 2
     first_until = kept.until
 
-    import time
-
     time.sleep(1.2)  # the second end settles: the next read keeps it
     assert read() == truth()
     (kept,) = rollup._kept.values()
@@ -471,6 +471,54 @@ def test_the_live_hours_ends_are_kept_between_reads_and_only_the_new_ones_counte
     assert (CLASSES[2], "one") not in counted.steps and (CLASSES[2], "one") in exact.steps
     rollup.forget()
     assert read() == truth()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_kept_ends_stop_at_the_oldest_transaction_open_not_ten_seconds_back():
+    now = datetime.now(UTC)
+    mark = rollup.floor_to(now - timedelta(hours=2), rollup.HOUR)
+    RollupState.objects.create(pk=1, rolled_until=mark)
+
+    def behind() -> timedelta:
+        _, settled = rollup._watermark_and_settled()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp()")
+            return cursor.fetchone()[0] - settled
+
+    # Nothing else open: the ends a margin back have all committed, not only those 10 s back.
+    assert rollup.STAMP_MARGIN <= behind() < rollup.LIVE_SETTLE / 2
+
+    def read() -> rollup.Tally:
+        return rollup.tally(now - timedelta(hours=24), datetime.now(UTC) + S, 3600)
+
+    def truth() -> rollup.Tally:
+        return rollup.aggregate([(mark, datetime.now(UTC) + S)], 3600)
+
+    stamped, commit = threading.Event(), threading.Event()
+
+    def end_late() -> None:  # an end stamped in a transaction that commits seconds later
+        try:
+            with transaction.atomic():
+                at = datetime.now(UTC)
+                make_step(make_run(created=at - 5 * S, status="finished", finished=at), created=at - 5 * S, finished=at)
+                stamped.set()
+                commit.wait(10)
+        finally:
+            close_old_connections()
+
+    ending = threading.Thread(target=end_late)
+    ending.start()
+    try:
+        assert stamped.wait(10)
+        time.sleep((rollup.STAMP_MARGIN + S / 2).total_seconds())  # older than the margin, not yet committed
+        assert behind() > rollup.STAMP_MARGIN + S / 2  # held back by the open transaction
+        read()  # keeps what has settled: not the end still uncommitted
+    finally:
+        commit.set()
+        ending.join(10)
+    counted, exact = read(), truth()
+    assert sum(step.attempts for step in exact.steps.values()) == 1
+    assert counted == exact
 
 
 def test_a_tally_asks_for_the_watermark_and_the_clock_once_and_short_buckets_for_neither():
