@@ -23,9 +23,9 @@ summed from its hours: a month's histograms are then 30 rows per group, not 720.
 (day rows for whole days), and the rest — the partial first hour, every hour after the
 watermark, the open hour — counted live from the engine's tables by :func:`aggregate`,
 the same function that writes an hour. A database the sweep never rolled is therefore
-exactly right, only slower. Of the hours after the watermark, the ends older than
-``LIVE_SETTLE`` are counted once per process and kept (see "kept between reads" below): a
-read under load counts the last seconds' ends, not the open hour's.
+exactly right, only slower. Of the hours after the watermark, the starts and the ends
+every one of which has committed are counted once per process and kept (see "kept between
+reads" below): a read under load counts the last second's rows, not the open hour's.
 
 A row that becomes visible more than ``SETTLE`` after its timestamp (a history written
 backdated, a ``start()`` inside a transaction held open for longer) is not in an hour
@@ -136,45 +136,53 @@ def tally(since: datetime, until: datetime, bucket_seconds: int) -> Tally:
     from the rollup, the rest counted live. Buckets shorter than an hour are all live."""
     if bucket_seconds % 3600:
         return aggregate([(since, until)], bucket_seconds)
-    mark, settled_before = _watermark_and_settled()
+    mark, ends_before, starts_before = _watermark_and_settled()
     if mark is None:
         return aggregate([(since, until)], bucket_seconds)
     first = ceil_to(since, HOUR)  # [since, first) is a partial hour: live
     last = max(first, min(floor_to(until, HOUR), mark))  # [last, until) is not rolled yet: live
-    settled = max(last, min(until, settled_before))
-    counted = Tally().add(_kept_ends(last, settled, bucket_seconds))
-    counted.add(_count([(since, first), (last, until)], [(since, first), (settled, until)], bucket_seconds))
+    ends, starts = (max(last, min(until, before)) for before in (ends_before, starts_before))
+    counted = Tally().add(_kept_part(ENDS, last, ends, bucket_seconds))
+    counted.add(_kept_part(STARTS, last, starts, bucket_seconds))
+    counted.add(_count([(since, first), (starts, until)], [(since, first), (ends, until)], bucket_seconds))
     if first < last:
         counted.add(read(first, last, bucket_seconds))
     return counted
 
 
-# --- the live hours' settled ends, kept between reads ------------------------------------------
+# --- the live hours' settled rows, kept between reads ------------------------------------------
 
 # The hours after the watermark are counted live on every read: up to an hour and SETTLE of
-# attempts, which under load is every attempt the workers finished meanwhile. Their ends
-# (runs finished or cancelled, attempts ended) are kept in this process once every end
-# stamped before them has committed, and only the ends after them counted on the next read;
-# the runs started are counted live every time (a start() inside a long transaction commits
-# long after its created_at). An end is stamped (store.now()) inside or just before the
-# transaction that commits it, so the ends before the start of the oldest transaction open
-# now, less STAMP_MARGIN (the stamp taken before BEGIN; clocks of other hosts), are all
-# visible. That cut-off is never more than LIVE_SETTLE back: an end stamped longer before its
-# commit is missing from the kept part until its hour is rolled, when the watermark moves and
-# the rolled figures replace it. Where pg_stat_activity hides another role's sessions (no
-# pg_read_all_stats), and on a standby, the cut-off is LIVE_SETTLE back.
+# runs and attempts, which under load is every one the workers finished meanwhile. So this
+# process keeps what it counted of them once every row stamped before has committed, and
+# counts only the rows after on the next read. A row is stamped (store.now()) inside, or just
+# before, the transaction that commits it: a start inside the caller's transaction, an end
+# inside or just before the engine's. So every row stamped before the start of the oldest
+# transaction open now, less STAMP_MARGIN (the stamp taken before BEGIN; other hosts' clocks),
+# is visible. The kept ends reach that moment but never more than LIVE_SETTLE back (the
+# engine's transactions are short); the kept starts never more than SETTLE back (a start()
+# in a long transaction commits late, and past SETTLE the rollup misses it too). A row stamped
+# longer before its commit is missing from the kept part until its hour is rolled, when the
+# watermark moves and the rolled figures replace it. Where pg_stat_activity hides another
+# role's sessions (no pg_read_all_stats), and on a standby (by its replay time), the kept
+# parts stop LIVE_SETTLE and SETTLE back.
 LIVE_SETTLE = timedelta(seconds=10)
 STAMP_MARGIN = timedelta(seconds=1)
+ENDS, STARTS = "ends", "starts"  # the kept parts: runs finished or cancelled and attempts ended; runs started
 
 _CLOCK_SQL = """
+WITH clock AS (
+    SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_xact_replay_timestamp() ELSE statement_timestamp() END AS now,
+           CASE WHEN pg_is_in_recovery() THEN NULL  -- greatest() passes over it
+                ELSE least(statement_timestamp(), (
+                    SELECT CASE WHEN bool_or(backend_type IS NULL) THEN '-infinity'::timestamptz
+                                ELSE min(xact_start) FILTER (WHERE backend_type = 'client backend') END
+                    FROM pg_stat_activity WHERE datname = current_database())) - %(margin)s
+           END AS open_since
+)
 SELECT (SELECT rolled_until FROM pgflow_rollup_state WHERE id = 1),
-       CASE WHEN pg_is_in_recovery() THEN pg_last_xact_replay_timestamp() - %(settle)s
-            ELSE greatest(statement_timestamp() - %(settle)s,
-                          least(statement_timestamp(), (
-                              SELECT CASE WHEN bool_or(backend_type IS NULL) THEN '-infinity'::timestamptz
-                                          ELSE min(xact_start) FILTER (WHERE backend_type = 'client backend') END
-                              FROM pg_stat_activity WHERE datname = current_database())) - %(margin)s)
-       END
+       greatest(now - %(ends)s, open_since), greatest(now - %(starts)s, open_since)
+FROM clock
 """
 
 
@@ -184,30 +192,33 @@ class _Kept:
     counted: Tally
 
 
-_kept: dict[tuple[str, int, datetime], _Kept] = {}  # (alias, bucket_seconds, watermark): the ends counted
+_kept: dict[tuple[str, str, int, datetime], _Kept] = {}  # (alias, kind, bucket_seconds, watermark): counted
 _kept_lock = threading.Lock()
 
 
-def _watermark_and_settled() -> tuple[datetime | None, datetime]:
-    """``rolled_until()``, and the moment every end stamped before is visible to the reads
-    here (see above). One round trip for both."""
-    mark, moment = _rows(_CLOCK_SQL, {"settle": LIVE_SETTLE, "margin": STAMP_MARGIN})[0]
-    return mark, _EPOCH if moment is None else moment
+def _watermark_and_settled() -> tuple[datetime | None, datetime, datetime]:
+    """``rolled_until()``, and the moments every end and every start stamped before is
+    visible to the reads here (see above). One round trip for all three."""
+    mark, ends, starts = _rows(_CLOCK_SQL, {"ends": LIVE_SETTLE, "starts": SETTLE, "margin": STAMP_MARGIN})[0]
+    return mark, ends or _EPOCH, starts or _EPOCH  # a standby that has replayed nothing: keep nothing
 
 
-def _kept_ends(mark: datetime, settled: datetime, bucket_seconds: int) -> Tally:
-    """The ends of ``[mark, settled)``: what this process kept of them, extended to ``settled``."""
+def _kept_part(kind: str, mark: datetime, settled: datetime, bucket_seconds: int) -> Tally:
+    """The ends (``ENDS``) or the starts (``STARTS``) of ``[mark, settled)``: what this process
+    kept of them, extended to ``settled``."""
     if settled <= mark:
         return Tally()
-    key = (readdb.alias(), bucket_seconds, mark)
+    key = (readdb.alias(), kind, bucket_seconds, mark)
     with _kept_lock:
         kept = _kept.get(key)
     if kept is None or kept.until > settled:  # a read of an earlier moment: count it whole
         kept = _Kept(mark, Tally())
     if kept.until < settled:
-        kept = _Kept(settled, Tally().add(kept.counted).add(_count([], [(kept.until, settled)], bucket_seconds)))
+        span = [(kept.until, settled)]
+        more = _count([], span, bucket_seconds) if kind == ENDS else _count(span, [], bucket_seconds)
+        kept = _Kept(settled, Tally().add(kept.counted).add(more))
         with _kept_lock:
-            for other in [k for k in _kept if k[:2] == key[:2] and k[2] != mark]:
+            for other in [k for k in _kept if k[:3] == key[:3] and k[3] != mark]:
                 del _kept[other]  # an earlier watermark's: its hours are rolled now
             _kept[key] = kept
     return kept.counted

@@ -429,7 +429,7 @@ def test_the_history_generator_rebuilds_the_hours_it_wrote():
 # --- the live hours between reads -----------------------------------------------------------------
 
 
-def test_the_live_hours_ends_are_kept_between_reads_and_only_the_new_ones_counted(monkeypatch):
+def test_the_live_hours_rows_are_kept_between_reads_and_only_the_new_ones_counted(monkeypatch):
     monkeypatch.setattr(rollup, "LIVE_SETTLE", timedelta(seconds=1))
     now = datetime.now(UTC)
     mark = rollup.floor_to(now - timedelta(hours=2), rollup.HOUR)
@@ -442,50 +442,58 @@ def test_the_live_hours_ends_are_kept_between_reads_and_only_the_new_ones_counte
     def truth() -> rollup.Tally:
         return rollup.aggregate([(mark, datetime.now(UTC) + S)], 3600)
 
-    def ended(at: datetime, path: str = CLASSES[0]) -> None:
-        run = make_run(created=at - 5 * S, status="finished", finished=at, path=path)
-        make_step(run, created=at - 5 * S, finished=at)
+    def kept(kind: str) -> rollup._Kept:
+        (part,) = [part for key, part in rollup._kept.items() if key[1] == kind]
+        return part
+
+    def ended(at: datetime, path: str = CLASSES[0], took: timedelta = 5 * S) -> None:
+        run = make_run(created=at - took, status="finished", finished=at, path=path)
+        make_step(run, created=at - took, finished=at)
 
     ended(now - timedelta(minutes=40))
     assert read() == truth()
-    (kept,) = rollup._kept.values()
-    assert kept.counted.steps[(CLASSES[0], "one")].attempts == 1
+    assert kept(rollup.ENDS).counted.steps[(CLASSES[0], "one")].attempts == 1
+    assert sum(counts[0] for counts in kept(rollup.STARTS).counted.runs.values()) == 1
 
-    ended(datetime.now(UTC))  # after the kept part: counted live
+    ended(datetime.now(UTC), took=timedelta(0))  # after the kept parts: counted live
     assert read() == truth()
     assert sum(step.attempts for step in truth().steps.values()) == 2
-    first_until = kept.until
+    first_until = kept(rollup.ENDS).until
 
     time.sleep(1.2)  # the second end settles: the next read keeps it
     assert read() == truth()
-    (kept,) = rollup._kept.values()
-    assert kept.until > first_until and kept.counted.steps[(CLASSES[0], "one")].attempts == 2
+    assert kept(rollup.ENDS).until > first_until
+    assert kept(rollup.ENDS).counted.steps[(CLASSES[0], "one")].attempts == 2
+    # The starts are kept up to this test's transaction, open since it began (less the margin).
+    assert kept(rollup.STARTS).until < now
 
-    # A start stamped long before it commits (start() in a long transaction) is counted
-    # every read; an end stamped before the kept part's end is missing until its hour is
+    # A start or an end stamped before its kept part's end (a backdated row, or one whose
+    # transaction was open longer than LIVE_SETTLE or SETTLE) is missing until its hour is
     # rolled, or this process forgets what it kept.
     make_run(created=now - timedelta(minutes=30), path=CLASSES[1])
     ended(now - timedelta(minutes=30), path=CLASSES[2])
     counted, exact = read(), truth()
-    assert counted.runs == {**exact.runs, **{k: [v[0], 0, 0] for k, v in exact.runs.items() if k[1] == CLASSES[2]}}
-    assert (CLASSES[2], "one") not in counted.steps and (CLASSES[2], "one") in exact.steps
+    assert (CLASSES[1], "one") not in counted.steps and not any(k[1] in CLASSES[1:] for k in counted.runs)
+    assert {k[1] for k in exact.runs} == set(CLASSES[:3]) and (CLASSES[2], "one") in exact.steps
     rollup.forget()
     assert read() == truth()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_kept_ends_stop_at_the_oldest_transaction_open_not_ten_seconds_back():
+def test_the_kept_rows_stop_at_the_oldest_transaction_open_not_seconds_or_minutes_back():
     now = datetime.now(UTC)
     mark = rollup.floor_to(now - timedelta(hours=2), rollup.HOUR)
     RollupState.objects.create(pk=1, rolled_until=mark)
 
-    def behind() -> timedelta:
-        _, settled = rollup._watermark_and_settled()
+    def behind() -> timedelta:  # the longer of the ends' and the starts' way back
+        _, ends, starts = rollup._watermark_and_settled()
         with connection.cursor() as cursor:
             cursor.execute("SELECT statement_timestamp()")
-            return cursor.fetchone()[0] - settled
+            clock = cursor.fetchone()[0]
+        return max(clock - ends, clock - starts)
 
-    # Nothing else open: the ends a margin back have all committed, not only those 10 s back.
+    # Nothing else open: the rows a margin back have all committed, not only those 10 s (the
+    # ends) or 5 min (the starts) back.
     assert rollup.STAMP_MARGIN <= behind() < rollup.LIVE_SETTLE / 2
 
     def read() -> rollup.Tally:
@@ -496,11 +504,11 @@ def test_the_kept_ends_stop_at_the_oldest_transaction_open_not_ten_seconds_back(
 
     stamped, commit = threading.Event(), threading.Event()
 
-    def end_late() -> None:  # an end stamped in a transaction that commits seconds later
+    def end_late() -> None:  # a start and an end stamped in a transaction that commits seconds later
         try:
             with transaction.atomic():
                 at = datetime.now(UTC)
-                make_step(make_run(created=at - 5 * S, status="finished", finished=at), created=at - 5 * S, finished=at)
+                make_step(make_run(created=at, status="finished", finished=at), created=at, finished=at)
                 stamped.set()
                 commit.wait(10)
         finally:
@@ -518,6 +526,7 @@ def test_the_kept_ends_stop_at_the_oldest_transaction_open_not_ten_seconds_back(
         ending.join(10)
     counted, exact = read(), truth()
     assert sum(step.attempts for step in exact.steps.values()) == 1
+    assert sum(counts[0] for counts in exact.runs.values()) == 1
     assert counted == exact
 
 
