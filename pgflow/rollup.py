@@ -157,7 +157,8 @@ def tally(since: datetime, until: datetime, bucket_seconds: int) -> Tally:
 # process keeps what it counted of them once every row stamped before has committed, and
 # counts only the rows after on the next read. A row is stamped (store.now()) inside, or just
 # before, the transaction that commits it: a start inside the caller's transaction, an end
-# inside or just before the engine's. So every row stamped before the start of the oldest
+# inside or just before the engine's (a sweep pass's repairs, stamped with the clock it read
+# first, after the transaction of its lock began: sweep.run). So every row stamped before the start of the oldest
 # transaction open now, less STAMP_MARGIN (the stamp taken before BEGIN; other hosts' clocks),
 # is visible. The kept ends reach that moment but never more than LIVE_SETTLE back (the
 # engine's transactions are short); the kept starts never more than SETTLE back (a start()

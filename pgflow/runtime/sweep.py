@@ -57,14 +57,18 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
     checks again, so two sweeps cannot apply one twice, and a worker frozen in the middle of
     a sweep (its connection open, its lock held) cannot stop the others from
     recovering its attempts. Only the housekeeping (fan-out repairs, rollup, retention,
-    gone workers) takes the lock, to spare the database the same work twice."""
-    at = at or store.now()
-    counts = {
-        "lost_leases": _each(_expired_leases(at), lambda step_id: store.recover_lost(step_id, at=at)),
-        "wait_timeouts": _each(_past_deadline(at), lambda step_id: _time_out(step_id, at)),
-        "stale_waits": _repair_waits(at),
-    }
+    gone workers) waits for the lock, to spare the database the same work twice.
+
+    The lock's transaction opens before the pass reads its clock: the ends the pass stamps
+    with ``at`` commit one by one, up to seconds later, and an open transaction begun before
+    them is what tells the insights' kept parts they may still come (pgflow.rollup)."""
     with leading() as leader:
+        at = at or store.now()
+        counts = {
+            "lost_leases": _each(_expired_leases(at), lambda step_id: store.recover_lost(step_id, at=at)),
+            "wait_timeouts": _each(_past_deadline(at), lambda step_id: _time_out(step_id, at)),
+            "stale_waits": _repair_waits(at),
+        }
         if not leader:
             return counts
         logger.debug("sweep: housekeeping began", extra={"action": "sweep_housekeeping"})
@@ -86,8 +90,8 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
 def leading() -> Iterator[bool]:
     """Whether this worker holds the sweep's lock, for the block: a transaction-level advisory
     lock, in a transaction of its own on a connection of its own, kept open (idle, holding no
-    snapshot, writing nothing) while the housekeeping runs its own short transactions beside
-    it. A session lock would not do behind a transaction-mode pooler: its unlock may run on
+    snapshot, writing nothing) while the pass runs its own short transactions beside it. A
+    session lock would not do behind a transaction-mode pooler: its unlock may run on
     another server connection than its lock, which then stays locked for ever, taken again by
     whichever worker's statement lands there, two of them at once. The lock ends with the
     transaction: on a commit, a lost connection, or a worker that died."""

@@ -530,6 +530,23 @@ def test_the_kept_rows_stop_at_the_oldest_transaction_open_not_seconds_or_minute
     assert counted == exact
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_pass_holds_the_kept_parts_back_to_before_its_clock(monkeypatch):
+    # The pass stamps its repairs with the clock it read first, and commits them one by one,
+    # up to seconds later: its open transaction must keep the kept parts from passing them.
+    seen: dict[str, datetime] = {}
+
+    def repair_waits(at: datetime) -> int:
+        time.sleep((rollup.STAMP_MARGIN + S / 2).total_seconds())  # a pass's later repairs
+        _, seen["ends"], seen["starts"] = rollup._watermark_and_settled()
+        seen["at"] = at
+        return 0
+
+    monkeypatch.setattr(sweep, "_repair_waits", repair_waits)
+    sweep.run()
+    assert seen["ends"] <= seen["at"] - rollup.STAMP_MARGIN and seen["starts"] <= seen["ends"]
+
+
 def test_a_tally_asks_for_the_watermark_and_the_clock_once_and_short_buckets_for_neither():
     from django.test.utils import CaptureQueriesContext
 
