@@ -93,8 +93,26 @@ def make_days(wanted: Iterable[date]) -> list[date]:
         except OperationalError as error:
             if not _gave_way(error):
                 raise
-            logger.info("history: the partitions of %s wait for the next sweep: %s", day, error)
+            logger.info("history: the partitions of %s wait for the next sweep: %s%s", day, error, _holders())
     return made
+
+
+def _holders() -> str:
+    """Who holds a lock on the tables an attach locks, for the log line of a day that gave way:
+    an autovacuum of the live partition, a long transaction, a session that locked them."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT a.pid, coalesce(a.backend_type, ''), a.state, left(a.query, 60) "
+            "FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid "
+            "WHERE l.granted AND l.locktype = 'relation' AND l.database = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND l.relation = ANY(%s::regclass[]) AND l.pid <> pg_backend_pid() ORDER BY a.pid",
+            [[*TABLES, *LIVE.values()]],
+        )
+        rows = cursor.fetchall()
+    if not rows:
+        return ""
+    return " (held by " + "; ".join(f"pid {pid} {kind}, {state}: {query}" for pid, kind, state, query in rows) + ")"
 
 
 def _make(cursor: Any, day: date) -> bool:
@@ -234,7 +252,9 @@ def drop_expired(cutoff: datetime) -> list[date]:
         except OperationalError as error:
             if not _gave_way(error):
                 raise
-            logger.info("history: the partitions of %s wait for the next sweep to drop them: %s", day, error)
+            logger.info(
+                "history: the partitions of %s wait for the next sweep to drop them: %s%s", day, error, _holders()
+            )
             break
         dropped.append(day)
     return dropped

@@ -5,9 +5,10 @@ retention drops a day whole once it is past RETENTION."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -45,6 +46,21 @@ def day_of(run: WorkflowRun):
     return run.finished_at.astimezone(UTC).date()
 
 
+def days_made(at: datetime, *also: datetime) -> datetime:
+    """``at``, once the partitions of its day, the days either side and the days of ``also``
+    exist. An attach gives way within ``history.LOCK_TIMEOUT`` to whatever holds the live
+    partition's lock, an autovacuum of it included, and leaves the day to the next sweep: a
+    test that files now makes its days first, as a run of sweeps would."""
+    wanted = {(at + timedelta(days=n)).astimezone(UTC).date() for n in (-1, 0, 1)}
+    wanted |= {moment.astimezone(UTC).date() for moment in also}
+    deadline = time.monotonic() + 60
+    while missing := wanted - set(history.days()):
+        if not history.make_days(missing):
+            assert time.monotonic() < deadline, f"the partitions of {sorted(missing)} could not be made in 60 s"
+            time.sleep(0.2)
+    return at
+
+
 def test_an_ended_run_is_filed_into_its_days_partitions_and_reads_as_before():
     run = run_workflow(wf.ThreeSteps.start())
     cancelled = wf.Delayed.start()
@@ -53,7 +69,7 @@ def test_an_ended_run_is_filed_into_its_days_partitions_and_reads_as_before():
     events = list(run.events.values())
     assert where(Step, run) == {"pgflow_step_live"} and where(Event, run) == {"pgflow_event_live"}
 
-    assert sweep.run(at=store.now() + SETTLED)["filed_runs"] == 2
+    assert sweep.run(at=days_made(store.now() + SETTLED))["filed_runs"] == 2
 
     run.refresh_from_db()
     day = day_of(run)
@@ -78,16 +94,16 @@ def test_open_and_paused_runs_and_a_run_ended_just_now_stay_live():
     assert sweep.run()["filed_runs"] == 0  # just_ended's end is younger than SETTLE
     for run in (waiting, paused, just_ended):
         assert where(Step, run) == {"pgflow_step_live"}
-    assert sweep.run(at=store.now() + SETTLED)["filed_runs"] == 1
+    assert sweep.run(at=days_made(store.now() + SETTLED))["filed_runs"] == 1
     assert where(Step, waiting) == where(Step, paused) == {"pgflow_step_live"}
     assert where(Step, just_ended) != {"pgflow_step_live"}
     # The filing goes on from where it stood: nothing is filed twice.
-    assert sweep.run(at=store.now() + SETTLED)["filed_runs"] == 0
+    assert sweep.run(at=days_made(store.now() + SETTLED))["filed_runs"] == 0
 
 
 def test_a_filed_run_can_be_re_run_from_its_copied_outputs():
     run = run_workflow(wf.ThreeSteps.start())
-    sweep.run(at=store.now() + SETTLED)
+    sweep.run(at=days_made(store.now() + SETTLED))
     assert where(Step, run) != {"pgflow_step_live"}
     again = run_workflow(run.rerun_from("three"))
     assert again.status == "finished"
@@ -111,7 +127,7 @@ def test_retention_drops_a_day_past_it_whole_and_keeps_open_and_paused_runs(sett
     Step.objects.filter(run_id__in=[waiting.pk, paused.pk]).update(created_at=long_ago)
     day = long_ago.astimezone(UTC).date()
 
-    history.file_ended(at=store.now())
+    history.file_ended(at=days_made(store.now(), long_ago))
     assert where(Step, old[0]) == {history.partition("pgflow_step", day)}
     assert exists(history.partition("pgflow_step", day)) and exists(history.partition("pgflow_event", day))
 
@@ -131,7 +147,7 @@ def test_a_day_keeps_its_partitions_while_a_run_that_ended_in_it_is_not_purged(s
     run = run_workflow(wf.ThreeSteps.start())
     long_ago = store.now() - timedelta(days=40)
     WorkflowRun.objects.filter(pk=run.pk).update(finished_at=long_ago)
-    history.file_ended(at=store.now())
+    history.file_ended(at=days_made(store.now(), long_ago))
     day = long_ago.astimezone(UTC).date()
     # Its run not purged (an archive that could not write it, a lock): the day stays.
     assert history.drop_expired(store.now()) == []
@@ -152,7 +168,7 @@ def test_filing_frees_the_places_its_runs_attempts_held():
     assert sorted(c.run_id for c in store.claim(worker="w", queues=["limits"], limit=4)) == sorted(r.pk for r in held)
     for run in held:
         run.cancel()  # ended: the gate learns it at the next claim through it, or from the filing
-    assert sweep.run(at=store.now() + SETTLED)["filed_runs"] == 2
+    assert sweep.run(at=days_made(store.now() + SETTLED))["filed_runs"] == 2
     assert all(not gate.holders for gate in Gate.objects.all())
     later = [fc.PerTenant.start(input={"tenant": "t"}) for _ in range(2)]
     claimed = store.claim(worker="w", queues=["limits"], limit=4)
@@ -192,7 +208,7 @@ def test_the_waits_are_read_by_the_index_of_the_attempts_that_waited():
     from pgflow_dashboard.window import WorkflowWindow
 
     run_workflow(wf.ThreeSteps.start())
-    sweep.run(at=store.now() + SETTLED)
+    sweep.run(at=days_made(store.now() + SETTLED))
     # And attempts that never waited in the live partition, as there are many in a real one
     # (a handful plans any scan: reading each of them by its run's index costs as little).
     open_run = wf.Delayed.start()
@@ -236,7 +252,7 @@ def test_the_waits_are_read_by_the_index_of_the_attempts_that_waited():
 
 def test_the_clock_unfiles_history_so_an_advance_past_retention_purges_it_all(pgflow_clock):
     run = run_workflow(wf.ThreeSteps.start())
-    sweep.run(at=store.now() + SETTLED)
+    sweep.run(at=days_made(store.now() + SETTLED))
     assert where(Step, run) != {"pgflow_step_live"}
     pgflow_clock.advance(days=31)  # RETENTION: 30 days
     assert not WorkflowRun.objects.filter(pk=run.pk).exists()
@@ -255,7 +271,7 @@ def test_the_lookups_of_open_work_plan_the_live_partition_alone():
     from pgflow_dashboard import insights, queuepage
 
     run = run_workflow(wf.ThreeSteps.start())
-    sweep.run(at=store.now() + SETTLED)
+    sweep.run(at=days_made(store.now() + SETTLED))
     day = history.partition("pgflow_step", day_of(WorkflowRun.objects.get(pk=run.pk)))
     assert where(Step, run) == {day}
     wf.Delayed.start()  # and an open run, so the lookups have something to find
@@ -313,6 +329,8 @@ def test_a_partition_whose_locks_a_transaction_holds_waits_for_a_later_sweep(cap
             assert history.make_days([day]) == []
             assert not any(exists(name) for name in names)  # neither table's: one transaction
             assert f"the partitions of {day} wait for the next sweep" in caplog.text
+            # The log names who holds the lock, for an operator to find.
+            assert f"held by pid {other.info.backend_pid} client backend, idle in transaction" in caplog.text
             # While it waits, its claims and transitions go on.
             run = run_workflow(wf.ThreeSteps.start())
             assert run.status == "finished"
@@ -334,5 +352,6 @@ def test_a_day_past_retention_whose_parent_is_held_is_dropped_at_a_later_sweep(c
         assert history.drop_expired(cutoff) == []
         assert exists(history.partition("pgflow_step", day))
         assert "wait for the next sweep to drop them" in caplog.text
+        assert f"held by pid {other.info.backend_pid} client backend" in caplog.text
     assert history.drop_expired(cutoff) == [day]
     assert not exists(history.partition("pgflow_step", day)) and not exists(history.partition("pgflow_event", day))
