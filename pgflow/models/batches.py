@@ -21,7 +21,7 @@ class Batch(models.Model):
         FINISHED = "finished"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, db_constraint=False)  # opened under the run's lock
     step = models.ForeignKey(  # no database key into the partitioned pgflow_step (Event.step)
         Step, null=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
     )

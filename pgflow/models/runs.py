@@ -220,7 +220,8 @@ class WorkflowRun(models.Model):
 class Step(models.Model):
     """One attempt of one step of a run."""
 
-    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, db_index=False)  # pgflow_step_run leads with it
+    # pgflow_step_run leads with it. No key in the database (migration 0022): its writers hold the run.
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, db_index=False, db_constraint=False)
     step_name = models.CharField(max_length=200)
     attempt = models.PositiveIntegerField(default=1)
     status = models.CharField(
@@ -345,7 +346,8 @@ class Step(models.Model):
 class Event(models.Model):
     """The audit trail: every state change of a run writes one, in the same transaction."""
 
-    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, db_index=False)  # pgflow_event_run leads with it
+    # pgflow_event_run leads with it. No key in the database (migration 0022): its writers hold the run.
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, db_index=False, db_constraint=False)
     # No foreign key in the database: pgflow_step is partitioned (pgflow.store.history), and
     # PostgreSQL only lets a key point at a unique index that includes the partition key.
     step = models.ForeignKey(
@@ -374,7 +376,7 @@ class Event(models.Model):
 class Signal(models.Model):
     """The mailbox: a signal waits here until a step waiting for its name consumes it."""
 
-    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, db_constraint=False)  # delivered under its lock
     name = models.CharField(max_length=200)
     payload = models.JSONField(null=True, blank=True)
     received_at = models.DateTimeField()
