@@ -12,14 +12,22 @@ written with ``generate_series``, foreign-key triggers off while seeding), and O
 (their last attempt scheduled) and OPEN paused runs created 40 days ago, which must survive;
 vacuumed and analysed. Then:
 
-- ``filed``: ``history.file_ended(at=now)`` called until it files nothing (the sweep's filing,
-  1,000 runs a transaction): runs filed per second, and the dead rows the move leaves in the
-  live partitions; VACUUM ANALYZE (autovacuum's work in the 30 days between); then
+- ``filed``: the seeded days' partitions made, then ``history.file_ended(at=now)`` called
+  until it files nothing (the sweep's filing, 1,000 runs a transaction): runs filed per
+  second, and the dead rows the move leaves in the live partitions; VACUUM ANALYZE
+  (autovacuum's work in the 30 days between); then
   ``sweep.purge(at=now)`` called until a call deletes nothing and no expired day is left.
 - ``unfiled``: the same purge with every row left in the live partitions (the row-by-row path,
   as before partitioning).
 
-For each: runs deleted / seconds spent in purge, purge calls, day partitions dropped, then
+- ``--sustain RATE --seconds N``: instead of the layouts, a feeder on a connection of its own
+  writes RATE ended runs a second (in fifths of a second; each ended 31 days and 2 minutes
+  ago, so expired as soon as written) for N seconds while the real ``sweep.run()`` runs every
+  ``SWEEP_INTERVAL``, as a worker's sweep thread would: each sweep's runs filed and purged
+  and its seconds, the rate the feeder reached, the expired runs left at the end, and the
+  live partitions' dead and live rows and size before and after.
+
+For each layout: runs deleted / seconds spent in purge, purge calls, day partitions dropped, then
 n_dead_tup (pg_stat_user_tables, read from a new connection) and total sizes of pgflow_run,
 pgflow_step_live, pgflow_event_live and the day partitions, and a check that the open and
 paused runs kept every row. Prints tables for benchmarks/RESULTS.md.
@@ -53,6 +61,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200_000, help="finished runs, expired")
     parser.add_argument("--open", type=int, default=1000, help="running runs, and as many paused, that stay")
     parser.add_argument("--layouts", default="filed,unfiled")
+    parser.add_argument("--sustain", type=int, default=0, help="ended runs a second, fed while the sweep runs")
+    parser.add_argument("--seconds", type=int, default=120, help="how long --sustain feeds")
     args = parser.parse_args()
     with pgcluster.durable(CLUSTER):
         run(args)
@@ -65,6 +75,9 @@ def run(args: argparse.Namespace) -> None:
     engine.setup_django(DATABASE)
     engine.print_settings("shared_buffers", "autovacuum")
     template()
+    if args.sustain:
+        sustain(args.sustain, args.seconds, args.open)
+        return
     results = []
     for layout in args.layouts.split(","):
         results.append(measure(layout, args.runs, args.open))
@@ -145,10 +158,13 @@ def copies(table: str, alias: str, overrides: dict[str, str]) -> tuple[str, str]
 
 
 def seed_sql(kind: str) -> str:
-    """RUNS copies of the template, as ``kind``: finished 31-35 days ago, or running or paused,
-    created 40 days ago."""
+    """RUNS copies of the template, as ``kind``: finished 31-35 days ago, ``ending`` (finished
+    31 days and 2 minutes before the statement), or running or paused, created 40 days ago."""
     if kind == "finished":
         shift = "now() - interval '31 days' - n * interval '4 days' / %(runs)s - t.finished_at"
+        run_over, step_over = {"key": "NULL"}, {}
+    elif kind == "ending":
+        shift = "now() - interval '31 days 2 minutes' - t.finished_at"
         run_over, step_over = {"key": "NULL"}, {}
     else:
         shift = "now() - interval '40 days' - t.created_at"
@@ -214,6 +230,34 @@ def seed(runs: int, open_runs: int) -> None:
         cursor.execute("SET enable_nestloop = on")
         print(f"seeded {runs:,} finished and {2 * open_runs:,} open runs in {time.monotonic() - began:.1f} s")
     vacuum()
+
+
+def made_days() -> None:
+    """Make the partitions of the seeded runs' days before the filing is timed. An attach gives
+    way to whatever holds the live partition's lock for longer than ``history.LOCK_TIMEOUT``,
+    an autovacuum of it included (the filing's first batches leave hundreds of thousands of
+    dead rows, which start one), and the sweep files the rest of that day at a later sweep;
+    this loop would stop there, and count the rest as purged unfiled."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT timezone('UTC', finished_at)::date FROM pgflow_run WHERE finished_at IS NOT NULL"
+        )
+        made_days_of([row[0] for row in cursor.fetchall()])
+
+
+def made_days_of(days: list[date]) -> None:
+    """Make ``days``' partitions, waiting out any lock that makes an attach give way."""
+    from pgflow.store import history
+
+    wanted = set(days)
+    deadline = time.monotonic() + 600
+    while missing := wanted - set(history.days()):
+        if not history.make_days(missing):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the partitions of {sorted(missing)} could not be made in 10 minutes")
+            time.sleep(0.5)
 
 
 def vacuum() -> None:
@@ -289,6 +333,7 @@ def measure(layout: str, runs: int, open_runs: int) -> dict:
     vacuums = autovacuums()
     result["load_before"] = load()
     if layout == "filed":
+        made_days()
         began = time.monotonic()
         while filed := history.file_ended(at=timezone.now()):
             result["filed"] += filed
@@ -325,6 +370,103 @@ def measure(layout: str, runs: int, open_runs: int) -> dict:
         flush=True,
     )
     return result
+
+
+def sustain(rate: int, seconds: int, open_runs: int) -> None:
+    """RATE ended runs a second for SECONDS, written beside the real sweep (see the module's
+    docstring); prints what each sweep did and what was left."""
+    import threading
+
+    import psycopg
+    from django.db import connection
+    from django.utils import timezone
+
+    from pgflow.conf import pgflow_settings
+    from pgflow.runtime import sweep
+
+    seed(0, open_runs)
+    kept_before = open_rows()
+    now = timezone.now()
+    made_days_of([(now - RETENTION - timedelta(days=n)).date() for n in (0, 1, 2)])
+    # Into the live partitions by name, as the engine writes its rows (through the parent, each
+    # statement would hold off a day's drop).
+    feed_sql = (
+        seed_sql("ending")
+        .replace("INSERT INTO pgflow_step (", "INSERT INTO pgflow_step_live (")
+        .replace("INSERT INTO pgflow_event (", "INSERT INTO pgflow_event_live (")
+    )
+    params = {k: v for k, v in connection.get_connection_params().items() if k in ("dbname", "user", "host", "port")}
+    slice_runs, slice_s = max(1, rate // 5), 0.2
+    fed: list[int] = [0]
+    stop = threading.Event()
+    lagged = [0]
+
+    def feed() -> None:
+        with psycopg.connect(**params, autocommit=True) as feeder:
+            feeder.execute("SET enable_nestloop = off; SET jit = off")  # a slice is small: JIT cost it 0.7 s
+            due = time.monotonic()
+            while not stop.is_set():
+                feeder.execute(feed_sql, {"runs": slice_runs})
+                fed[0] += slice_runs
+                due += slice_s
+                pause = due - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                else:
+                    lagged[0] += 1
+
+    interval = pgflow_settings.seconds("SWEEP_INTERVAL")
+    before = stats()
+    vacuums = autovacuums()
+    feeder = threading.Thread(target=feed, daemon=True)
+    began = time.monotonic()
+    feeder.start()
+    print(f"feeding {rate:,} ended runs a second for {seconds} s; a sweep every {interval:g} s", flush=True)
+    print()
+    print(
+        "| sweep | at s | runs fed so far | filed | purged | sweep s | expired runs left | "
+        + " | ".join(f"{t} MB" for t in TABLES)
+        + " |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: |" * len(TABLES))
+    n = 0
+    while time.monotonic() - began < seconds:
+        time.sleep(max(0.0, began + (n + 1) * interval - time.monotonic()))
+        n += 1
+        at = time.monotonic() - began
+        counts = sweep.run()
+        spent = time.monotonic() - began - at
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pgflow_run WHERE status = 'finished' AND finished_at < now() - %s",
+                [RETENTION],
+            )
+            left = cursor.fetchone()[0]
+            cursor.execute("SELECT " + ", ".join(f"pg_total_relation_size('{t}')" for t in TABLES))
+            sizes = " | ".join(f"{size / 2**20:.0f}" for size in cursor.fetchone())
+        print(
+            f"| {n} | {at:.0f} | {fed[0]:,} | {counts['filed_runs']:,} | {counts['purged_runs']:,} "
+            f"| {spent:.1f} | {left:,} | {sizes} |",
+            flush=True,
+        )
+    stop.set()
+    feeder.join()
+    fed_s = time.monotonic() - began
+    after = stats()
+    print()
+    print(
+        f"fed {fed[0]:,} runs in {fed_s:.0f} s ({fed[0] / fed_s:,.0f}/s; {lagged[0]} slices behind their time); "
+        f"autovacuum runs meanwhile: {autovacuums() - vacuums}; load {load()}"
+    )
+    print("| when | " + " | ".join(f"{t} dead / live rows, MB" for t in TABLES) + " | day partitions MB |")
+    print("| --- |" + " ---: |" * (len(TABLES) + 1))
+    for when, figures in (("before", before), ("after", after)):
+        cells = " | ".join(f"{d:,} / {n:,}, {mb:.0f}" for d, n, mb in (figures[t] for t in TABLES))
+        print(f"| {when} | {cells} | {figures['days']:.0f} |")
+    kept = open_rows()
+    print(
+        f"open and paused runs kept: {'all ' + str(kept) if kept == kept_before else f'{kept} (before {kept_before})'}"
+    )
 
 
 def day_end(day: date) -> datetime:

@@ -1,7 +1,9 @@
 """Four links between runs (a re-run's original, a child's parent, a schedule's last run and a
 tick's run) are not foreign keys (migration 0020): retention nulls those naming a run it
 deletes, as it does a batch member's child run (still a key), and a writer holds the run it
-links to, waiting for a retention's delete as a key's check would and told when the run is gone."""
+links to, waiting for a retention's delete as a key's check would and told when the run is gone.
+Nor are a run's own rows (attempts, events, signals, batches; migration 0022): their writers
+hold the run's lock, which waits for a retention's delete in the same way."""
 
 from __future__ import annotations
 
@@ -111,12 +113,63 @@ def test_a_link_waits_for_a_delete_of_its_run_and_is_refused_when_it_commits(end
     )
 
 
-def test_only_the_rows_a_run_owns_and_a_batch_members_child_are_foreign_keys_to_it():
-    # Each key pointing at pgflow_run is checked for every run retention deletes.
+def test_only_a_batch_members_child_is_a_foreign_key_to_a_run():
+    # Each key pointing at pgflow_run is checked for every run retention deletes, and each
+    # key of a table's own for every row it inserts.
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f' "
             "AND confrelid = 'pgflow_run'::regclass ORDER BY 1"
         )
         keys = [row[0] for row in cursor.fetchall()]
-    assert keys == ["pgflow_batch", "pgflow_batch_member", "pgflow_event_live", "pgflow_signal", "pgflow_step_live"]
+    assert keys == ["pgflow_batch_member"]
+
+
+def test_a_row_of_a_runs_own_left_naming_a_gone_run_is_a_violation():
+    run = run_workflow(cw.Ledger.start(input={"n": 1, "amount": 2}))
+    with connection.cursor() as cursor:  # what a writer that held no run lock could leave
+        cursor.execute("UPDATE pgflow_event SET run_id = %s WHERE run_id = %s", [10**9, run.pk])
+    found = link_violations()
+    assert found and all("pgflow_event " in line and f"names run {10**9}, which is gone" in line for line in found)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("ending", ["COMMIT", "ROLLBACK"])
+def test_a_write_to_a_run_waits_for_a_delete_of_it_and_writes_nothing_when_it_commits(ending):
+    """A re-run writes an event on its original, a run that may be old: its run lock waits for
+    retention's delete, and finds the run gone, where the event's key's check used to."""
+    original = run_workflow(cw.Ledger.start(input={"n": 1, "amount": 2}))
+    params = {
+        k: v
+        for k, v in connection.get_connection_params().items()
+        if k in ("dbname", "user", "password", "host", "port")
+    }
+    outcome: list[object] = []
+
+    def rerun() -> None:
+        try:
+            outcome.append(original.rerun_from("receipt").pk)
+        except WorkflowRun.DoesNotExist:
+            outcome.append("gone")
+        finally:
+            close_old_connections()
+
+    others = set(WorkflowRun.objects.exclude(pk=original.pk).values_list("pk", flat=True))
+    with psycopg.connect(**params) as purging:
+        # retention's batch: its runs locked, then its purge's statements, not yet committed
+        purging.execute("SELECT id FROM pgflow_run WHERE id = %s FOR UPDATE", [original.pk])
+        for statement in retention._PURGE:
+            purging.execute(statement, {"ids": [original.pk]})
+        writing = threading.Thread(target=rerun)
+        writing.start()
+        writing.join(1.0)
+        assert writing.is_alive() and outcome == []  # waiting for the run's lock
+        purging.execute(ending)
+        writing.join(10)
+    if ending == "COMMIT":
+        assert outcome == ["gone"]
+        assert set(WorkflowRun.objects.values_list("pk", flat=True)) == others  # no re-run was made either
+    else:
+        assert outcome and outcome[0] != "gone"
+        assert WorkflowRun.objects.filter(rerun_of=original).count() == 1
+    assert link_violations() == []
