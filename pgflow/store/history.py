@@ -131,10 +131,28 @@ def _make(cursor: Any, day: date) -> bool:
         cursor.execute(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS)")
         for suffix, definition in INDEXES[table].items():
             cursor.execute(f"CREATE INDEX {name}_{suffix} ON {name} {definition}")
-    cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+    cursor.execute(_OUTWAIT_AUTOVACUUM, [list(LIVE.values())])
+    outwait = cursor.fetchone()
+    cursor.execute(f"SET LOCAL lock_timeout = '{f'{outwait[0]}ms' if outwait else LOCK_TIMEOUT}'")
     for table in TABLES:
         cursor.execute(f"ALTER TABLE {table} ATTACH PARTITION {partition(table, day)} FOR VALUES {bounds}")
     return True
+
+
+# An autovacuum of a live partition holds a lock the attach needs, and where runs end by the
+# thousand a second one runs nearly all the time (each filing leaves the moved rows dead
+# there): an attach that gave way to it at every sweep would never make tomorrow's partitions.
+# PostgreSQL cancels an autovacuum that has blocked a lock request for deadlock_timeout (one
+# that prevents wraparound excepted), so while one holds a live partition the attach waits
+# that long and LOCK_TIMEOUT more; the claims queued behind it wait as long, once a day.
+_OUTWAIT_AUTOVACUUM = f"""
+SELECT (SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout') + {LOCK_TIMEOUT.removesuffix("ms")}
+WHERE EXISTS (
+    SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.granted AND l.locktype = 'relation' AND l.relation = ANY(%s::regclass[])
+      AND a.backend_type = 'autovacuum worker'
+)
+"""
 
 
 def _exists(cursor: Any, day: date) -> bool:

@@ -355,3 +355,46 @@ def test_a_day_past_retention_whose_parent_is_held_is_dropped_at_a_later_sweep(c
         assert f"held by pid {other.info.backend_pid} client backend" in caplog.text
     assert history.drop_expired(cutoff) == [day]
     assert not exists(history.partition("pgflow_step", day)) and not exists(history.partition("pgflow_event", day))
+
+
+# A live partition's autovacuum, made to start within a second and to crawl (a 100 ms pause
+# after every page), so that the attach meets it.
+SLOW_AUTOVACUUM = {
+    "autovacuum_vacuum_threshold": 0,
+    "autovacuum_vacuum_scale_factor": 0,
+    "autovacuum_vacuum_cost_delay": 100,
+    "autovacuum_vacuum_cost_limit": 1,
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_attach_outwaits_an_autovacuum_of_the_live_partition(caplog):
+    """PostgreSQL cancels an autovacuum that has blocked a lock request for deadlock_timeout:
+    an attach that finds one holding the live partition waits that long, and is made, where
+    giving way at every sweep would leave a busy installation without tomorrow's partitions."""
+    day = store.now().astimezone(UTC).date() + timedelta(days=50)
+    names = [history.partition(table, day) for table in history.TABLES]
+    with other_connection() as admin:
+        admin.autocommit = True
+        try:
+            slow = ", ".join(f"{name} = {value}" for name, value in SLOW_AUTOVACUUM.items())
+            admin.execute(f"ALTER TABLE pgflow_step_live SET ({slow})")
+            admin.execute("ALTER SYSTEM SET autovacuum_naptime = 1")
+            admin.execute("SELECT pg_reload_conf()")
+            for _ in range(3):
+                run_workflow(wf.ThreeSteps.start())  # each attempt's updates leave dead rows
+            deadline = time.monotonic() + 60
+            vacuuming = "SELECT pid FROM pg_stat_activity WHERE query LIKE 'autovacuum: VACUUM %%pgflow_step_live%%'"
+            while not (pids := admin.execute(vacuuming).fetchall()):
+                assert time.monotonic() < deadline, "no autovacuum of pgflow_step_live began in 60 s"
+                time.sleep(0.1)
+            assert history.make_days([day]) == [day]
+            assert all(exists(name) for name in names)
+            assert "wait for the next sweep" not in caplog.text
+            assert pids[0] not in admin.execute(vacuuming).fetchall()  # cancelled, to start again later
+        finally:
+            admin.execute(f"ALTER TABLE pgflow_step_live RESET ({', '.join(SLOW_AUTOVACUUM)})")
+            admin.execute("ALTER SYSTEM RESET autovacuum_naptime")
+            admin.execute("SELECT pg_reload_conf()")
+            for name in names:
+                admin.execute(f"DROP TABLE IF EXISTS {name}")
