@@ -21,11 +21,13 @@ vacuumed and analysed. Then:
   as before partitioning).
 
 - ``--sustain RATE --seconds N``: instead of the layouts, a feeder on a connection of its own
-  writes RATE ended runs a second (in fifths of a second; each ended 31 days and 2 minutes
-  ago, so expired as soon as written) for N seconds while the real ``sweep.run()`` runs every
-  ``SWEEP_INTERVAL``, as a worker's sweep thread would: each sweep's runs filed and purged
-  and its seconds, the rate the feeder reached, the expired runs left at the end, and the
-  live partitions' dead and live rows and size before and after.
+  writes RATE runs a second that end as they are written (in fifths of a second, into the
+  live partitions by name, as the engine writes) for N seconds, with ``RETENTION`` at
+  ``SUSTAIN_RETENTION`` (2 minutes), while the real ``sweep.run()`` runs every
+  ``SWEEP_INTERVAL``, as a worker's sweep thread would: each sweep's runs filed and purged,
+  its seconds, the expired runs left and the tables' sizes; the rate the feeder reached; and
+  the live partitions' dead and live rows before and after. The runs end today, so their
+  day's partitions stay (a day goes a day after its last run's cutoff), as in production.
 
 For each layout: runs deleted / seconds spent in purge, purge calls, day partitions dropped, then
 n_dead_tup (pg_stat_user_tables, read from a new connection) and total sizes of pgflow_run,
@@ -54,6 +56,7 @@ CLUSTER = ROOT / "benchmarks" / ".work" / "pg-durable-retention"
 DATABASE = "pgflow_retention"
 TABLES = ("pgflow_run", "pgflow_step_live", "pgflow_event_live")
 RETENTION = timedelta(days=30)  # PGFLOW["RETENTION"]'s default, which the purge applies
+SUSTAIN_RETENTION = timedelta(minutes=2)  # --sustain's: runs ended now expire within the run
 
 
 def main() -> None:
@@ -159,12 +162,12 @@ def copies(table: str, alias: str, overrides: dict[str, str]) -> tuple[str, str]
 
 def seed_sql(kind: str) -> str:
     """RUNS copies of the template, as ``kind``: finished 31-35 days ago, ``ending`` (finished
-    31 days and 2 minutes before the statement), or running or paused, created 40 days ago."""
+    as the statement runs), or running or paused, created 40 days ago."""
     if kind == "finished":
         shift = "now() - interval '31 days' - n * interval '4 days' / %(runs)s - t.finished_at"
         run_over, step_over = {"key": "NULL"}, {}
     elif kind == "ending":
-        shift = "now() - interval '31 days 2 minutes' - t.finished_at"
+        shift = "now() - t.finished_at"
         run_over, step_over = {"key": "NULL"}, {}
     else:
         shift = "now() - interval '40 days' - t.created_at"
@@ -378,16 +381,18 @@ def sustain(rate: int, seconds: int, open_runs: int) -> None:
     import threading
 
     import psycopg
+    from django.conf import settings
     from django.db import connection
     from django.utils import timezone
 
     from pgflow.conf import pgflow_settings
     from pgflow.runtime import sweep
 
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "RETENTION": SUSTAIN_RETENTION}
     seed(0, open_runs)
     kept_before = open_rows()
     now = timezone.now()
-    made_days_of([(now - RETENTION - timedelta(days=n)).date() for n in (0, 1, 2)])
+    made_days_of([(now + timedelta(days=n)).date() for n in (0, 1)])
     # Into the live partitions by name, as the engine writes its rows (through the parent, each
     # statement would hold off a day's drop).
     feed_sql = (
@@ -439,7 +444,7 @@ def sustain(rate: int, seconds: int, open_runs: int) -> None:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pgflow_run WHERE status = 'finished' AND finished_at < now() - %s",
-                [RETENTION],
+                [SUSTAIN_RETENTION],
             )
             left = cursor.fetchone()[0]
             cursor.execute("SELECT " + ", ".join(f"pg_total_relation_size('{t}')" for t in TABLES))
