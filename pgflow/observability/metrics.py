@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
@@ -203,14 +203,11 @@ def serve(port: int, *, address: str = "0.0.0.0") -> None:  # noqa: S104 - a scr
 
 # Each gauge's query, named; one round trip each, over the partial indexes of open rows. Open
 # attempts are in the live partition only (pgflow.store.history): naming the parent would
-# also scan every day of history, whose partitions have no index on status. The due attempts
-# are counted per queue holding any (pgflow.queues.DUE_BEFORE: one range of pgflow_step_due
-# each), not by a bound on scheduled_at, which would read every scheduled row, a whole backlog
-# of future ones included.
+# also scan every day of history, whose partitions have no index on status.
 _DUE_BY_QUEUE = """
-SELECT q.queue, count(*), EXTRACT(EPOCH FROM (%(now)s - min(s.scheduled_at))) FROM {due} GROUP BY q.queue
+SELECT queue, count(*), EXTRACT(EPOCH FROM (%(now)s - min(scheduled_at)))
+FROM pgflow_step_live WHERE status = 'scheduled' AND scheduled_at <= %(now)s GROUP BY queue
 """
-_THROUGH_NOW = timedelta(microseconds=1)  # DUE_BEFORE's bound is strict: due at now or before
 _PAUSED_BY_CLASS = "SELECT workflow_class, count(*) FROM pgflow_run WHERE status = 'paused' GROUP BY workflow_class"
 _PAST_DEADLINE = "SELECT count(*) FROM pgflow_step_live WHERE status = 'waiting' AND deadline_at <= %(now)s"
 
@@ -219,14 +216,10 @@ def cluster_gauges(now: datetime) -> dict[str, Any]:
     """The cluster-wide figures: due steps and the oldest's age per queue, paused runs per
     class, waits past their deadline, live workers per queue; read from
     ``PGFLOW["READ_DATABASE"]`` when one is set (``replica``: its lag, or that it fell back)."""
-    from .. import queues as queue_reads  # lazy: pgflow.queues imports the models
     from ..models import Worker  # lazy: app registry; pgflow.observability imports before the models load
 
     with readdb.reading() as route, connections[route.alias].cursor() as cursor:
-        scheduled = queue_reads.scheduled_queues(cursor)
-        due_sql = queue_reads.DUE_BEFORE.format(columns="s.scheduled_at", join="", where="", order="")
-        bounds: dict[str, Any] = {"queues": scheduled, "before": now + _THROUGH_NOW, "now": now}
-        cursor.execute(_DUE_BY_QUEUE.format(due=due_sql), bounds)
+        cursor.execute(_DUE_BY_QUEUE, {"now": now})
         due = {queue: (count, float(age)) for queue, count, age in cursor.fetchall()}
         cursor.execute(_PAUSED_BY_CLASS)
         paused = dict(cursor.fetchall())
