@@ -24,6 +24,12 @@ from tests.invariants import assert_exactly_once, link_violations
 pytestmark = pytest.mark.django_db
 
 
+def other_connection() -> psycopg.Connection:
+    """A connection of its own to the test database, for the purge held open beside a write."""
+    params = connection.get_connection_params()
+    return psycopg.connect(**{k: v for k, v in params.items() if k in ("dbname", "user", "password", "host", "port")})
+
+
 def aged(*runs: WorkflowRun) -> None:
     WorkflowRun.objects.filter(pk__in=[run.pk for run in runs]).update(finished_at=store.now() - timedelta(days=40))
 
@@ -79,11 +85,6 @@ def test_a_link_left_naming_a_gone_run_is_a_violation():
 @pytest.mark.parametrize("ending", ["COMMIT", "ROLLBACK"])
 def test_a_link_waits_for_a_delete_of_its_run_and_is_refused_when_it_commits(ending):
     run = run_workflow(cw.Ledger.start(input={"n": 1, "amount": 2}))
-    params = {
-        k: v
-        for k, v in connection.get_connection_params().items()
-        if k in ("dbname", "user", "password", "host", "port")
-    }
     outcome: list[object] = []
 
     def link() -> None:
@@ -96,7 +97,7 @@ def test_a_link_waits_for_a_delete_of_its_run_and_is_refused_when_it_commits(end
         finally:
             close_old_connections()
 
-    with psycopg.connect(**params) as purging:
+    with other_connection() as purging:
         # retention's own purge of the run, its statements as it runs them, not yet committed
         for statement in retention._PURGE:
             purging.execute(statement, {"ids": [run.pk]})
@@ -139,11 +140,6 @@ def test_a_write_to_a_run_waits_for_a_delete_of_it_and_writes_nothing_when_it_co
     """A re-run writes an event on its original, a run that may be old: its run lock waits for
     retention's delete, and finds the run gone, where the event's key's check used to."""
     original = run_workflow(cw.Ledger.start(input={"n": 1, "amount": 2}))
-    params = {
-        k: v
-        for k, v in connection.get_connection_params().items()
-        if k in ("dbname", "user", "password", "host", "port")
-    }
     outcome: list[object] = []
 
     def rerun() -> None:
@@ -155,7 +151,7 @@ def test_a_write_to_a_run_waits_for_a_delete_of_it_and_writes_nothing_when_it_co
             close_old_connections()
 
     others = set(WorkflowRun.objects.exclude(pk=original.pk).values_list("pk", flat=True))
-    with psycopg.connect(**params) as purging:
+    with other_connection() as purging:
         # retention's batch: its runs locked, then its purge's statements, not yet committed
         purging.execute("SELECT id FROM pgflow_run WHERE id = %s FOR UPDATE", [original.pk])
         for statement in retention._PURGE:
