@@ -66,6 +66,12 @@ def main() -> None:
     parser.add_argument("--layouts", default="filed,unfiled")
     parser.add_argument("--sustain", type=int, default=0, help="ended runs a second, fed while the sweep runs")
     parser.add_argument("--seconds", type=int, default=120, help="how long --sustain feeds")
+    parser.add_argument(
+        "--autovacuum",
+        choices=("tables", "server"),
+        default="tables",
+        help="the tables' own autovacuum settings (migration 0023), or the server's for them (RESET)",
+    )
     args = parser.parse_args()
     with pgcluster.durable(CLUSTER):
         run(args)
@@ -79,7 +85,7 @@ def run(args: argparse.Namespace) -> None:
     engine.print_settings("shared_buffers", "autovacuum")
     template()
     if args.sustain:
-        sustain(args.sustain, args.seconds, args.open)
+        sustain(args.sustain, args.seconds, args.open, args.autovacuum)
         return
     results = []
     for layout in args.layouts.split(","):
@@ -254,13 +260,9 @@ def made_days_of(days: list[date]) -> None:
     """Make ``days``' partitions, waiting out any lock that makes an attach give way."""
     from pgflow.store import history
 
-    wanted = set(days)
-    deadline = time.monotonic() + 600
-    while missing := wanted - set(history.days()):
-        if not history.make_days(missing):
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the partitions of {sorted(missing)} could not be made in 10 minutes")
-            time.sleep(0.5)
+    history.make_days(set(days) - set(history.days()), wait=600)
+    if missing := set(days) - set(history.days()):
+        raise SystemExit(f"the partitions of {sorted(missing)} could not be made in 10 minutes")
 
 
 def vacuum() -> None:
@@ -306,6 +308,27 @@ def stats() -> dict:
         )
         found["days"] = int(cursor.fetchone()[0]) / 2**20
     return found
+
+
+def table_autovacuum(*, reset: bool) -> None:
+    """RESET TABLES' own autovacuum settings if ``reset``, else set migration 0023's (an earlier
+    run may have RESET them in this database); print what each table has."""
+    import importlib
+
+    from django.db import connection
+
+    migration = importlib.import_module("pgflow.migrations.0023_live_autovacuum")
+    with connection.cursor() as cursor:
+        for table in TABLES:
+            if reset:
+                cursor.execute(f"ALTER TABLE {table} RESET ({', '.join(migration.SETTINGS)})")
+            else:
+                cursor.execute(
+                    f"ALTER TABLE {table} SET ({', '.join(f'{k} = {v}' for k, v in migration.SETTINGS.items())})"
+                )
+            cursor.execute("SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = %s::regclass", [table])
+            own = [option for option in cursor.fetchone()[0] if option.startswith("autovacuum")]
+            print(f"{table}: autovacuum {', '.join(own) if own else 'as the server sets'}", flush=True)
 
 
 def autovacuums() -> int:
@@ -375,9 +398,10 @@ def measure(layout: str, runs: int, open_runs: int) -> dict:
     return result
 
 
-def sustain(rate: int, seconds: int, open_runs: int) -> None:
+def sustain(rate: int, seconds: int, open_runs: int, autovacuum: str) -> None:
     """RATE ended runs a second for SECONDS, written beside the real sweep (see the module's
-    docstring); prints what each sweep did and what was left."""
+    docstring); prints what each sweep did and what was left. ``autovacuum="server"`` RESETs
+    the tables' own autovacuum settings first, to measure without them."""
     import threading
 
     import psycopg
@@ -390,6 +414,7 @@ def sustain(rate: int, seconds: int, open_runs: int) -> None:
 
     settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "RETENTION": SUSTAIN_RETENTION}
     seed(0, open_runs)
+    table_autovacuum(reset=autovacuum == "server")
     kept_before = open_rows()
     now = timezone.now()
     made_days_of([(now + timedelta(days=n)).date() for n in (0, 1)])
@@ -430,7 +455,7 @@ def sustain(rate: int, seconds: int, open_runs: int) -> None:
     print()
     print(
         "| sweep | at s | runs fed so far | filed | purged | sweep s | expired runs left | "
-        + " | ".join(f"{t} MB" for t in TABLES)
+        + " | ".join(f"{t} MB (dead k)" for t in TABLES)
         + " |"
     )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: |" * len(TABLES))
@@ -447,8 +472,12 @@ def sustain(rate: int, seconds: int, open_runs: int) -> None:
                 [SUSTAIN_RETENTION],
             )
             left = cursor.fetchone()[0]
-            cursor.execute("SELECT " + ", ".join(f"pg_total_relation_size('{t}')" for t in TABLES))
-            sizes = " | ".join(f"{size / 2**20:.0f}" for size in cursor.fetchone())
+            cursor.execute(
+                "SELECT pg_total_relation_size(relid), n_dead_tup FROM pg_stat_user_tables "
+                "WHERE relname = ANY(%s) ORDER BY array_position(%s, relname::text)",
+                [list(TABLES), list(TABLES)],
+            )
+            sizes = " | ".join(f"{size / 2**20:.0f} ({dead / 1000:.0f})" for size, dead in cursor.fetchall())
         print(
             f"| {n} | {at:.0f} | {fed[0]:,} | {counts['filed_runs']:,} | {counts['purged_runs']:,} "
             f"| {spent:.1f} | {left:,} | {sizes} |",

@@ -79,6 +79,13 @@ def max_ids(database: str) -> dict[str, int]:
         }
 
 
+def options(database: str, table: str) -> list[str]:
+    """``table``'s storage parameters (``ALTER TABLE … SET``)."""
+    with connect(database) as conn:
+        found = conn.execute("SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = %s::regclass", [table])
+        return found.fetchone()[0]
+
+
 def layout(database: str, table: str) -> tuple[str, str | None, list[str]]:
     """(relkind, the default partition, the other partitions) of ``table``."""
     with connect(database) as conn:
@@ -352,6 +359,9 @@ def test_an_installation_with_history_migrates_forward_files_it_and_rolls_back(n
     assert digest(new_database) == before  # every row, with its id and its values
     for table in ("pgflow_step", "pgflow_event"):
         assert layout(new_database, table) == ("p", f"{table}_live", [])  # history starts live
+    # Every ended run leaves dead rows in these three: unthrottled autovacuum passes (0023).
+    for table in ("pgflow_run", "pgflow_step_live", "pgflow_event_live"):
+        assert "autovacuum_vacuum_cost_delay=0" in options(new_database, table), table
 
     # A start through the engine goes on from the old ids.
     started = shell(
@@ -432,6 +442,7 @@ def test_an_installation_with_history_migrates_forward_files_it_and_rolls_back(n
         run_id = old.run(THREE, datetime.now(UTC))  # the old code's insert: ids from the identity
         step_id = old.attempt(run_id, "one", datetime.now(UTC))
     assert run_id > last["pgflow_run"] and step_id > last["pgflow_step"]
+    assert options(new_database, "pgflow_run") == ["fillfactor=70"]  # 0017's, and the server's autovacuum
 
     # And forward once more, ids still going on.
     manage(new_database, "migrate", "--no-input")
