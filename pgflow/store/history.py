@@ -17,6 +17,7 @@ filed; retention deletes them there row by row.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -80,36 +81,54 @@ def days(table: str = "pgflow_step") -> list[date]:
     return sorted(datetime.strptime(name.rsplit("_", 1)[1], "%Y%m%d").date() for name in names)
 
 
-def make_days(wanted: Iterable[date]) -> list[date]:
+def make_days(wanted: Iterable[date], *, wait: float = 0) -> list[date]:
     """Make both tables' partitions for each day in ``wanted`` that has none, each day in its
     own short transaction; returns the days made. A day whose attach could not take its locks
-    within ``LOCK_TIMEOUT`` is left for the next sweep (``AHEAD`` days leave it many tries)."""
+    within ``LOCK_TIMEOUT`` is left for the next sweep (``AHEAD`` days leave it many tries),
+    or, with ``wait``, tried again every 0.2 s for up to ``wait`` seconds: for a caller that
+    files now and has no next sweep (a test, a benchmark, a backfill)."""
     made = []
-    for day in sorted(set(wanted)):
-        try:
-            with db.atomic(), connection.cursor() as cursor:
-                if _make(cursor, day):
-                    made.append(day)
-        except OperationalError as error:
-            if not _gave_way(error):
-                raise
-            logger.info("history: the partitions of %s wait for the next sweep: %s%s", day, error, _holders())
-    return made
+    pending = sorted(set(wanted))
+    deadline = time.monotonic() + wait
+    while True:
+        gave_way = []
+        for day in pending:
+            try:
+                with db.atomic(), connection.cursor() as cursor:
+                    if _make(cursor, day):
+                        made.append(day)
+            except OperationalError as error:
+                if not _gave_way(error):
+                    raise
+                gave_way.append(day)
+                logger.info("history: the partitions of %s wait for the next sweep: %s%s", day, error, _held_by())
+        if not gave_way or time.monotonic() >= deadline:
+            return sorted(made)
+        pending = gave_way
+        time.sleep(0.2)
 
 
-def _holders() -> str:
-    """Who holds a lock on the tables an attach locks, for the log line of a day that gave way:
-    an autovacuum of the live partition, a long transaction, a session that locked them."""
+# Who holds a lock on the tables an attach or a drop locks, in this database: an autovacuum of
+# a live partition, a long transaction, a session that locked them.
+_HOLDERS = """
+SELECT DISTINCT a.pid, coalesce(a.backend_type, ''), a.state, left(a.query, 60)
+FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.granted AND l.locktype = 'relation'
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.relation = ANY(%s::regclass[]) AND l.pid <> pg_backend_pid()
+ORDER BY a.pid
+"""
+
+
+def _holders(cursor: Any) -> list[tuple[int, str, str, str]]:
+    cursor.execute(_HOLDERS, [[*TABLES, *LIVE.values()]])
+    return cursor.fetchall()
+
+
+def _held_by() -> str:
+    """The holders, for the log line of a day that gave way."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT DISTINCT a.pid, coalesce(a.backend_type, ''), a.state, left(a.query, 60) "
-            "FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid "
-            "WHERE l.granted AND l.locktype = 'relation' AND l.database = "
-            "(SELECT oid FROM pg_database WHERE datname = current_database()) "
-            "AND l.relation = ANY(%s::regclass[]) AND l.pid <> pg_backend_pid() ORDER BY a.pid",
-            [[*TABLES, *LIVE.values()]],
-        )
-        rows = cursor.fetchall()
+        rows = _holders(cursor)
     if not rows:
         return ""
     return " (held by " + "; ".join(f"pid {pid} {kind}, {state}: {query}" for pid, kind, state, query in rows) + ")"
@@ -131,28 +150,21 @@ def _make(cursor: Any, day: date) -> bool:
         cursor.execute(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS)")
         for suffix, definition in INDEXES[table].items():
             cursor.execute(f"CREATE INDEX {name}_{suffix} ON {name} {definition}")
-    cursor.execute(_OUTWAIT_AUTOVACUUM, [list(LIVE.values())])
-    outwait = cursor.fetchone()
-    cursor.execute(f"SET LOCAL lock_timeout = '{f'{outwait[0]}ms' if outwait else LOCK_TIMEOUT}'")
+    # An autovacuum of a live partition holds a lock the attach needs, and where runs end by
+    # the thousand a second one runs nearly all the time (each filing leaves the moved rows
+    # dead there): an attach that gave way to it at every sweep would never make tomorrow's
+    # partitions. PostgreSQL cancels an autovacuum that has blocked a lock request for
+    # deadlock_timeout (one that prevents wraparound excepted), so while one holds them the
+    # attach waits that long and LOCK_TIMEOUT more; the claims queued behind it wait as long,
+    # once a day.
+    timeout = LOCK_TIMEOUT
+    if any(kind == "autovacuum worker" for _, kind, _, _ in _holders(cursor)):
+        cursor.execute("SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout'")  # in ms
+        timeout = f"{cursor.fetchone()[0] + int(LOCK_TIMEOUT.removesuffix('ms'))}ms"
+    cursor.execute(f"SET LOCAL lock_timeout = '{timeout}'")
     for table in TABLES:
         cursor.execute(f"ALTER TABLE {table} ATTACH PARTITION {partition(table, day)} FOR VALUES {bounds}")
     return True
-
-
-# An autovacuum of a live partition holds a lock the attach needs, and where runs end by the
-# thousand a second one runs nearly all the time (each filing leaves the moved rows dead
-# there): an attach that gave way to it at every sweep would never make tomorrow's partitions.
-# PostgreSQL cancels an autovacuum that has blocked a lock request for deadlock_timeout (one
-# that prevents wraparound excepted), so while one holds a live partition the attach waits
-# that long and LOCK_TIMEOUT more; the claims queued behind it wait as long, once a day.
-_OUTWAIT_AUTOVACUUM = f"""
-SELECT (SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout') + {LOCK_TIMEOUT.removesuffix("ms")}
-WHERE EXISTS (
-    SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
-    WHERE l.granted AND l.locktype = 'relation' AND l.relation = ANY(%s::regclass[])
-      AND a.backend_type = 'autovacuum worker'
-)
-"""
 
 
 def _exists(cursor: Any, day: date) -> bool:
@@ -271,7 +283,7 @@ def drop_expired(cutoff: datetime) -> list[date]:
             if not _gave_way(error):
                 raise
             logger.info(
-                "history: the partitions of %s wait for the next sweep to drop them: %s%s", day, error, _holders()
+                "history: the partitions of %s wait for the next sweep to drop them: %s%s", day, error, _held_by()
             )
             break
         dropped.append(day)

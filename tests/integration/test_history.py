@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-import psycopg
 import pytest
 from django.db import connection
 
@@ -21,6 +20,7 @@ from pgflow.store import history
 from pgflow.testing import run_workflow
 from tests import flowcontrol_workflows as fc
 from tests import workflows as wf
+from tests.connections import other_connection
 from tests.invariants import assert_exactly_once
 
 pytestmark = pytest.mark.django_db
@@ -53,11 +53,8 @@ def days_made(at: datetime, *also: datetime) -> datetime:
     test that files now makes its days first, as a run of sweeps would."""
     wanted = {(at + timedelta(days=n)).astimezone(UTC).date() for n in (-1, 0, 1)}
     wanted |= {moment.astimezone(UTC).date() for moment in also}
-    deadline = time.monotonic() + 60
-    while missing := wanted - set(history.days()):
-        if not history.make_days(missing):
-            assert time.monotonic() < deadline, f"the partitions of {sorted(missing)} could not be made in 60 s"
-            time.sleep(0.2)
+    history.make_days(wanted - set(history.days()), wait=60)
+    assert not (missing := wanted - set(history.days())), f"the partitions of {sorted(missing)} not made in 60 s"
     return at
 
 
@@ -310,11 +307,6 @@ def captured() -> Iterator[list[tuple[str, object]]]:
 
     with connection.execute_wrapper(capture):
         yield statements
-
-
-def other_connection() -> psycopg.Connection:
-    params = connection.get_connection_params()
-    return psycopg.connect(**{k: v for k, v in params.items() if k in ("dbname", "user", "password", "host", "port")})
 
 
 @pytest.mark.django_db(transaction=True)
