@@ -10,9 +10,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-import psycopg
 import pytest
-from django.db import connection
 
 import pgflow
 from pgflow import InputTooLarge, store
@@ -26,6 +24,7 @@ from pgflow.runtime.runner import Runner
 from pgflow.testing import run_workflow
 from tests import adversarial_workflows as aw
 from tests import workflows as wf
+from tests.connections import other_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,14 +46,7 @@ def assert_every_closed_attempt_has_an_event():
 @pytest.fixture
 def second_connection():
     """A second session, as a webhook holding a run's row lock in its own transaction."""
-    settings = connection.settings_dict
-    conn = psycopg.connect(
-        dbname=settings["NAME"],
-        user=settings["USER"],
-        password=settings["PASSWORD"],
-        host=settings["HOST"],
-        port=settings["PORT"],
-    )
+    conn = other_connection()
     yield conn
     conn.rollback()
     conn.close()

@@ -3,13 +3,13 @@ worker's claim finds the rest unlocked."""
 
 from __future__ import annotations
 
-import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from pgflow import store
 from pgflow.store.claims import Kinds
 from tests import workflows as wf
+from tests.connections import other_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,12 +18,7 @@ ASYNC_SLOTS = Kinds(threads=1, awaiting=100, async_steps=frozenset({"tests.async
 
 
 def unlocked_for_another_worker() -> int:
-    params = {
-        k: v
-        for k, v in connection.get_connection_params().items()
-        if k in ("host", "port", "dbname", "user", "password")
-    }
-    with psycopg.connect(**params, autocommit=True) as other:
+    with other_connection(autocommit=True) as other:
         (count,) = other.execute(
             "SELECT count(*) FROM (SELECT id FROM pgflow_step WHERE status = 'scheduled' FOR UPDATE SKIP LOCKED) AS s"
         ).fetchone()

@@ -8,6 +8,7 @@ import pgflow
 from pgflow import store
 from pgflow.models import QueueState, Step, WorkflowRun
 from tests import flowcontrol_workflows as fc
+from tests.connections import other_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -137,18 +138,13 @@ def test_two_claims_racing_for_a_limits_last_place_give_it_once_and_neither_wait
 
 def test_a_claim_locks_a_bounded_number_of_gate_rows_however_many_keys_are_due():
     """Counted from a second connection, which skips the rows the claim holds locked."""
-    import psycopg
-    from django.db import connection, transaction
+    from django.db import transaction
 
     from pgflow.models import Gate
 
     for number in range(300):
         fc.PerTenant.start(input={"tenant": f"k{number}"})
-    settings = connection.settings_dict
-    other = psycopg.connect(
-        host=settings["HOST"], port=settings["PORT"], user=settings["USER"], password=settings["PASSWORD"],
-        dbname=settings["NAME"], autocommit=True,
-    )  # fmt: skip
+    other = other_connection(autocommit=True)
     try:
         with transaction.atomic():
             assert len(store.claim(worker="w", queues=["limits"], limit=4)) == 4

@@ -8,6 +8,7 @@ import pytest
 from pgflow.models import Event
 from pgflow.testing import run_workflow
 from tests import workflows as wf
+from tests.connections import other_connection
 from tests.invariants import assert_exactly_once
 
 pytestmark = pytest.mark.django_db
@@ -39,14 +40,8 @@ def test_the_one_open_attempt_index_holds_when_two_connections_race_to_open_one(
     import threading
 
     import psycopg
-    from django.db import connection
 
     run = wf.ThreeSteps.start()
-    params = {
-        key: value
-        for key, value in connection.get_connection_params().items()
-        if key in ("dbname", "user", "password", "host", "port")
-    }
     open_next = (
         "INSERT INTO pgflow_step (run_id, step_name, attempt, status, outcome, queue, priority, created_at, "
         "scheduled_at, worker) SELECT run_id, 'two', %s, 'scheduled', '', queue, priority, now(), now(), '' "
@@ -56,7 +51,7 @@ def test_the_one_open_attempt_index_holds_when_two_connections_race_to_open_one(
         "UPDATE pgflow_step SET status = 'completed', outcome = 'completed', finished_at = now() WHERE run_id = %s"
     )
     errors: list[str] = []
-    with psycopg.connect(**params) as first, psycopg.connect(**params) as second:
+    with other_connection() as first, other_connection() as second:
         first.execute(close_first, [run.pk])
         first.execute(open_next, [1, run.pk])  # uncommitted: the second writer must wait on it
 

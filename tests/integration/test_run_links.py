@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-import psycopg
 import pytest
 from django.db import IntegrityError, close_old_connections, connection
 
@@ -19,15 +18,10 @@ from pgflow.models import BatchMember, Schedule, ScheduleTick, WorkflowRun
 from pgflow.store import retention
 from pgflow.testing import run_workflow
 from tests import composition_workflows as cw
+from tests.connections import other_connection
 from tests.invariants import assert_exactly_once, link_violations
 
 pytestmark = pytest.mark.django_db
-
-
-def other_connection() -> psycopg.Connection:
-    """A connection of its own to the test database, for the purge held open beside a write."""
-    params = connection.get_connection_params()
-    return psycopg.connect(**{k: v for k, v in params.items() if k in ("dbname", "user", "password", "host", "port")})
 
 
 def aged(*runs: WorkflowRun) -> None:

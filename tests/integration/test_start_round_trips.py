@@ -19,17 +19,13 @@ from pgflow import store
 from pgflow.models import Step, WorkflowRun
 from pgflow.store import cursors, starting
 from tests import workflows as wf
+from tests.connections import other_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def listener() -> psycopg.Connection:
-    params = {
-        k: v
-        for k, v in connection.get_connection_params().items()
-        if k in ("host", "port", "dbname", "user", "password")
-    }
-    conn = psycopg.connect(**params, autocommit=True)
+    conn = other_connection(autocommit=True)
     conn.execute(f"LISTEN {store.CHANNEL}")
     return conn
 

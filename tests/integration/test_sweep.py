@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 
 from pgflow import store
 from pgflow.models import Event, Step, WorkflowRun
 from pgflow.runtime import sweep
 from pgflow.testing import run_workflow
 from tests import workflows as wf
+from tests.connections import other_connection
 
 pytestmark = pytest.mark.django_db
 
@@ -86,16 +86,9 @@ def test_retention_none_keeps_everything(settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_one_worker_does_the_housekeeping_at_a_time_but_every_worker_recovers_attempts():
-    import psycopg
-
-    params = {
-        k: v
-        for k, v in connection.get_connection_params().items()
-        if k in ("dbname", "user", "password", "host", "port")
-    }
     repairs = {"lost_leases", "wait_timeouts", "stale_waits"}
     housekeeping = {"fan_out_repairs", "rolled_hours", "filed_runs", "purged_runs", "forgotten_workers", "alerts"}
-    with psycopg.connect(**params, autocommit=True) as other:
+    with other_connection(autocommit=True) as other:
         other.execute("SELECT pg_advisory_lock(%s)", [sweep.LOCK_KEY])
         assert set(sweep.run()) == repairs
         other.execute("SELECT pg_advisory_unlock(%s)", [sweep.LOCK_KEY])
@@ -104,15 +97,8 @@ def test_one_worker_does_the_housekeeping_at_a_time_but_every_worker_recovers_at
 
 @pytest.mark.django_db(transaction=True)
 def test_claim_skips_rows_another_transaction_holds():
-    import psycopg
-
     runs = [wf.ThreeSteps.start() for _ in range(3)]
-    params = {
-        k: v
-        for k, v in connection.get_connection_params().items()
-        if k in ("dbname", "user", "password", "host", "port")
-    }
-    with psycopg.connect(**params) as other:
+    with other_connection() as other:
         other.execute("SELECT id FROM pgflow_step WHERE run_id = %s FOR UPDATE", [runs[0].pk])
         claimed = store.claim(worker="t", queues=["workflows"], limit=10)
         assert sorted(c.run_id for c in claimed) == [runs[1].pk, runs[2].pk]
