@@ -63,7 +63,7 @@ from typing import Any
 
 from django.db import transaction
 
-from pgflow import queues, readdb, rollup
+from pgflow import backlog, readdb, rollup
 from pgflow.core import histogram
 from pgflow.core.flow import CANCEL, OUTCOME_WORDS, PAUSE, REATTEMPT, SKIP
 from pgflow.core.states import RunStatus
@@ -514,7 +514,7 @@ def _stuck_steps(
 
 def _scheduled_queues() -> list[str]:
     with readdb.connection().cursor() as cursor:  # the replica inside readdb.reading()
-        return queues.scheduled_queues(cursor)
+        return backlog.scheduled_queues(cursor)
 
 
 def overdue_steps(
@@ -530,8 +530,8 @@ def overdue_steps(
         **_tenant_params(tenants),
     }
     join = " JOIN pgflow_run r ON r.id = s.run_id"
-    counted = queues.DUE_BEFORE.format(columns="1", join="" if tenants is None else join, where=mine, order="")
-    listed = queues.DUE_BEFORE.format(
+    counted = backlog.DUE_BEFORE.format(columns="1", join="" if tenants is None else join, where=mine, order="")
+    listed = backlog.DUE_BEFORE.format(
         columns=f"{_STEP_COLUMNS}, s.scheduled_at",
         join=join,
         where=mine,
@@ -558,7 +558,7 @@ def queues_without_worker(
     join = "" if tenants is None else " JOIN pgflow_run r ON r.id = s.run_id"
     due = _rows(
         "SELECT s.queue, count(*), min(s.scheduled_at) FROM "
-        + queues.DUE_BEFORE.format(
+        + backlog.DUE_BEFORE.format(
             columns="s.queue, s.scheduled_at", join=join, where=_of_tenants("r", tenants), order=""
         )
         + "GROUP BY 1 ORDER BY 3, 1",

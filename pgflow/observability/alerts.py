@@ -35,7 +35,7 @@ from django.db import connections
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from .. import db, queues, rollup, search
+from .. import backlog, db, rollup, search
 from ..conf import pgflow_settings
 from ..core import alerting, filing, histogram
 from ..db import connection
@@ -230,8 +230,8 @@ def _runs_paused(params: dict[str, Any], at: datetime) -> tuple[bool, float | No
 def _steps_overdue(params: dict[str, Any], at: datetime) -> tuple[bool, float | None, str]:
     with connection.cursor() as cursor:
         named = params.get("queue")
-        count = queues.count_due_before(
-            cursor, [named] if named else queues.scheduled_queues(cursor), at - timedelta(seconds=params["after"])
+        count = backlog.count_due_before(
+            cursor, [named] if named else backlog.scheduled_queues(cursor), at - timedelta(seconds=params["after"])
         )
     return (
         count > params["count"],
@@ -253,8 +253,8 @@ def _queue_without_worker(params: dict[str, Any], at: datetime) -> tuple[bool, f
     served = {queue for names in Worker.objects.live(at).values_list("queues", flat=True) for queue in names or ()}
     with connection.cursor() as cursor:
         named = params.get("queue")
-        unserved = [queue for queue in ([named] if named else queues.scheduled_queues(cursor)) if queue not in served]
-        orphaned = queues.due_by(cursor, unserved, at - timedelta(seconds=params["after"]))
+        unserved = [queue for queue in ([named] if named else backlog.scheduled_queues(cursor)) if queue not in served]
+        orphaned = backlog.due_by(cursor, unserved, at - timedelta(seconds=params["after"]))
     return (
         bool(orphaned),
         len(orphaned),

@@ -23,14 +23,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 from django.utils import timezone
 
-from .. import db, readdb
+from .. import backlog, db, readdb
 from ..core import histogram, phases
 from ..core.flow import CANCEL, COMPLETE, FINISH, OUTCOME_WORDS, SKIP
 from ..core.states import OPEN_STEP, RunStatus
@@ -203,11 +203,15 @@ def serve(port: int, *, address: str = "0.0.0.0") -> None:  # noqa: S104 - a scr
 
 # Each gauge's query, named; one round trip each, over the partial indexes of open rows. Open
 # attempts are in the live partition only (pgflow.store.history): naming the parent would
-# also scan every day of history, whose partitions have no index on status.
-_DUE_BY_QUEUE = """
-SELECT queue, count(*), EXTRACT(EPOCH FROM (%(now)s - min(scheduled_at)))
-FROM pgflow_step_live WHERE status = 'scheduled' AND scheduled_at <= %(now)s GROUP BY queue
-"""
+# also scan every day of history, whose partitions have no index on status. The due attempts
+# are counted in each queue holding any, one range of pgflow_step_due each (pgflow.backlog),
+# not by a bound on scheduled_at, which reads every scheduled row, a backlog of future ones too.
+_DUE_BY_QUEUE = (
+    "SELECT q.queue, count(*), EXTRACT(EPOCH FROM (%(now)s - min(s.scheduled_at))) FROM "
+    + backlog.DUE_BEFORE.format(columns="s.scheduled_at", join="", where="", order="")
+    + " GROUP BY q.queue"
+)
+_THROUGH_NOW = timedelta(microseconds=1)  # DUE_BEFORE's bound is strict: due at now or before
 _PAUSED_BY_CLASS = "SELECT workflow_class, count(*) FROM pgflow_run WHERE status = 'paused' GROUP BY workflow_class"
 _PAST_DEADLINE = "SELECT count(*) FROM pgflow_step_live WHERE status = 'waiting' AND deadline_at <= %(now)s"
 
@@ -219,7 +223,8 @@ def cluster_gauges(now: datetime) -> dict[str, Any]:
     from ..models import Worker  # lazy: app registry; pgflow.observability imports before the models load
 
     with readdb.reading() as route, connections[route.alias].cursor() as cursor:
-        cursor.execute(_DUE_BY_QUEUE, {"now": now})
+        scheduled = backlog.scheduled_queues(cursor)
+        cursor.execute(_DUE_BY_QUEUE, {"queues": scheduled, "before": now + _THROUGH_NOW, "now": now})
         due = {queue: (count, float(age)) for queue, count, age in cursor.fetchall()}
         cursor.execute(_PAUSED_BY_CLASS)
         paused = dict(cursor.fetchall())

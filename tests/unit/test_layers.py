@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pgflow.observability.metrics",
             "pgflow.observability.tracing",
             "pgflow.readdb",
+            "pgflow.backlog",  # the scheduled attempts by queue and due time: the gauges, alerts, dashboard
             "pgflow.db",
             "pgflow.tenants",  # a run's tenant, its context, who sees it: settings in, plain values out
         ),
