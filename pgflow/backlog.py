@@ -1,6 +1,6 @@
 """The backlog: the scheduled attempts, read along ``pgflow_step_due`` (the queue, then the due
-time): which queues hold any, which have one due, and how many are due. The dashboard, the alerts and the
-``/metrics`` gauges read them so, one range of the index per queue; a bound on
+time): which queues hold any, which have one due, and how many are due. The dashboard, the
+alerts and the ``/metrics`` gauges read them so, one range of the index per queue; a bound on
 ``scheduled_at`` alone has no index to use and reads every scheduled row, a whole backlog of
 future ones included. Plain SQL on the caller's cursor (the primary's, or
 ``PGFLOW["READ_DATABASE"]``'s): a foundation, below the features that read it.

@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from pgflow.models import Event, Step, WorkflowRun
 from tests import workflows as wf
 from tests.acceptance.conftest import WorkerProcess, wait_until
+from tests.connections import other_connection
 from tests.invariants import assert_exactly_once
 
 
@@ -80,17 +81,10 @@ def test_a_worker_frozen_past_its_lease_loses_it_to_the_sweep_and_its_late_compl
 def test_a_worker_frozen_mid_sweep_does_not_hold_up_the_recovery_of_its_lease(start_worker, marks):
     # The frozen worker holds the sweep's session lock (stuck in the rollup); another
     # worker's sweep must still take the frozen worker's lease and re-run its step.
-    import psycopg
-
     from pgflow import rollup
 
-    params = {
-        key: value
-        for key, value in connection.get_connection_params().items()
-        if key in ("dbname", "user", "password", "host", "port")
-    }
     run = wf.Sleeper.start(input={"sleep": 2})
-    with psycopg.connect(**params, autocommit=True) as blocker:
+    with other_connection(autocommit=True) as blocker:
         blocker.execute("SELECT pg_advisory_lock(%s)", [rollup.LOCK_KEY])  # holds its sweep inside the rollup
         frozen = start_worker("--concurrency", "1", lease=1.0)
         wait_until(

@@ -9,6 +9,7 @@ from django.db.models import Count
 from pgflow.models import Step, WorkflowRun
 from tests import workflows as wf
 from tests.acceptance.conftest import wait_until
+from tests.connections import other_connection
 from tests.invariants import assert_exactly_once
 
 
@@ -111,17 +112,9 @@ def test_a_worker_started_with_debug_on_says_it_slows_it_down(start_worker):
 
 
 def test_a_sweep_held_up_does_not_hold_up_claims(start_worker):
-    import psycopg
-    from django.db import connection
-
     from pgflow import rollup
 
-    params = {
-        key: value
-        for key, value in connection.get_connection_params().items()
-        if key in ("dbname", "user", "password", "host", "port")
-    }
-    with psycopg.connect(**params, autocommit=True) as blocker:
+    with other_connection(autocommit=True) as blocker:
         blocker.execute("SELECT pg_advisory_lock(%s)", [rollup.LOCK_KEY])  # the sweep's rollup waits on this
         runs = [wf.ThreeSteps.start() for _ in range(30)]
         worker = start_worker("--concurrency", "4")

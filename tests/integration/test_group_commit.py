@@ -8,6 +8,7 @@ from pgflow import store
 from pgflow.core.flow import Outcome
 from pgflow.models import Step, WorkflowRun
 from tests import workflows as wf
+from tests.connections import other_connection
 
 pytestmark = pytest.mark.django_db
 
@@ -121,17 +122,7 @@ def test_a_failed_body_waits_for_its_commit_so_errors_are_reported_after_it(comm
 
 @pytest.mark.django_db(transaction=True)
 def test_a_batch_notifies_each_queue_with_a_step_due_now_once_and_no_queue_of_a_delayed_one():
-    import psycopg
-    from django.db import connection
-
-    listener = psycopg.connect(
-        **{
-            key: value
-            for key, value in connection.get_connection_params().items()
-            if key in ("dbname", "user", "password", "host", "port")
-        },
-        autocommit=True,
-    )
+    listener = other_connection(autocommit=True)
     try:
         listener.execute(f"LISTEN {store.CHANNEL}")
         due_now = [wf.ThreeSteps.start(), wf.ThreeSteps.start()]
