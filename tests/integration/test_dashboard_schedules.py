@@ -122,8 +122,8 @@ def test_list_preview_actions_and_run_page(login, scheduler):
     row = schedules.save(
         Schedule(workflow_class=sw.Quick.workflow_path(), name="every-15", every=timedelta(minutes=15))
     )
-    # Only this schedule fires below: the declared ones other modules register (a nightly
-    # 03:00, synced after each flush) would fire with it in the quarter hour before theirs.
+    # Only this schedule fires below: the declared ones other modules register (yearly ticks,
+    # synced after each flush) would fire with it in the quarter hour before theirs.
     Schedule.objects.exclude(pk=row.pk).delete()
     client = login(scheduler)
     listing = client.get(reverse("admin:pgflow_schedule_changelist")).content.decode()

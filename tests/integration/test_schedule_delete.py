@@ -45,7 +45,7 @@ def in_thread(target, results: dict, name: str) -> threading.Thread:
 def test_deleting_a_schedule_while_its_tick_fires_deletes_it_and_its_ticks():
     user = make_user("deleter", perms=("view_schedule", "change_schedule", "delete_schedule"))
     row = schedules.save(Schedule(workflow_class=sw.SlowToStart.workflow_path(), name="slow", every=timedelta(hours=1)))
-    # Only this tick fires: the schedules of classes other tests declared (a nightly 03:00,
+    # Only this tick fires: the schedules of classes other tests declared (yearly ticks,
     # synced again after each flush) would fire with it in the hour before theirs.
     Schedule.objects.exclude(pk=row.pk).delete()
     sw.STARTING.clear()
@@ -78,7 +78,7 @@ def test_deleting_a_schedule_while_its_tick_fires_deletes_it_and_its_ticks():
 def test_the_bulk_delete_action_waits_for_a_firing_tick_too():
     user = make_user("deleter", perms=("view_schedule", "change_schedule", "delete_schedule"))
     row = schedules.save(Schedule(workflow_class=sw.SlowToStart.workflow_path(), name="slow", every=timedelta(hours=1)))
-    # Only this tick fires: the schedules of classes other tests declared (a nightly 03:00,
+    # Only this tick fires: the schedules of classes other tests declared (yearly ticks,
     # synced again after each flush) would fire with it in the hour before theirs.
     Schedule.objects.exclude(pk=row.pk).delete()
     other = schedules.save(Schedule(workflow_class=sw.Quick.workflow_path(), name="quick", every=timedelta(hours=1)))
