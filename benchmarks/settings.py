@@ -23,6 +23,8 @@ if os.environ.get("BENCH_PREPARE_START") == "0":
     PGFLOW = {**PGFLOW, "PREPARE_START": False}  # noqa: F405 - an A/B of the prepared start
 if os.environ.get("BENCH_WAKE_BEFORE_FLUSH") == "0":
     PGFLOW = {**PGFLOW, "WAKE_BEFORE_FLUSH": False}  # noqa: F405 - an A/B of the early wake
+if os.environ.get("BENCH_HAND_OFF") == "0":
+    PGFLOW = {**PGFLOW, "HAND_OFF": False}  # noqa: F405 - an A/B of idle workers' offers
 
 # benchmarks/realistic.py: its steps' log lines are written, as a project's would be.
 LOGGING = {

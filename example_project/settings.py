@@ -153,6 +153,7 @@ PGFLOW = {
     "ERROR_REPORTER": env("PGFLOW_ERROR_REPORTER", default=None),
     "POLL_INTERVAL": timedelta(seconds=env.float("PGFLOW_POLL_SECONDS", default=5)),
     "NOTIFY": env.bool("PGFLOW_NOTIFY", default=True),  # False: a worker behind a transaction pooler
+    "HAND_OFF": env.bool("PGFLOW_HAND_OFF", default=True),  # False: every attempt waits for a claim
     "SWEEP_INTERVAL": timedelta(seconds=env.float("PGFLOW_SWEEP_SECONDS", default=10)),
     "SHUTDOWN_GRACE": timedelta(seconds=env.float("PGFLOW_SHUTDOWN_GRACE_SECONDS", default=30)),
     "MCP_MAY_DECIDE": env.bool("PGFLOW_MCP_MAY_DECIDE", default=False),  # agents decide approvals as their user

@@ -41,6 +41,10 @@ DEFAULTS: dict[str, Any] = {
     # is as durable when it returns, and its body may begin before it does. False: the start's
     # commit waits for the flush before any worker sees it.
     "WAKE_BEFORE_FLUSH": True,
+    # An idle worker offers a slot, and an autocommit start() hands its first attempt straight
+    # to it: the worker runs the body from the notification, with no claim of its own
+    # (pgflow.store.offers). False: every attempt waits for a worker's claim.
+    "HAND_OFF": True,
     "HEARTBEAT_INTERVAL": None,  # seconds between heartbeats; None = a third of LEASE
     "POLL_INTERVAL": timedelta(seconds=5),  # fallback poll when no NOTIFY arrives
     # The worker LISTENs for NOTIFYs on its claim connection. False: it polls every
@@ -194,7 +198,7 @@ def validate(raw: object) -> list[str]:
                 "PGFLOW['HEARTBEAT_INTERVAL'] must be a positive timedelta, number of seconds or None, "
                 f"got {raw['HEARTBEAT_INTERVAL']!r}"
             )
-    for key in ("PREPARE_START", "NOTIFY", "WAKE_BEFORE_FLUSH", "LOG_WRITER", "MCP_MAY_DECIDE"):
+    for key in ("PREPARE_START", "NOTIFY", "WAKE_BEFORE_FLUSH", "HAND_OFF", "LOG_WRITER", "MCP_MAY_DECIDE"):
         if key in raw and not isinstance(raw[key], bool):
             problems.append(f"PGFLOW[{key!r}] must be True or False, got {raw[key]!r}")
     for key in ("ERROR_BACKTRACE_LINES", "MAX_LOST_ATTEMPTS", "MAX_INPUT_BYTES"):

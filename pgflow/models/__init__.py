@@ -6,7 +6,7 @@
     rollup     RollupState, Run/Step/FailureRollup  pgflow.rollup
     history    HistoryState                         pgflow.store.history
     schedules  Schedule, ScheduleTick               pgflow.schedules (the admin's forms through it)
-    workers    Worker                               pgflow.runtime.presence
+    workers    Worker; Offer                        pgflow.runtime.presence; pgflow.store.offers
     tokens     AccessToken                          pgflow_dashboard (the MCP's tokens)
     alerts     AlertRule, Alert, AlertDelivery      pgflow.observability.alerts; the admin's rules
     views      SavedView                            pgflow_dashboard (the run list's saved searches)
@@ -25,7 +25,7 @@ from .runs import Event, Signal, Step, WorkflowRun, WorkflowRunQuerySet
 from .schedules import Schedule, ScheduleTick
 from .tokens import AccessToken
 from .views import SavedView
-from .workers import Worker, WorkerQuerySet
+from .workers import Offer, Worker, WorkerQuerySet
 
 __all__ = [
     "AccessToken",
@@ -39,6 +39,7 @@ __all__ = [
     "Gate",
     "HistoryState",
     "ListColumn",
+    "Offer",
     "QueueState",
     "RollupState",
     "RunRollup",

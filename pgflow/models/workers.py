@@ -1,5 +1,6 @@
 """Worker presence: one row per running ``pgflow_worker``, written only by
-``pgflow.runtime.presence`` (and deleted by the sweep once its heartbeat is past the lease).
+``pgflow.runtime.presence`` (and deleted by the sweep once its heartbeat is past the lease);
+and the offers of idle workers' slots (``Offer``), written by ``pgflow.store.offers``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 from django.db import models
 
 from ..conf import pgflow_settings
+from .gates import ListColumn
 
 
 class WorkerQuerySet(models.QuerySet["Worker"]):
@@ -43,3 +45,27 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Offer(models.Model):
+    """An idle worker's offer of one free slot, for a start to hand its first attempt to.
+
+    Written by ``pgflow.store.offers``: the worker's claim loop makes it (as it goes to sleep
+    with nothing due) and withdraws it; a plain autocommit start takes it (deletes it) and
+    inserts its attempt already claimed by that worker, so the worker runs it from the
+    notification, without a claim of its own. ``backend_pid`` is the worker's listening
+    session: a start passes over the offer of a session that has ended (a worker killed), and
+    ``until`` bounds how long any other stale offer stands. UNLOGGED (migration 0024): an offer
+    is worth nothing after a crash or on a standby, and its churn writes no WAL.
+    """
+
+    worker = models.CharField(max_length=200, primary_key=True)
+    queues = ListColumn(element="text")
+    backend_pid = models.IntegerField()
+    until = models.DateTimeField()
+
+    class Meta:
+        db_table = "pgflow_offer"
+
+    def __str__(self) -> str:
+        return self.worker

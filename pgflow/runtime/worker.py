@@ -38,11 +38,12 @@ from ..store import Claim
 from ..store.claims import Kinds, with_subjects
 from ..store.leases import reconnected
 from . import connections as pgconnections
-from . import presence, sweep
+from . import offering, presence, sweep
 from .answer import Answer
 from .committer import TWO_COMMITTERS_FROM, Committer
 from .held import ASYNC, Held
 from .loop import EventLoop
+from .offering import Offering, handed_in
 from .runner import Result, Runner
 from .slots import Slots
 from .wake import Wake
@@ -53,6 +54,7 @@ RECONNECT_DELAY = 1.0  # seconds between attempts while the database is away
 THROTTLED_POLL = 0.2  # seconds: how soon an idle worker looks again at due attempts a limit held
 TIMEOUT_TICK = 0.5  # seconds between checks for steps past their timeout
 THREADS_GRACE = 10.0  # seconds run() waits at the end for its background threads
+HANDED_WAIT = offering.EXPECT  # seconds a stopping worker waits for an attempt handed to it
 
 
 def schema_missing(exc: BaseException) -> bool:
@@ -98,6 +100,12 @@ class Worker:
         # would compete with the bodies just handed over for the two sides' CPU.
         self._drained = False
         self._next_due: object = store.NOT_KNOWN  # as the last claim or wait saw it (no query for the wait)
+        # The slot this worker offers the starts while it is idle (runtime.offering).
+        self._offering = Offering(
+            worker=self.name,
+            queues=self.queues,
+            enabled=pgflow_settings.NOTIFY and pgflow_settings.HAND_OFF and not burst,
+        )
         self._stopping = threading.Event()
         # Set once the drain is over: the heartbeat keeps the leases of the bodies the drain
         # lets finish (a body longer than the lease would otherwise be run again elsewhere).
@@ -155,6 +163,7 @@ class Worker:
             self._loop(pool)
         finally:
             self._stopping.set()
+            self._withdraw_offer(pool)
             handed = self._drain(pool)
             self._drained_all.set()
             self.loop.stop()
@@ -251,6 +260,10 @@ class Worker:
                     self._listen()
                     claimed = self._claim_and_submit(pool)
                     wait = self._idle_wait(claimed)
+                    if wait > 0 and self._drained and not self._running and self._listening_on is not None:
+                        # Idle: nothing due and no attempt held. An offer made while bodies
+                        # run would compete with them for the CPU, on the start latency.
+                        self._offering.make(free=self._holding.free(), wait=wait, now=store.now())
                 self._database_back()
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
                 if schema_missing(exc):
@@ -284,6 +297,7 @@ class Worker:
             self._read_notes(listening)
             return
         self._listening_on = None
+        self._offering.session_ended()
         # The notifications psycopg meets while it reads a query's results come to _noted
         # (not to its backlog, which only its notifies() generator would empty).
         raw.add_notify_handler(self._noted)
@@ -295,9 +309,14 @@ class Worker:
         self._note(note.payload)
 
     def _note(self, payload: str) -> None:
-        queue, attempt = store.read_note(payload)
-        if queue in self.queues:
+        queue, attempt, rest = store.read_note(payload)
+        if queue not in self.queues:
+            return
+        handed = handed_in(rest, attempt)
+        if handed is None:
             self._notes.append(attempt)
+        else:  # ours, or another worker's (claimed already): nothing for a claim to take
+            self._offering.note(handed)
 
     def _read_notes(self, raw: psycopg.Connection[Any]) -> None:
         """Take the notifications waiting on the claim connection's socket, without waiting.
@@ -331,7 +350,7 @@ class Worker:
                     self._read_notes(listening)
                 except psycopg.Error:  # the connection broke: the next claim finds out and reconnects
                     self._listening_on = listening = None
-                if self._notes:
+                if self._notes or self._offering.handed:
                     return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -341,7 +360,8 @@ class Worker:
                 return
 
     def _free(self) -> Kinds:
-        return self._holding.free()
+        """Free slots by kind, less the one an offer to the starts reserves."""
+        return self._offering.reserve(self._holding.free())
 
     def _free_total(self) -> int:
         free = self._free()
@@ -355,13 +375,26 @@ class Worker:
         self._holding.release(token)
 
     def _claim_and_submit(self, pool: Slots[Claim, Result]) -> int:
+        handed = self._take_handed()
+        if handed:  # into the slot the offer reserved
+            pgconnections.found_writable()
+            self._submit(pool, handed, self._holding.free())
         # The claim covers every notification so far: those that come during it wake the next.
         notes, self._notes = self._notes, []
         known_due, self._next_due = self._next_due, store.NOT_KNOWN
+        if handed and not notes and self._drained and _none_due(known_due):
+            self._next_due = known_due  # only hand-offs woke us: nothing else is due to claim
+            return len(handed)
         free = self._free()
+        if free.threads + free.awaiting <= 0 and self._offering.reserving and self._holding.free().threads > 0:
+            # Only the offered slot is free, and work may be due: take the offer back first. If
+            # a start took it, its attempt comes in a notification, into that slot.
+            if not self._offering.withdraw():
+                return len(handed)
+            free = self._free()
         total = free.threads + free.awaiting
         if total <= 0:
-            return 0
+            return len(handed)
         claims: store.Claimed | None = None
         either = free.threads > 0 and (free.awaiting > 0 or not self._holding.async_steps)
         if self._drained and either and len(notes) == 1 and notes[0] is not None and _none_due(known_due):
@@ -374,6 +407,21 @@ class Worker:
         pgconnections.found_writable()
         self._drained = len(claims) < total
         self._next_due = claims.next_due
+        if not self._drained and self._offering.until is not None:
+            self._offering.withdraw()  # a backlog: the next claim may use every slot
+        self._submit(pool, claims, free)
+        return len(handed) + len(claims)
+
+    def _take_handed(self) -> list[Claim]:
+        """The attempts starts handed to this worker since the last pass (runtime.offering)."""
+        if not self._offering.handed:
+            return []
+        with self._running_lock:
+            held = list(self._running.values())
+        return self._offering.take(held=held, readers=self._holding.readers)
+
+    def _submit(self, pool: Slots[Claim, Result], claims: list[Claim], free: Kinds) -> None:
+        """Hold ``claims`` and start their bodies: a step thread's, or a task on the loop."""
         assert self.loop is not None
         kinds = [(held, self._holding.slots_for(held, free, self.runner.is_async)) for held in self._subjects(claims)]
         outputs = self._outputs_for([held for held, slots in kinds if slots == ASYNC and held.outputs is None])
@@ -384,7 +432,6 @@ class Worker:
                 self.loop.submit(task, functools.partial(self._done, held))
             else:
                 pool.submit(held)
-        return len(claims)
 
     def _subjects(self, claims: list[Claim]) -> list[Claim]:
         """``claims``, those of a step with ``needs_subject`` carrying their subject (one query
@@ -495,6 +542,7 @@ class Worker:
         return nxt is not None and nxt <= store.now()
 
     def _database_away(self, exc: BaseException) -> None:
+        self._offering.session_ended()
         if self._db_down_since is None:
             self._db_down_since = time.monotonic()
             logger.error(
@@ -604,6 +652,32 @@ class Worker:
             connection.close()
 
     # --- shutdown -------------------------------------------------------------------------
+
+    def _withdraw_offer(self, pool: Slots[Claim, Result]) -> None:
+        """Stopping: take back the slot offered to the starts. One a start took already has
+        its attempt on the way: it runs, and the drain lets it finish."""
+        if not self._offering.reserving and not self._offering.handed:
+            return
+        try:
+            with self._watchdog.guard("claim"):
+                withdrawn = self._offering.withdraw()
+                deadline = time.monotonic() + HANDED_WAIT
+                listening = self._listening_on
+                while not withdrawn and listening is not None and not self._offering.handed:
+                    if time.monotonic() > deadline:
+                        break
+                    self._read_notes(listening)
+                    time.sleep(0.005)
+                handed = self._take_handed()
+                if handed:
+                    self._submit(pool, handed, self._holding.free())
+        except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
+            logger.warning(
+                "could not withdraw the slot offered to the starts (an attempt handed to it is run "
+                "again after its lease): %s",
+                " ".join(str(exc).split()),
+                extra={"action": "offer_withdraw_failed"},
+            )
 
     def _drain(self, pool: Slots[Claim, Result]) -> int:
         """Let running bodies finish within the grace period, then hand the rest back."""

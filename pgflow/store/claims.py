@@ -398,7 +398,8 @@ _STEP_AT = 6 + len(RUN_COLUMNS)
 _OUTPUTS_AT = _STEP_AT + len(STEP_COLUMNS)
 
 
-def _claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
+def claims_of(rows: list[tuple[Any, ...]]) -> list[Claim]:
+    """The claims in rows of CLAIMED's columns (a claim's, or a handed attempt's read again)."""
     claims = []
     for row in rows:
         fields = dict(zip(RUN_COLUMNS, row[6:_STEP_AT], strict=True))
@@ -504,7 +505,7 @@ def claim(
     # queue's scan follows the claim index whatever the time and the limit.
     rows = _claim_rows(UNGATED_CLAIM_SQL, params)
     if not rows[0][0]:  # no gated attempt scheduled: this was the whole claim
-        return Claimed(_claims([row[2:] for row in rows if row[2] is not None]), rows[0][1])
+        return Claimed(claims_of([row[2:] for row in rows if row[2] is not None]), rows[0][1])
     after = [_AFTER.get(queue, ("", "")) for queue in queues]
     params.update(after_gates=[a[0] for a in after], after_rates=[a[1] for a in after], visits=gate_visits(limit))
     # Django's cursor binds the values into the SQL text: planned for them each time.
@@ -517,7 +518,7 @@ def claim(
     stopped_queues, gates, rates = rows[0][:3]
     for queue, gate, rate in zip(stopped_queues or (), gates or (), rates or (), strict=True):
         _AFTER[queue] = (gate, rate)
-    return Claimed(_claims([row[3:] for row in rows if row[3] is not None]), NOT_KNOWN)
+    return Claimed(claims_of([row[3:] for row in rows if row[3] is not None]), NOT_KNOWN)
 
 
 # One attempt by its id: the one a start just announced (its NOTIFY names it), claimed as the
@@ -563,14 +564,14 @@ def claim_notified(
     For a worker that knows nothing else is due on its queues: then this claims what
     ``claim()`` would, in a cheaper statement. It knows nothing of priorities.
     """
-    params = {"id": step_id, "queues": queues, **_lease(worker, at), **_outputs_params(readers)}
+    params = {"id": step_id, "queues": queues, **_lease(worker, at), **outputs_params(readers)}
     rows = _claim_rows(CLAIM_NOTIFIED_SQL, params)
-    return Claimed(_claims([row[1:] for row in rows if row[1] is not None]), rows[0][0])
+    return Claimed(claims_of([row[1:] for row in rows if row[1] is not None]), rows[0][0])
 
 
 def _kind_params(kinds: Kinds | None, limit: int) -> dict[str, Any]:
     if kinds is None:  # every attempt counts as sync, up to the limit
-        return {"async_names": [], "async_keys": [], "threads": limit, "awaiting": 0, **_outputs_params(frozenset())}
+        return {"async_names": [], "async_keys": [], "threads": limit, "awaiting": 0, **outputs_params(frozenset())}
     keys = sorted(kinds.async_steps)
     names = sorted({key.rsplit(":", 1)[1] for key in keys})
     return {
@@ -578,11 +579,11 @@ def _kind_params(kinds: Kinds | None, limit: int) -> dict[str, Any]:
         "async_keys": keys,
         "threads": kinds.threads,
         "awaiting": kinds.awaiting,
-        **_outputs_params(kinds.readers),
+        **outputs_params(kinds.readers),
     }
 
 
-def _outputs_params(readers: frozenset[str]) -> dict[str, Any]:
+def outputs_params(readers: frozenset[str]) -> dict[str, Any]:
     """The parameters of rows.CLAIMED_OUTPUTS: whose claims bring the outputs, and up to what size."""
     return {"readers": sorted(readers), "outputs_cap": OUTPUTS_CAP}
 
@@ -674,8 +675,8 @@ def claim_step(step_id: int, *, worker: str, at: datetime | None = None) -> Clai
             "claim_token = gen_random_uuid(), lease_expires_at = %(lease_until)s, "
             "scheduled_at = LEAST(s.scheduled_at, %(now)s) "
             "FROM pgflow_run AS r WHERE s.id = %(id)s AND s.status = 'scheduled' AND r.id = s.run_id " + _RETURNING,
-            {"id": step_id, **_lease(worker, at), **_outputs_params(frozenset())},
+            {"id": step_id, **_lease(worker, at), **outputs_params(frozenset())},
         )
         rows = cursor.fetchall()
-    claims = _claims(rows)
+    claims = claims_of(rows)
     return claims[0] if claims else None

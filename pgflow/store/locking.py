@@ -63,11 +63,16 @@ def event(
     )
 
 
-def read_note(payload: str) -> tuple[str, int | None]:
-    """A notification on CHANNEL: the queue with an attempt due now, and the attempt's id when
-    one start made it (``"<queue> <id>"``); a commit or an operator names the queue alone."""
-    queue, _, step = payload.partition(" ")
-    return queue, int(step) if step.isdecimal() else None
+def read_note(payload: str) -> tuple[str, int | None, str]:
+    """A notification on CHANNEL: the queue with an attempt due now, the attempt's id when one
+    start made it (``"<queue> <id>"``), and what follows the id when the start handed the
+    attempt to an idle worker (its claim as JSON, ``offers.read_handed``; "" otherwise). A
+    commit or an operator names the queue alone."""
+    queue, _, rest = payload.partition(" ")
+    step, _, handed = rest.partition(" ")
+    if not step.isdecimal():
+        return queue, None, ""
+    return queue, int(step), handed
 
 
 def notify(queue: str) -> None:

@@ -6,6 +6,7 @@ import functools
 import logging
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -24,6 +25,7 @@ from ..core.limits import NO_GATES
 from ..db import connection
 from ..exceptions import InputTooLarge, SingletonConflict
 from ..models import Event, Step, WorkflowRun
+from . import offers
 from .cursors import control_cursor, lost_by_pooler, preparing_cursor
 from .locking import CHANNEL, SYSTEM, event, now
 from .rows import ATTEMPT_VALUES, Insert, Template, attempt_values
@@ -148,9 +150,15 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
     # quoting its parameters into the SQL, and parsing and planning its three INSERTs,
     # were each a large part of a start in a process that had been idle.
     cursor = preparing_cursor()
-    values = [*params, attempt["queue"]]
+    alone = connection.get_autocommit() and not connection.in_atomic_block
+    # An idle worker's offer (pgflow.store.offers) is taken only by a start that is its own
+    # transaction: in the caller's, the offer's row would stay locked until it ends.
+    at, queue = run.created_at, attempt["queue"]
+    lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
+    take = [alone and pgflow_settings.HAND_OFF, queue, at, queue, at, lease_until]
+    values = [*take, *params, queue]
     try:
-        if pgflow_settings.WAKE_BEFORE_FLUSH and connection.get_autocommit() and not connection.in_atomic_block:
+        if pgflow_settings.WAKE_BEFORE_FLUSH and alone:
             _execute_waking_first(cursor, statement.sql, values)
         else:
             cursor.execute(statement.sql, values)
@@ -223,6 +231,7 @@ def _plain_start_statement() -> _PlainStart:
     started = Event(
         run_id=new_run, step=None, event=str(EventKind.STARTED), actor=SYSTEM, details={}, created_at=run_created
     )
+    # Claimed by the worker whose offer the statement took (offers.TAKE), scheduled if none.
     attempt = Step(
         run_id=new_run,
         step_name="",
@@ -231,17 +240,20 @@ def _plain_start_statement() -> _PlainStart:
         priority=0,
         created_at=run_created,
         scheduled_at=run_created,
+        **{column: RawSQL(value, []) for column, value in offers.TAKEN_VALUES.items()},  # noqa: S611 - constants
         **NO_GATES.columns(),
     )
     event = Insert.of(started).template(started, "details")
     step = Insert.of(attempt).template(attempt, *ATTEMPT_VALUES)
     # The NOTIFY names the queue and the new attempt (pgflow.store.locking.read_note), so an
     # idle worker can claim that attempt by its id.
+    # An attempt handed to an idle worker carries its claim in the notification (read_note).
     sql = (
-        f"WITH new_run AS ({run.sql} RETURNING id, created_at), new_event AS ({event.sql}), "
-        f"new_step AS ({step.sql} RETURNING id) "
+        f"WITH {offers.TAKE}, new_run AS ({run.sql} RETURNING {offers.RUN_RETURNING}), new_event AS ({event.sql}), "
+        f"new_step AS ({step.sql} RETURNING {offers.STEP_RETURNING}) "
         # The channel a literal, a constant: one parameter fewer.
-        f"SELECT id, pg_notify('{CHANNEL}', %s || ' ' || (SELECT id FROM new_step)) FROM new_run"
+        f"SELECT id, pg_notify('{CHANNEL}', %s || ' ' || (SELECT id FROM new_step) || coalesce(' ' || "
+        f"{offers.HANDED}, '')) FROM new_run"
     )
     return _PlainStart(sql, run, event, step)
 

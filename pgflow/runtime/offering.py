@@ -1,0 +1,145 @@
+"""One worker's offer of a slot to the starts (pgflow.store.offers), as its claim loop keeps it.
+
+The loop offers a slot when it is idle (nothing due, no attempt held) and goes to sleep,
+and reserves that slot while the offer stands: its claims take for the other slots. A start
+that takes the offer inserts its attempt claimed by this worker and says so in its
+notification (``note``); the loop runs it in the reserved slot. The loop withdraws the offer
+before it needs the reserved slot (a claim that would otherwise take nothing, a backlog) and
+when it stops. The slot is reserved in two states:
+
+- ``standing``: our row is in ``pgflow_offer``, until ``until``;
+- ``expecting``: a start took it (a renewal or a withdraw found no row of ours), and its
+  notification has not been read yet. It comes right after, on the same session; if it has
+  not within ``EXPECT`` (the session ended, or a twin with our ``--name`` replaced our row),
+  the slot is free again, and an attempt handed meanwhile waits for its lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta
+
+from ..store import Claim
+from ..store import offers as store_offers
+from ..store.claims import Kinds
+
+logger = logging.getLogger("pgflow")
+
+# An offer stands this long past the loop's next wake at the latest, which renews it: a
+# worker cut off from the database renews none, and starts pass its offer over after this.
+SLACK = timedelta(seconds=2)
+EXPECT = 2.0  # seconds a taken offer's slot waits for its attempt's notification
+
+
+class Offering:
+    """The offer of worker ``worker`` on ``queues``, and the attempts starts handed to it."""
+
+    def __init__(self, *, worker: str, queues: list[str], enabled: bool) -> None:
+        self.worker = worker
+        self.queues = queues
+        self.enabled = enabled
+        self.until: datetime | None = None
+        self.session: int | None = None  # the backend pid the offer was made on
+        self._expecting_until: float | None = None  # monotonic
+        self.handed: list[store_offers.Handed] = []
+
+    @property
+    def expecting(self) -> bool:
+        if self._expecting_until is None:
+            return False
+        if time.monotonic() < self._expecting_until:
+            return True
+        self._expecting_until = None
+        logger.info(
+            "worker %s: the attempt a start took its offered slot for did not come within %.0fs; "
+            "if one was handed, it runs again after its lease",
+            self.worker,
+            EXPECT,
+            extra={"action": "hand_off_missed"},
+        )
+        return False
+
+    @property
+    def reserving(self) -> bool:
+        return self.until is not None or self.expecting
+
+    def reserve(self, free: Kinds) -> Kinds:
+        """``free`` less the reserved slot (one of each kind) while an offer holds it."""
+        if not self.reserving:
+            return free
+        return Kinds(
+            threads=max(0, free.threads - 1),
+            awaiting=max(0, free.awaiting - 1) if free.async_steps else free.awaiting,
+            async_steps=free.async_steps,
+            readers=free.readers,
+        )
+
+    def note(self, handed: store_offers.Handed) -> bool:
+        """A notification handed an attempt to ``handed.worker``: True if to this one's offer
+        (our slot is the attempt's now), False if to another worker's (claimed: not ours)."""
+        if handed.worker != self.worker or handed.session != self.session:
+            return False
+        self.handed.append(handed)
+        self.until = None
+        self._expecting_until = None
+        return True
+
+    def make(self, *, free: Kinds, wait: float, now: datetime) -> None:
+        """Before a sleep of ``wait`` seconds, idle: offer a slot (``free`` has one of each
+        kind) or renew the standing offer, so that it stands until past the next wake."""
+        if not self.enabled or self.handed or self.expecting:
+            return
+        if free.threads < 1 or (free.async_steps and free.awaiting < 1):
+            return
+        until = now + timedelta(seconds=wait) + 2 * SLACK
+        if self.until is None:
+            self.session = store_offers.offer(worker=self.worker, queues=self.queues, until=until)
+            self.until = until
+        elif self.until < now + timedelta(seconds=wait) + SLACK:
+            if store_offers.renew(worker=self.worker, until=until):
+                self.until = until
+            else:
+                self._taken()
+
+    def withdraw(self) -> bool:
+        """Take the standing offer back. True: the reserved slot is free again; False: a start
+        took the offer and its attempt is on its way."""
+        if self.until is None:
+            return not self.reserving
+        self.until = None
+        if store_offers.withdraw(worker=self.worker):
+            return True
+        self._taken()
+        return False
+
+    def _taken(self) -> None:
+        self.until = None
+        self._expecting_until = time.monotonic() + EXPECT
+
+    def session_ended(self) -> None:
+        """The session that made the offer is gone, and with it the offer (a start passes over
+        an offer whose session ended) and any notification still on its way."""
+        self.until = None
+        self._expecting_until = None
+
+    def take(self, *, held: list[Claim], readers: frozenset[str]) -> list[Claim]:
+        """The claims handed to this worker since the last call, reading those a notification
+        could not carry (None read: its lease brings it back)."""
+        handed, self.handed = self.handed, []
+        tokens = {claim.token for claim in held}
+        claims: list[Claim] = []
+        for item in handed:
+            if item.token in tokens:
+                continue
+            claim = item.claim if item.claim is not None else store_offers.fetch(item, readers=readers)
+            if claim is not None:
+                claims.append(claim)
+        return claims
+
+
+def handed_in(payload_rest: str, step_id: int | None) -> store_offers.Handed | None:
+    """The hand-off a notification's rest carries (``store.read_note``), if any."""
+    if not payload_rest or step_id is None:
+        return None
+    return store_offers.read_handed(step_id, payload_rest)

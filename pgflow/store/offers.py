@@ -1,0 +1,183 @@
+"""Idle workers' offers of a slot, and the starts that take them (``models.Offer``).
+
+An idle worker's start latency had two trips through the database after the start's commit:
+the notification to the worker, then the worker's claim by id (its round trip, its UPDATE and
+commit), about a quarter of the whole (benchmarks/RESULTS.md, issue 35). With an offer it has
+the first only:
+
+- a worker whose claim found nothing else due offers one slot as it goes to sleep
+  (``offer``), on the session that LISTENs, and reserves that slot: its claims take for the
+  others while the offer stands;
+- a plain autocommit start takes an offer in its own statement (``TAKE``, in
+  ``starting``): its first attempt is inserted claimed by that worker, with a claim token
+  of its own, as ``claim_notified`` would have claimed it, and its notification carries the
+  claim (``Note.handed``);
+- the worker runs the body from the notification (``handed_claim``), with no statement of
+  its own; a claim too large for a notification (a big input) comes as its id and token,
+  and the worker reads it (``fetch``);
+- a worker that needs its reserved slot, or stops, withdraws its offer first
+  (``withdraw``); a withdraw that finds the offer taken means an attempt is on its way.
+
+What a start passes over: an offer on a queue its attempt is not on, on a paused queue, one
+whose listening session has ended (a killed worker: its backend is gone), and one past
+``until`` (an offer is renewed at every idle wake; a worker cut off from the network renews
+none). An attempt handed to a worker that dies before it runs it is an attempt claimed by
+a worker that died, and one whose notification is lost with the worker's session is one
+whose claim's answer was lost: its lease runs out and the sweep schedules it again.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from .claims import Claim, claims_of, outputs_params
+from .cursors import hot_cursor
+from .rows import CLAIMED, RUN_COLUMNS, STEP_COLUMNS
+
+# The part of the plain start's statement that takes an offer (its first CTE, ``taken``):
+# parameters, in order: whether this start may take one, the attempt's queue, the start's
+# time (an offer must stand past it), the queue again (not paused), then the claim's
+# started_at and lease_expires_at. Its attempt's status, worker, claim_token, started_at
+# and lease_expires_at read ``taken``: a claimed attempt when it has a row, a scheduled one
+# when not.
+TAKE = """taken AS (
+    DELETE FROM pgflow_offer WHERE worker = (
+        SELECT o.worker FROM pgflow_offer AS o
+        WHERE %s AND %s = ANY(o.queues) AND o.until > %s
+            AND NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = %s AND p.paused)
+            AND EXISTS (SELECT 1 FROM pg_stat_get_activity(o.backend_pid))
+        LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING worker, backend_pid, gen_random_uuid() AS token, %s::timestamptz AS started_at,
+        %s::timestamptz AS lease_until
+)"""
+# The values of the attempt's columns that ``taken`` decides.
+TAKEN_VALUES = {
+    "status": "coalesce((SELECT 'in_progress' FROM taken), 'scheduled')",
+    "worker": "coalesce((SELECT worker FROM taken), '')",
+    "claim_token": "(SELECT token FROM taken)",
+    "started_at": "(SELECT started_at FROM taken)",
+    "lease_expires_at": "(SELECT lease_until FROM taken)",
+}
+# What the start's notification adds for a taken offer, after the queue and the attempt's id:
+# the claim as JSON (the run's RUN_COLUMNS of ``new_run``, the attempt's of ``new_step``),
+# or only its worker and token when that would not fit a notification (8,000 bytes).
+FITS = 7000
+RUN_RETURNING = "id, " + ", ".join(RUN_COLUMNS)
+STEP_RETURNING = "id, run_id, step_name, attempt, claim_token, started_at, " + ", ".join(STEP_COLUMNS)
+HANDED = (
+    f"(SELECT CASE WHEN octet_length(h.whole::text) <= {FITS} THEN h.whole::text ELSE h.bare::text END"
+    " FROM (SELECT json_build_object('worker', t.worker, 'session', t.backend_pid, 'token', t.token) AS bare,"
+    " json_build_object('worker', t.worker, 'session', t.backend_pid, 'token', t.token,"
+    " 'run_id', s.run_id, 'step_name', s.step_name, 'attempt', s.attempt, 'started_at', s.started_at,"
+    " 'run', json_build_object("
+    + ", ".join(f"'{column}', r.{column}" for column in RUN_COLUMNS)
+    + "), 'step', json_build_object("
+    + ", ".join(f"'{column}', s.{column}" for column in STEP_COLUMNS)
+    + ")) AS whole FROM taken AS t, new_step AS s, new_run AS r) AS h)"
+)
+_RUN_TIMES = ("created_at", "updated_at", "finished_at")
+_STEP_TIMES = ("created_at", "scheduled_at", "waiting_since", "throttled_until")
+
+
+@dataclass(frozen=True)
+class Handed:
+    """An attempt a start handed to ``worker``'s offer made on ``session`` (its backend pid:
+    two workers started with one ``--name`` are told apart), from its notification's part
+    after the id: ``claim`` when the notification carried it, None when the worker must
+    ``fetch`` it."""
+
+    worker: str
+    session: int
+    step_id: int
+    token: uuid.UUID
+    claim: Claim | None
+
+
+def read_handed(step_id: int, text: str) -> Handed | None:
+    """The hand-off in a notification's JSON part, or None for text that is not one."""
+    try:
+        data = json.loads(text)
+        worker, session, token = data["worker"], data["session"], uuid.UUID(data["token"])
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not isinstance(worker, str) or not isinstance(session, int):
+        return None
+    claim = None
+    if "run" in data:
+        run, step = dict(data["run"]), dict(data["step"])
+        for fields, times in ((run, _RUN_TIMES), (step, _STEP_TIMES)):
+            for column in times:
+                if fields[column] is not None:
+                    fields[column] = datetime.fromisoformat(fields[column])
+        claim = Claim(
+            step_id=step_id,
+            run_id=data["run_id"],
+            step_name=data["step_name"],
+            attempt=data["attempt"],
+            token=token,
+            started_at=datetime.fromisoformat(data["started_at"]),
+            run_fields=run,
+            step_fields=step,
+            # A new run has no outputs yet: a body reading self.outputs needs no query.
+            outputs={} if run["rerun_of_id"] is None else None,
+        )
+    return Handed(worker=worker, session=session, step_id=step_id, token=token, claim=claim)
+
+
+# The worker's own statements, on its claiming session (whose commits do not wait for the
+# WAL flush: an unlogged table's rows have none to wait for anyway).
+OFFER_SQL = """
+INSERT INTO pgflow_offer (worker, queues, backend_pid, until)
+VALUES (%(worker)s, %(queues)s::text[], pg_backend_pid(), %(until)s)
+ON CONFLICT (worker) DO UPDATE SET queues = excluded.queues, backend_pid = excluded.backend_pid, until = excluded.until
+RETURNING backend_pid
+"""
+# A renewal finds no row when a start took the offer (or its session's row was replaced).
+RENEW_SQL = (
+    "UPDATE pgflow_offer SET until = %(until)s WHERE worker = %(worker)s AND backend_pid = pg_backend_pid() RETURNING 1"
+)
+WITHDRAW_SQL = "DELETE FROM pgflow_offer WHERE worker = %(worker)s AND backend_pid = pg_backend_pid() RETURNING 1"
+# A handed attempt still ours: in progress with the token it was handed with.
+FETCH_SQL = (
+    "SELECT " + CLAIMED + " FROM pgflow_step_live AS s JOIN pgflow_run AS r ON r.id = s.run_id"
+    " WHERE s.id = %(id)s AND s.claim_token = %(token)s AND s.status = 'in_progress'"
+)
+
+
+def offer(*, worker: str, queues: list[str], until: datetime) -> int:
+    """``worker`` offers one slot on ``queues`` until ``until``, on this thread's session
+    (the one that LISTENs: a start hands its attempt to the session that made the offer).
+    Returns that session's backend pid, which the notifications of its hand-offs name."""
+    with hot_cursor() as cursor:
+        cursor.execute(OFFER_SQL, {"worker": worker, "queues": queues, "until": until}, prepare=True)
+        row = cursor.fetchone()
+    assert row is not None  # an upsert's RETURNING has its row
+    return int(row[0])
+
+
+def renew(*, worker: str, until: datetime) -> bool:
+    """``worker``'s standing offer now stands until ``until``. False: a start took it."""
+    with hot_cursor() as cursor:
+        cursor.execute(RENEW_SQL, {"worker": worker, "until": until}, prepare=True)
+        return cursor.fetchone() is not None
+
+
+def withdraw(*, worker: str) -> bool:
+    """Take back the offer ``worker`` made on this session. False: a start took it (or none
+    stood): an attempt handed to it is on its way in a notification, or was already."""
+    with hot_cursor() as cursor:
+        cursor.execute(WITHDRAW_SQL, {"worker": worker}, prepare=True)
+        return cursor.fetchone() is not None
+
+
+def fetch(handed: Handed, *, readers: frozenset[str]) -> Claim | None:
+    """The claim of an attempt handed without it (too large for its notification); None if
+    it is no longer ours (its lease ran out meanwhile)."""
+    params = {"id": handed.step_id, "token": handed.token, **outputs_params(readers)}
+    with hot_cursor() as cursor:
+        cursor.execute(FETCH_SQL, params)
+        rows = cursor.fetchall()
+    return next(iter(claims_of(rows)), None)

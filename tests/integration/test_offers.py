@@ -1,0 +1,220 @@
+"""An idle worker's offer of a slot, taken by a plain start (pgflow.store.offers), and the
+worker's side of it (pgflow.runtime.offering), on real sessions: a second connection plays
+the worker that offered, this test's connection the start."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import transaction
+from django.test import override_settings
+
+import pgflow
+from pgflow import store
+from pgflow.conf import pgflow_settings
+from pgflow.core.flow import Outcome
+from pgflow.models import Offer, Step
+from pgflow.runtime import offering as offering_module
+from pgflow.runtime.offering import Offering, handed_in
+from pgflow.store import offers
+from pgflow.store.claims import Kinds
+from tests import workflows as wf
+from tests.connections import other_connection
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def idle() -> Iterator[psycopg.Connection]:
+    """A session that LISTENs, as an idle worker's claim connection does."""
+    with other_connection(autocommit=True) as conn:
+        conn.execute(f"LISTEN {store.CHANNEL}")
+        yield conn
+
+
+def offer_on(conn: psycopg.Connection, worker: str = "w-1", queues: tuple[str, ...] = ("workflows",), **until) -> None:
+    conn.execute(
+        "INSERT INTO pgflow_offer (worker, queues, backend_pid, until) VALUES (%s, %s, pg_backend_pid(), %s)",
+        [worker, list(queues), store.now() + timedelta(**(until or {"seconds": 30}))],
+    )
+
+
+def notes(conn: psycopg.Connection) -> list[tuple[str, int | None, str]]:
+    return [store.read_note(n.payload) for n in conn.notifies(timeout=1.0, stop_after=1)]
+
+
+def test_a_start_takes_an_offer_and_hands_its_first_attempt_claimed():
+    with other_connection(autocommit=True) as idle:
+        idle.execute(f"LISTEN {store.CHANNEL}")
+        offer_on(idle)
+        run = wf.ThreeSteps.start(input={"a": 1})
+        ((queue, attempt, rest),) = notes(idle)
+    step = Step.objects.get(run=run)
+    assert (step.status, step.worker) == ("in_progress", "w-1")
+    # Claimed as it was made: no time in the queue, a lease from the start.
+    assert step.started_at == step.scheduled_at == step.created_at
+    assert step.lease_expires_at == step.started_at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
+    assert not Offer.objects.exists()  # taken: one start per offer
+    handed = handed_in(rest, attempt)
+    assert (queue, attempt, handed.worker, handed.token) == ("workflows", step.pk, "w-1", step.claim_token)
+    # The claim in the notification is the one a claim by id would have read.
+    claim = handed.claim
+    assert (claim.step_id, claim.run_id, claim.step_name, claim.attempt) == (step.pk, run.pk, "one", 1)
+    assert claim.started_at == step.started_at and claim.outputs == {}
+    assert claim.run().input == {"a": 1} and claim.run().workflow_class == "tests.workflows.ThreeSteps"
+    assert claim.step_fields == {
+        "created_at": step.created_at,
+        "scheduled_at": step.scheduled_at,
+        "waiting_since": None,
+        "queue": "workflows",
+        "throttled_until": None,
+    }
+    fetched = offers.fetch(handed, readers=frozenset())
+    assert (fetched.run_fields, fetched.step_fields, fetched.token) == (
+        claim.run_fields,
+        claim.step_fields,
+        claim.token,
+    )
+    # The handed attempt is an attempt like any other: its worker finishes it with its token.
+    assert store.finish(claim, Outcome(kind="complete"), output={"n": 1})
+    assert Step.objects.filter(run=run, step_name="two", status="scheduled").exists()
+
+
+def test_a_claim_too_large_for_a_notification_comes_as_its_id_and_token(idle):
+    offer_on(idle)
+    run = wf.ThreeSteps.start(input={"text": "é" * 4000})  # 8,000 bytes in UTF-8
+    ((_, attempt, rest),) = notes(idle)
+    handed = handed_in(rest, attempt)
+    assert handed.claim is None and handed.worker == "w-1"
+    claim = offers.fetch(handed, readers=frozenset())
+    assert claim.run().input == {"text": "é" * 4000} and claim.step_id == Step.objects.get(run=run).pk
+
+
+@pytest.mark.parametrize(
+    "why", ["another queue", "paused queue", "expired", "session ended", "in a transaction", "turned off", "a key"]
+)
+def test_a_start_passes_an_offer_over(why, idle):
+    queues = ("mail",) if why == "another queue" else ("workflows",)
+    offer_on(idle, queues=queues, **({"seconds": -1} if why == "expired" else {}))
+    if why == "session ended":
+        gone = other_connection(autocommit=True)
+        pid = gone.info.backend_pid
+        Offer.objects.update(backend_pid=pid)
+        gone.close()
+        with other_connection(autocommit=True) as check:  # its backend is gone once unlisted
+            for _ in range(200):
+                if not check.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+                    break
+                check.execute("SELECT pg_sleep(0.01)")
+    if why == "paused queue":
+        pgflow.pause_queue("workflows")
+    if why == "in a transaction":
+        with transaction.atomic():
+            run = wf.ThreeSteps.start()
+    elif why == "turned off":
+        with override_settings(PGFLOW={**_pgflow(), "HAND_OFF": False}):
+            run = wf.ThreeSteps.start()
+    elif why == "a key":
+        run = wf.ThreeSteps.start(key="k")
+    else:
+        run = wf.ThreeSteps.start()
+    step = Step.objects.get(run=run)
+    assert (step.status, step.worker, step.claim_token) == ("scheduled", "", None)
+    assert Offer.objects.count() == 1  # left for a start that may take it
+    if why not in ("paused queue", "a key"):
+        ((_, attempt, rest),) = notes(idle)
+        assert (attempt, rest) == (step.pk, "")  # announced to any worker, handed to none
+
+
+def _pgflow() -> dict:
+    from django.conf import settings
+
+    return dict(getattr(settings, "PGFLOW", {}))
+
+
+def test_two_starts_take_one_offer_once(idle):
+    offer_on(idle)
+    runs = [wf.ThreeSteps.start() for _ in range(3)]
+    steps = [Step.objects.get(run=run) for run in runs]
+    assert [step.status for step in steps] == ["in_progress", "scheduled", "scheduled"]
+
+
+def test_the_worker_offers_renews_and_withdraws_on_its_own_session():
+    offering = Offering(worker="w-2", queues=["workflows"], enabled=True)
+    free = Kinds(threads=2, awaiting=0)
+    offering.make(free=free, wait=1.0, now=store.now())
+    row = Offer.objects.get()
+    assert (row.worker, row.queues, offering.reserving) == ("w-2", ["workflows"], True)
+    assert offering.reserve(free).threads == 1  # the offered slot is kept for a start
+    first = row.until
+    offering.make(free=free, wait=60.0, now=store.now())  # a longer sleep: renewed past it
+    assert Offer.objects.get().until > first + timedelta(seconds=50)
+    assert offering.withdraw() is True
+    assert not Offer.objects.exists() and not offering.reserving and offering.reserve(free).threads == 2
+
+
+def test_a_taken_offer_reserves_its_slot_until_the_notification_comes(idle):
+    offering = Offering(worker="w-3", queues=["workflows"], enabled=True)
+    offering.make(free=Kinds(threads=1, awaiting=0), wait=1.0, now=store.now())
+    run = wf.ThreeSteps.start()
+    assert offering.withdraw() is False  # a start took it: its attempt is on its way
+    assert offering.reserving and offering.reserve(Kinds(threads=1, awaiting=0)).threads == 0
+    offering.make(free=Kinds(threads=1, awaiting=0), wait=1.0, now=store.now())
+    assert not Offer.objects.exists()  # no second offer while one attempt is on its way
+    ((_, attempt, rest),) = notes(idle)
+    offering.note(handed_in(rest, attempt))
+    (claim,) = offering.take(held=[], readers=frozenset())
+    assert claim.run_id == run.pk and not offering.reserving
+
+
+def test_a_renewal_finds_a_taken_offer():
+    offering = Offering(worker="w-4", queues=["workflows"], enabled=True)
+    offering.make(free=Kinds(threads=1, awaiting=0), wait=1.0, now=store.now())
+    wf.ThreeSteps.start()
+    offering.make(free=Kinds(threads=1, awaiting=0), wait=60.0, now=store.now())
+    assert offering.expecting and not Offer.objects.exists()
+
+
+def test_an_attempt_handed_to_a_lost_session_comes_back_after_its_lease():
+    offering = Offering(worker="w-5", queues=["workflows"], enabled=True)
+    offering.make(free=Kinds(threads=1, awaiting=0), wait=1.0, now=store.now())
+    run = wf.ThreeSteps.start()
+    offering.session_ended()  # its notification went with the session: the slot is free again
+    assert not offering.reserving and offering.take(held=[], readers=frozenset()) == []
+    step = Step.objects.get(run=run)
+    assert (step.status, step.worker) == ("in_progress", "w-5")
+    # As a claim whose answer was lost: the sweep takes it back once its lease is over.
+    assert store.recover_lost(step.pk, at=step.lease_expires_at + timedelta(seconds=1))
+    assert list(Step.objects.filter(run=run).values_list("attempt", "status")) == [(1, "failed"), (2, "scheduled")]
+
+
+def test_a_slot_whose_attempt_does_not_come_is_free_again(monkeypatch):
+    monkeypatch.setattr(offering_module, "EXPECT", 0.05)
+    offering = Offering(worker="w-7", queues=["workflows"], enabled=True)
+    offering.make(free=Kinds(threads=1, awaiting=0), wait=1.0, now=store.now())
+    Offer.objects.all().delete()  # gone as if taken, its notification never to come
+    assert offering.withdraw() is False and offering.reserving
+    time.sleep(0.1)
+    assert not offering.reserving
+
+
+def test_a_twin_with_the_same_name_takes_none_of_its_hand_offs(idle):
+    offer_on(idle, worker="twin")
+    twin = Offering(worker="twin", queues=["workflows"], enabled=True)
+    twin.session = idle.info.backend_pid + 1  # its own session: another backend
+    run = wf.ThreeSteps.start()
+    ((_, attempt, rest),) = notes(idle)
+    handed = handed_in(rest, attempt)
+    assert handed.session == idle.info.backend_pid and handed.worker == "twin"
+    assert twin.note(handed) is False and twin.take(held=[], readers=frozenset()) == []
+    assert Step.objects.get(run=run).worker == "twin"  # the offering session's
+
+
+def test_a_disabled_offering_offers_nothing():
+    offering = Offering(worker="w-6", queues=["workflows"], enabled=False)
+    offering.make(free=Kinds(threads=4, awaiting=0), wait=1.0, now=store.now())
+    assert not Offer.objects.exists() and not offering.reserving
