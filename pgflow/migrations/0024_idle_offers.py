@@ -24,6 +24,7 @@ class Migration(migrations.Migration):
                 ("queues", pgflow.models.ListColumn(element="text")),
                 ("backend_pid", models.IntegerField()),
                 ("until", models.DateTimeField()),
+                ("lease", models.DurationField()),
             ],
             options={
                 "db_table": "pgflow_offer",

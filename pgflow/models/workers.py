@@ -63,6 +63,7 @@ class Offer(models.Model):
     queues = ListColumn(element="text")
     backend_pid = models.IntegerField()
     until = models.DateTimeField()
+    lease = models.DurationField()  # the worker's LEASE: a handed attempt's lease is the worker's
 
     class Meta:
         db_table = "pgflow_offer"

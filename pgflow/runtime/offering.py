@@ -10,14 +10,20 @@ when it stops. The slot is reserved in two states:
 - ``standing``: our row is in ``pgflow_offer``, until ``until``;
 - ``expecting``: a start took it (a renewal or a withdraw found no row of ours), and its
   notification has not been read yet. It comes right after, on the same session; if it has
-  not within ``EXPECT`` (the session ended, or a twin with our ``--name`` replaced our row),
-  the slot is free again, and an attempt handed meanwhile waits for its lease.
+  not within ``EXPECT`` (a twin with our ``--name`` replaced our row), the slot is free
+  again, and an attempt handed meanwhile waits for its lease.
+
+When the session that made the offer ends (a reconnect: a silent socket, a restart), a start
+may have taken the offer and its notification gone with the session: the next ``take``
+settles it (``store.offers.settle``), withdrawing the offer if it still stands and adopting
+what was handed to it otherwise, so such an attempt runs at once, not after its lease.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from datetime import datetime, timedelta
 
 from ..store import Claim
@@ -30,6 +36,7 @@ logger = logging.getLogger("pgflow")
 # worker cut off from the database renews none, and starts pass its offer over after this.
 SLACK = timedelta(seconds=2)
 EXPECT = 2.0  # seconds a taken offer's slot waits for its attempt's notification
+ADOPTED_KEPT = 1000  # ids of attempts adopted after a lost session, whose notification may still come
 
 
 class Offering:
@@ -41,8 +48,12 @@ class Offering:
         self.enabled = enabled
         self.until: datetime | None = None
         self.session: int | None = None  # the backend pid the offer was made on
+        self._since: datetime | None = None  # when the offer on that session was made
         self._expecting_until: float | None = None  # monotonic
         self.handed: list[store_offers.Handed] = []
+        # A lost session's offer to settle: (its backend pid, when it was made).
+        self.settling: tuple[int, datetime] | None = None
+        self._adopted: deque[int] = deque(maxlen=ADOPTED_KEPT)
 
     @property
     def expecting(self) -> bool:
@@ -80,7 +91,8 @@ class Offering:
         (our slot is the attempt's now), False if to another worker's (claimed: not ours)."""
         if handed.worker != self.worker or handed.session != self.session:
             return False
-        self.handed.append(handed)
+        if handed.step_id not in self._adopted:
+            self.handed.append(handed)
         self.until = None
         self._expecting_until = None
         return True
@@ -88,14 +100,14 @@ class Offering:
     def make(self, *, free: Kinds, wait: float, now: datetime) -> None:
         """Before a sleep of ``wait`` seconds, idle: offer a slot (``free`` has one of each
         kind) or renew the standing offer, so that it stands until past the next wake."""
-        if not self.enabled or self.handed or self.expecting:
+        if not self.enabled or self.handed or self.expecting or self.settling:
             return
         if free.threads < 1 or (free.async_steps and free.awaiting < 1):
             return
         until = now + timedelta(seconds=wait) + 2 * SLACK
         if self.until is None:
             self.session = store_offers.offer(worker=self.worker, queues=self.queues, until=until)
-            self.until = until
+            self.until, self._since = until, now
         elif self.until < now + timedelta(seconds=wait) + SLACK:
             if store_offers.renew(worker=self.worker, until=until):
                 self.until = until
@@ -118,8 +130,11 @@ class Offering:
         self._expecting_until = time.monotonic() + EXPECT
 
     def session_ended(self) -> None:
-        """The session that made the offer is gone, and with it the offer (a start passes over
-        an offer whose session ended) and any notification still on its way."""
+        """The session that made the offer is gone, and with it any notification still on its
+        way: the next ``take`` settles the offer on the new session."""
+        if (self.until is not None or self._expecting_until is not None) and self.session is not None:
+            assert self._since is not None
+            self.settling = (self.session, self._since)
         self.until = None
         self._expecting_until = None
 
@@ -135,6 +150,20 @@ class Offering:
             claim = item.claim if item.claim is not None else store_offers.fetch(item, readers=readers)
             if claim is not None:
                 claims.append(claim)
+        if self.settling is not None:
+            session, since = self.settling
+            ids = [claim.step_id for claim in (*held, *claims)]
+            adopted = store_offers.settle(worker=self.worker, session=session, since=since, held=ids, readers=readers)
+            self.settling = None
+            if adopted:
+                logger.info(
+                    "worker %s adopts %d attempts handed to it before its session ended",
+                    self.worker,
+                    len(adopted),
+                    extra={"action": "hand_off_adopted"},
+                )
+            self._adopted.extend(claim.step_id for claim in adopted)
+            claims.extend(adopted)
         return claims
 
 

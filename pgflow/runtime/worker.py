@@ -414,7 +414,7 @@ class Worker:
 
     def _take_handed(self) -> list[Claim]:
         """The attempts starts handed to this worker since the last pass (runtime.offering)."""
-        if not self._offering.handed:
+        if not (self._offering.handed or self._offering.settling):
             return []
         with self._running_lock:
             held = list(self._running.values())

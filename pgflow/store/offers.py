@@ -31,18 +31,20 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
+from ..conf import pgflow_settings
 from .claims import Claim, claims_of, outputs_params
 from .cursors import hot_cursor
 from .rows import CLAIMED, RUN_COLUMNS, STEP_COLUMNS
 
 # The part of the plain start's statement that takes an offer (its first CTE, ``taken``):
 # parameters, in order: whether this start may take one, the attempt's queue, the start's
-# time (an offer must stand past it), the queue again (not paused), then the claim's
-# started_at and lease_expires_at. Its attempt's status, worker, claim_token, started_at
-# and lease_expires_at read ``taken``: a claimed attempt when it has a row, a scheduled one
-# when not.
+# time (an offer must stand past it), the queue again (not paused), then the start's time
+# twice: the claim's started_at, and where its lease (the offering worker's) begins. Its
+# attempt's status, worker, claim_token, started_at and lease_expires_at read ``taken``: a
+# claimed attempt when it has a row, a scheduled one when not.
 TAKE = """taken AS (
     DELETE FROM pgflow_offer WHERE worker = (
         SELECT o.worker FROM pgflow_offer AS o
@@ -51,7 +53,7 @@ TAKE = """taken AS (
             AND EXISTS (SELECT 1 FROM pg_stat_get_activity(o.backend_pid))
         LIMIT 1 FOR UPDATE SKIP LOCKED)
     RETURNING worker, backend_pid, gen_random_uuid() AS token, %s::timestamptz AS started_at,
-        %s::timestamptz AS lease_until
+        %s::timestamptz + lease AS lease_until
 )"""
 # The values of the attempt's columns that ``taken`` decides.
 TAKEN_VALUES = {
@@ -130,9 +132,10 @@ def read_handed(step_id: int, text: str) -> Handed | None:
 # The worker's own statements, on its claiming session (whose commits do not wait for the
 # WAL flush: an unlogged table's rows have none to wait for anyway).
 OFFER_SQL = """
-INSERT INTO pgflow_offer (worker, queues, backend_pid, until)
-VALUES (%(worker)s, %(queues)s::text[], pg_backend_pid(), %(until)s)
-ON CONFLICT (worker) DO UPDATE SET queues = excluded.queues, backend_pid = excluded.backend_pid, until = excluded.until
+INSERT INTO pgflow_offer (worker, queues, backend_pid, until, lease)
+VALUES (%(worker)s, %(queues)s::text[], pg_backend_pid(), %(until)s, %(lease)s)
+ON CONFLICT (worker) DO UPDATE SET queues = excluded.queues, backend_pid = excluded.backend_pid,
+    until = excluded.until, lease = excluded.lease
 RETURNING backend_pid
 """
 # A renewal finds no row when a start took the offer (or its session's row was replaced).
@@ -140,6 +143,19 @@ RENEW_SQL = (
     "UPDATE pgflow_offer SET until = %(until)s WHERE worker = %(worker)s AND backend_pid = pg_backend_pid() RETURNING 1"
 )
 WITHDRAW_SQL = "DELETE FROM pgflow_offer WHERE worker = %(worker)s AND backend_pid = pg_backend_pid() RETURNING 1"
+# After the session that made an offer ended: the offer withdrawn if it still stands (no
+# start takes it any more), and, if it was taken, the attempts handed to it meanwhile (first
+# attempts claimed at their start, since the offer was made, that the worker does not hold),
+# whose notifications went with the session. The statement's snapshot predates a start that
+# took the offer and commits while the DELETE waits for it: that one's notification reaches
+# the worker's new session.
+SETTLE_SQL = (
+    "WITH kept AS (DELETE FROM pgflow_offer WHERE worker = %(worker)s AND backend_pid = %(session)s RETURNING 1) "
+    "SELECT " + CLAIMED + " FROM pgflow_step_live AS s JOIN pgflow_run AS r ON r.id = s.run_id"
+    " WHERE NOT EXISTS (SELECT 1 FROM kept) AND s.worker = %(worker)s AND s.status = 'in_progress'"
+    " AND s.attempt = 1 AND s.started_at = s.created_at AND s.started_at >= %(since)s"
+    " AND s.id <> ALL(%(held)s::bigint[])"
+)
 # A handed attempt still ours: in progress with the token it was handed with.
 FETCH_SQL = (
     "SELECT " + CLAIMED + " FROM pgflow_step_live AS s JOIN pgflow_run AS r ON r.id = s.run_id"
@@ -152,7 +168,8 @@ def offer(*, worker: str, queues: list[str], until: datetime) -> int:
     (the one that LISTENs: a start hands its attempt to the session that made the offer).
     Returns that session's backend pid, which the notifications of its hand-offs name."""
     with hot_cursor() as cursor:
-        cursor.execute(OFFER_SQL, {"worker": worker, "queues": queues, "until": until}, prepare=True)
+        lease = timedelta(seconds=pgflow_settings.seconds("LEASE"))
+        cursor.execute(OFFER_SQL, {"worker": worker, "queues": queues, "until": until, "lease": lease}, prepare=True)
         row = cursor.fetchone()
     assert row is not None  # an upsert's RETURNING has its row
     return int(row[0])
@@ -181,3 +198,14 @@ def fetch(handed: Handed, *, readers: frozenset[str]) -> Claim | None:
         cursor.execute(FETCH_SQL, params)
         rows = cursor.fetchall()
     return next(iter(claims_of(rows)), None)
+
+
+def settle(*, worker: str, session: int, since: datetime, held: list[int], readers: frozenset[str]) -> list[Claim]:
+    """After the session ``session`` that made ``worker``'s offer (at ``since``) ended: the
+    offer withdrawn if it still stands, else the attempts handed to it that the worker does
+    not hold (``held``: step ids), to run. A twin started with the same ``--name`` may have
+    had its own handed since: their bodies then run twice, their transitions once (the token)."""
+    params: dict[str, Any] = {"worker": worker, "session": session, "since": since, "held": held}
+    with hot_cursor() as cursor:
+        cursor.execute(SETTLE_SQL, {**params, **outputs_params(readers)})
+        return claims_of(cursor.fetchall())

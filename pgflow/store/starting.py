@@ -6,7 +6,6 @@ import functools
 import logging
 from contextlib import nullcontext
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -154,8 +153,7 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
     # An idle worker's offer (pgflow.store.offers) is taken only by a start that is its own
     # transaction: in the caller's, the offer's row would stay locked until it ends.
     at, queue = run.created_at, attempt["queue"]
-    lease_until = at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
-    take = [alone and pgflow_settings.HAND_OFF, queue, at, queue, at, lease_until]
+    take = [alone and pgflow_settings.HAND_OFF, queue, at, queue, at, at]
     values = [*take, *params, queue]
     try:
         if pgflow_settings.WAKE_BEFORE_FLUSH and alone:

@@ -15,7 +15,6 @@ from django.test import override_settings
 
 import pgflow
 from pgflow import store
-from pgflow.conf import pgflow_settings
 from pgflow.core.flow import Outcome
 from pgflow.models import Offer, Step
 from pgflow.runtime import offering as offering_module
@@ -24,8 +23,11 @@ from pgflow.store import offers
 from pgflow.store.claims import Kinds
 from tests import workflows as wf
 from tests.connections import other_connection
+from tests.invariants import assert_exactly_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+WORKER_LEASE = timedelta(seconds=7)  # the offering worker's LEASE, not the starting process's
 
 
 @pytest.fixture
@@ -38,8 +40,9 @@ def idle() -> Iterator[psycopg.Connection]:
 
 def offer_on(conn: psycopg.Connection, worker: str = "w-1", queues: tuple[str, ...] = ("workflows",), **until) -> None:
     conn.execute(
-        "INSERT INTO pgflow_offer (worker, queues, backend_pid, until) VALUES (%s, %s, pg_backend_pid(), %s)",
-        [worker, list(queues), store.now() + timedelta(**(until or {"seconds": 30}))],
+        "INSERT INTO pgflow_offer (worker, queues, backend_pid, until, lease)"
+        " VALUES (%s, %s, pg_backend_pid(), %s, %s)",
+        [worker, list(queues), store.now() + timedelta(**(until or {"seconds": 30})), WORKER_LEASE],
     )
 
 
@@ -57,7 +60,7 @@ def test_a_start_takes_an_offer_and_hands_its_first_attempt_claimed():
     assert (step.status, step.worker) == ("in_progress", "w-1")
     # Claimed as it was made: no time in the queue, a lease from the start.
     assert step.started_at == step.scheduled_at == step.created_at
-    assert step.lease_expires_at == step.started_at + timedelta(seconds=pgflow_settings.seconds("LEASE"))
+    assert step.lease_expires_at == step.started_at + WORKER_LEASE
     assert not Offer.objects.exists()  # taken: one start per offer
     handed = handed_in(rest, attempt)
     assert (queue, attempt, handed.worker, handed.token) == ("workflows", step.pk, "w-1", step.claim_token)
@@ -179,17 +182,30 @@ def test_a_renewal_finds_a_taken_offer():
     assert offering.expecting and not Offer.objects.exists()
 
 
-def test_an_attempt_handed_to_a_lost_session_comes_back_after_its_lease():
+@pytest.mark.parametrize("taken", [True, False])
+def test_after_its_session_ended_a_worker_settles_its_offer(taken, idle):
     offering = Offering(worker="w-5", queues=["workflows"], enabled=True)
-    offering.make(free=Kinds(threads=1, awaiting=0), wait=1.0, now=store.now())
-    run = wf.ThreeSteps.start()
-    offering.session_ended()  # its notification went with the session: the slot is free again
-    assert not offering.reserving and offering.take(held=[], readers=frozenset()) == []
-    step = Step.objects.get(run=run)
-    assert (step.status, step.worker) == ("in_progress", "w-5")
-    # As a claim whose answer was lost: the sweep takes it back once its lease is over.
-    assert store.recover_lost(step.pk, at=step.lease_expires_at + timedelta(seconds=1))
-    assert list(Step.objects.filter(run=run).values_list("attempt", "status")) == [(1, "failed"), (2, "scheduled")]
+    offering.make(free=Kinds(threads=2, awaiting=0), wait=1.0, now=store.now())
+    runs = [wf.ThreeSteps.start(), wf.ThreeSteps.start()] if taken else []  # the first takes the offer
+    held = store.claim(worker="w-5", queues=["workflows"], limit=1)  # one it claimed itself
+    assert [claim.run_id for claim in held] == [run.pk for run in runs[1:]]
+    offering.session_ended()  # a notification on its way went with the session
+    assert offering.settling and not offering.reserving
+    adopted = offering.take(held=list(held), readers=frozenset())
+    assert not offering.settling and not Offer.objects.exists()  # withdrawn, or taken
+    if not taken:
+        assert adopted == []
+        return
+    (claim,) = adopted  # handed to it before the session ended: run now, not after its lease
+    step = Step.objects.get(run=runs[0])
+    assert (claim.step_id, claim.token, claim.run().input) == (step.pk, step.claim_token, {})
+    # Its notification, had it reached the new session, does not run it twice.
+    (_, attempt, rest), *_ = notes(idle)
+    assert offering.note(handed_in(rest, attempt)) is True
+    assert offering.take(held=[], readers=frozenset()) == []
+    for each in [*held, claim]:
+        assert store.finish(each, Outcome(kind="complete"))
+    assert_exactly_once()
 
 
 def test_a_slot_whose_attempt_does_not_come_is_free_again(monkeypatch):
