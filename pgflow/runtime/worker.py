@@ -656,7 +656,7 @@ class Worker:
     def _withdraw_offer(self, pool: Slots[Claim, Result]) -> None:
         """Stopping: take back the slot offered to the starts. One a start took already has
         its attempt on the way: it runs, and the drain lets it finish."""
-        if not self._offering.reserving and not self._offering.handed:
+        if not (self._offering.reserving or self._offering.handed or self._offering.settling):
             return
         try:
             with self._watchdog.guard("claim"):
