@@ -14,6 +14,7 @@ before the ``start()`` call (the same clock as benchmarks/run.py's latency):
 - ``claim by id``: the claim statement's start and end (hand-off off only: a handed attempt
   needs none);
 - ``body submitted``: the attempt handed to a step thread;
+- ``step thread begins``: that thread's runner has it (its span begun);
 - ``body's first line``: the latency benchmarks/run.py reports.
 
 Medians (and the body's p99) per variant, for benchmarks/RESULTS.md. On the benchmark
@@ -39,7 +40,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-STAGES = ("start() returns", "worker woken", "claim by id begins", "claim by id ends", "body submitted")
+STAGES = (
+    "start() returns",
+    "worker woken",
+    "claim by id begins",
+    "claim by id ends",
+    "body submitted",
+    "step thread begins",
+)
 BODY = "body's first line"
 TRACE_ENV = "BENCH_STAGES_TRACE"
 
@@ -52,7 +60,7 @@ def traced_worker(concurrency: int) -> None:
     from django.core.management import call_command
 
     from pgflow import store
-    from pgflow.runtime import slots, worker
+    from pgflow.runtime import runner, slots, worker
 
     marks: list[tuple[str, float]] = []
 
@@ -72,6 +80,7 @@ def traced_worker(concurrency: int) -> None:
     wrap(worker.Worker, "_sleep", None, "worker woken")
     wrap(store, "claim_notified", "claim by id begins", "claim by id ends")
     wrap(slots.Slots, "submit", "body submitted", None)
+    wrap(runner.Runner, "execute", "step thread begins", None)
 
     def dump(*_: object) -> None:
         Path(os.environ[TRACE_ENV]).write_text(json.dumps(marks))
