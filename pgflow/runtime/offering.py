@@ -127,7 +127,8 @@ class Offering:
 
     def _taken(self) -> None:
         self.until = None
-        self._expecting_until = time.monotonic() + EXPECT
+        if not self.handed:  # its notification may have come while we asked
+            self._expecting_until = time.monotonic() + EXPECT
 
     def session_ended(self) -> None:
         """The session that made the offer is gone, and with it any notification still on its

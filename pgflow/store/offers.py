@@ -29,6 +29,7 @@ whose claim's answer was lost: its lease runs out and the sweep schedules it aga
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -38,6 +39,8 @@ from ..conf import pgflow_settings
 from .claims import Claim, claims_of, outputs_params
 from .cursors import hot_cursor
 from .rows import CLAIMED, RUN_COLUMNS, STEP_COLUMNS
+
+logger = logging.getLogger("pgflow")
 
 # The part of the plain start's statement that takes an offer (its first CTE, ``taken``):
 # parameters, in order: whether this start may take one, the attempt's queue, the start's
@@ -80,6 +83,17 @@ HANDED = (
     + ", ".join(f"'{column}', s.{column}" for column in STEP_COLUMNS)
     + ")) AS whole FROM taken AS t, new_step AS s, new_run AS r) AS h)"
 )
+# A start hands its attempt only when its claim fits its notification: its input and
+# attributes at most this many bytes as compact JSON (PostgreSQL's text of them is at most
+# 1.5 times that, the run's other columns about 1 kB). A larger one is claimed as before.
+HANDED_INPUT = 3000
+
+
+def fits(input: Any, attributes: Any) -> bool:
+    """Whether a start with ``input`` and ``attributes`` may hand its attempt over."""
+    return len(json.dumps(input)) + len(json.dumps(attributes or {})) <= HANDED_INPUT
+
+
 _RUN_TIMES = ("created_at", "updated_at", "finished_at")
 _STEP_TIMES = ("created_at", "scheduled_at", "waiting_since", "throttled_until")
 
@@ -191,13 +205,21 @@ def withdraw(*, worker: str) -> bool:
 
 
 def fetch(handed: Handed, *, readers: frozenset[str]) -> Claim | None:
-    """The claim of an attempt handed without it (too large for its notification); None if
-    it is no longer ours (its lease ran out meanwhile)."""
+    """The claim of an attempt handed without it (too large for its notification, which
+    ``fits`` keeps starts from handing); None if it is no longer ours (its lease ran out)."""
     params = {"id": handed.step_id, "token": handed.token, **outputs_params(readers)}
     with hot_cursor() as cursor:
         cursor.execute(FETCH_SQL, params)
         rows = cursor.fetchall()
-    return next(iter(claims_of(rows)), None)
+    found = next(iter(claims_of(rows)), None)
+    if found is None:
+        logger.warning(
+            "attempt %s handed to worker %s is no longer in progress under its token",
+            handed.step_id,
+            handed.worker,
+            extra={"action": "hand_off_gone"},
+        )
+    return found
 
 
 def settle(*, worker: str, session: int, since: datetime, held: list[int], readers: frozenset[str]) -> list[Claim]:

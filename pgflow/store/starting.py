@@ -153,7 +153,7 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
     # An idle worker's offer (pgflow.store.offers) is taken only by a start that is its own
     # transaction: in the caller's, the offer's row would stay locked until it ends.
     at, queue = run.created_at, attempt["queue"]
-    take = [alone and pgflow_settings.HAND_OFF, queue, at, queue, at, at]
+    take = [alone and pgflow_settings.HAND_OFF and offers.fits(run.input, run.attributes), queue, at, queue, at, at]
     values = [*take, *params, queue]
     try:
         if pgflow_settings.WAKE_BEFORE_FLUSH and alone:

@@ -1,7 +1,7 @@
 """Idle workers' offers in real worker processes (pgflow.store.offers): a start hands its first
 attempt to an idle worker, which runs it once from the notification; a killed worker's offer
-is passed over; a stopping worker withdraws its own; starts from many threads while workers
-go idle and busy run every attempt once."""
+is passed over, and so is a start too large to hand over; a stopping worker withdraws its own;
+starts from many threads while workers go idle and busy run every attempt once."""
 
 from __future__ import annotations
 
@@ -64,11 +64,11 @@ def _backend_alive(pid: int) -> bool:
         return cursor.fetchone() is not None
 
 
-def test_an_input_too_large_for_a_notification_is_handed_by_its_id(start_worker, marks):
+def test_an_input_too_large_to_hand_over_is_claimed_as_before(start_worker, marks):
     worker = start_worker("--concurrency", "1", "--name", "big")
     wait_until(lambda: offered("big"), timeout=60, what="the worker's offer")
     run = wf.SlowSteps.start(input={"sleep": 0.01, "text": "x" * 20_000})
-    assert handed(Step.objects.get(run=run, step_name="one"))
+    assert not handed(Step.objects.get(run=run, step_name="one"))
     wait_until(lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished", timeout=30, what="the run")
     assert worker.terminate() == 0
     assert sorted(marks.read_text().split()) == [f"{run.pk}:one:1", f"{run.pk}:three:1", f"{run.pk}:two:1"]
