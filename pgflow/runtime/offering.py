@@ -106,13 +106,16 @@ class Offering:
             return
         until = now + timedelta(seconds=wait) + 2 * SLACK
         if self.until is None:
-            self.session = store_offers.offer(worker=self.worker, queues=self.queues, until=until)
+            # Set before the statement: a start may take the offer the moment it commits, and
+            # its notification be read with the statement's answer (``note`` checks the session).
+            self.session = store_offers.session()
             self.until, self._since = until, now
+            store_offers.offer(worker=self.worker, queues=self.queues, until=until)
         elif self.until < now + timedelta(seconds=wait) + SLACK:
-            if store_offers.renew(worker=self.worker, until=until):
-                self.until = until
-            else:
+            if not store_offers.renew(worker=self.worker, until=until):
                 self._taken()
+            elif self.until is not None:  # not taken while we renewed it
+                self.until = until
 
     def withdraw(self) -> bool:
         """Take the standing offer back. True: the reserved slot is free again; False: a start

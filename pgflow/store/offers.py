@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..conf import pgflow_settings
+from ..db import connection
 from .claims import Claim, claims_of, outputs_params
 from .cursors import hot_cursor
 from .rows import CLAIMED, RUN_COLUMNS, STEP_COLUMNS
@@ -175,6 +176,15 @@ FETCH_SQL = (
     "SELECT " + CLAIMED + " FROM pgflow_step_live AS s JOIN pgflow_run AS r ON r.id = s.run_id"
     " WHERE s.id = %(id)s AND s.claim_token = %(token)s AND s.status = 'in_progress'"
 )
+
+
+def session() -> int:
+    """The backend pid of this thread's session (libpq knows it: no query), which an offer
+    made on it names."""
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    return int(raw.info.backend_pid)
 
 
 def offer(*, worker: str, queues: list[str], until: datetime) -> int:

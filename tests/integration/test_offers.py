@@ -227,3 +227,22 @@ def test_a_disabled_offering_offers_nothing():
     offering = Offering(worker="w-6", queues=["workflows"], enabled=False)
     offering.make(free=Kinds(threads=4, awaiting=0), wait=1.0, now=store.now())
     assert not Offer.objects.exists() and not offering.reserving
+
+
+def test_a_hand_off_read_with_the_offers_own_answer_is_kept(monkeypatch):
+    # A start may take the offer the moment it commits; its notification can then come in with
+    # the offer statement's answer, before the statement returns.
+    offering = Offering(worker="w-8", queues=["workflows"], enabled=True)
+    real_offer = offers.offer
+
+    def offer_then_taken(**kwargs):
+        made = real_offer(**kwargs)
+        step = Step.objects.get(run=wf.ThreeSteps.start())
+        offering.note(offers.Handed(worker="w-8", session=made, step_id=step.pk, token=step.claim_token, claim=None))
+        return made
+
+    monkeypatch.setattr(offers, "offer", offer_then_taken)
+    offering.make(free=Kinds(threads=1, awaiting=0), wait=1.0, now=store.now())
+    assert not offering.reserving and len(offering.handed) == 1  # its slot is the attempt's, not an offer's
+    (claim,) = offering.take(held=[], readers=frozenset())
+    assert claim.step_name == "one" and Step.objects.get(pk=claim.step_id).worker == "w-8"
