@@ -98,7 +98,7 @@ TIMES: tuple[Column, ...] = (
     Column("ScheduleTick", "started_at", KEEP, "in the clock's time, with next_tick_at"),
     Column("Worker", "started_at", SHIFT, "the workers page"),
     Column("Worker", "heartbeat_at", SHIFT, "live workers (LEASE), forgotten after an hour; a live one beats again"),
-    Column("Offer", "until", SHIFT, "a start takes an idle worker's offer until then; a live one renews it"),
+    Column("Offer", "until", KEEP, "in real time: a live worker renews its offer, and a start takes it until then"),
     Column("AccessToken", "created_at", SHIFT, "the tokens page"),
     Column("AccessToken", "last_used_at", SHIFT, "the tokens page"),
     Column("AccessToken", "revoked_at", SHIFT, "the tokens page"),

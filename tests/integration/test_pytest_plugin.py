@@ -65,7 +65,7 @@ def test_every_time_column_of_pgflows_models_is_listed():
     assert not listed - set(time_columns()), "TIMES lists a column that is gone"
     assert ("Step", "deadline_at") in listed and ("Gate", "starts") in listed
     assert all(column.compared for column in TIMES)
-    assert {column.model for column in TIMES if column.how == KEEP} == {"Schedule", "ScheduleTick"}
+    assert {column.model for column in TIMES if column.how == KEEP} == {"Schedule", "ScheduleTick", "Offer"}
 
 
 def test_the_plugin_is_loaded_by_the_entry_point(request):
