@@ -28,7 +28,7 @@ from ..db import connection
 from ..exceptions import WorkflowNotFound
 from ..models import WorkflowRun
 from ..registry import resolve
-from .cursors import hot_cursor
+from .cursors import compact, hot_cursor
 from .locking import now
 from .rows import CLAIMED, CLAIMED_STEP, OUTPUTS_CAP, RUN_COLUMNS, STEP_COLUMNS, deferred
 
@@ -323,7 +323,8 @@ _AFTER: dict[str, tuple[str, str]] = {}
 # then claims with CLAIM_SQL. Its rows: that flag, when the earliest attempt it leaves
 # scheduled comes due (NULL: none is; the worker's wait needs no query of its own), then the
 # claimed columns (NULL when none).
-UNGATED_CLAIM_SQL = (
+# compact: it then fits psycopg's cache of parsed statements (cursors.CACHED_LENGTH).
+UNGATED_CLAIM_SQL = compact(
     """
 WITH """
     + _OPEN_QUEUES
@@ -528,7 +529,7 @@ def claim(
 # primary key and one of each queue's due index; the ungated claim's scans of every queue's
 # due rows are most of what an idle worker's claim after a start costs, all of it on the
 # start latency.
-CLAIM_NOTIFIED_SQL = (
+CLAIM_NOTIFIED_SQL = compact(
     """
 WITH claimed AS (
     UPDATE pgflow_step_live AS s

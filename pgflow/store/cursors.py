@@ -12,6 +12,7 @@ much faster, C loader, which gives the same aware datetimes when Django runs wit
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +29,22 @@ logger = logging.getLogger("pgflow")
 
 _TIMESTAMPTZ = psycopg.adapters.types["timestamptz"].oid
 _C_LOADER = psycopg.adapters.get_loader(_TIMESTAMPTZ, psycopg.pq.Format.TEXT)
+
+
+# psycopg parses a statement's %s placeholders once and caches the result only for a text of
+# at most this many bytes (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH); a longer one is
+# parsed again by regular expression on every run: 49 µs for the 4,450 bytes of the claim as
+# written, on every claim of the worker's loop.
+CACHED_LENGTH = 4096
+_SPACE_AROUND = re.compile(r" ?([(),=]) ?")
+
+
+def compact(sql: str) -> str:
+    """``sql`` with its layout taken out (whitespace runs made one space, none around
+    parentheses, commas and ``=``), so that a hot statement fits psycopg's cache of parsed
+    queries (``CACHED_LENGTH``). Only for pgflow's own statements, whose string literals hold
+    none of those characters next to a space."""
+    return _SPACE_AROUND.sub(r"\1", " ".join(sql.split()))
 
 
 # psycopg prepares a statement after this many runs, or when asked (``prepare=True``): Django
