@@ -54,7 +54,6 @@ RECONNECT_DELAY = 1.0  # seconds between attempts while the database is away
 THROTTLED_POLL = 0.2  # seconds: how soon an idle worker looks again at due attempts a limit held
 TIMEOUT_TICK = 0.5  # seconds between checks for steps past their timeout
 THREADS_GRACE = 10.0  # seconds run() waits at the end for its background threads
-HANDED_WAIT = offering.EXPECT  # seconds a stopping worker waits for an attempt handed to it
 
 
 def schema_missing(exc: BaseException) -> bool:
@@ -661,7 +660,8 @@ class Worker:
         try:
             with self._watchdog.guard("claim"):
                 withdrawn = self._offering.withdraw()
-                deadline = time.monotonic() + HANDED_WAIT
+                # As long as a taken offer's notification is expected (offering.EXPECT).
+                deadline = time.monotonic() + offering.EXPECT
                 listening = self._listening_on
                 while not withdrawn and listening is not None and not self._offering.handed:
                     if time.monotonic() > deadline:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+from psycopg import pq
 from psycopg.types.json import Jsonb
 
 from .. import db
@@ -16,6 +18,7 @@ from ..core.definitions import scheduled_plainly
 from ..core.events import EventKind
 from ..core.flow import COMPLETE, Outcome
 from ..core.states import RunStatus
+from ..db import connection
 from ..exceptions import StepNotFound, WorkflowNotFound
 from ..models import Step, WorkflowRun
 from ..registry import resolve
@@ -60,71 +63,148 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
     (a completion and a timeout that crossed) is ignored.
     """
     at = at or now()
-    applied: list[bool | None] = [False] * len(items)
-    # Its statements are prepared (each runs on every batch) on psycopg's own cursor: Django's
-    # would quote the batch's arrays into the SQL text element by element (store/cursors.py).
+    if connection.get_autocommit() and not connection.in_atomic_block:
+        applied = _finish_in_two_trips(items, at)
+        if applied is not None:
+            return applied
     with db.atomic(), hot_cursor() as cursor:
-        cursor.execute(
-            _LOCK,
-            {
-                "runs": sorted({item.claim.run_id for item in items}),
-                "steps": sorted({item.claim.step_id for item in items}),
-            },
-            prepare=True,
-        )
-        runs, tokens = {}, {}
-        for kind, row_id, status, workflow_class, digest, token in cursor.fetchall():
-            if kind == "run":
-                runs[row_id] = (status, workflow_class, digest)
-            else:
-                tokens[row_id] = token
-        missing = sorted({item.claim.run_id for item in items} - runs.keys())
-        if missing:  # locked elsewhere, or deleted (retention): only the first come back later
-            cursor.execute("SELECT id FROM pgflow_run WHERE id = ANY(%s)", [missing], prepare=True)
-            busy = {row[0] for row in cursor.fetchall()}
+        cursor.execute(_LOCK, _lock_params(items), prepare=True)
+        runs, tokens = _locked(cursor.fetchall())
+        sorted_ = _sort(items, runs, tokens, _busy(cursor, items, runs))
+        for claim, reason in sorted_.ignored:
+            log_ignored(claim, reason)
+        if sorted_.plain:
+            completion = _completion(sorted_.plain, at=at)
+            if completion.closing:
+                with cursor.connection.pipeline():
+                    _send(cursor, completion)
+            _apply_each(completion.fallback, at)
+        _apply_each(sorted_.other, at)
+    return sorted_.applied
+
+
+def _finish_in_two_trips(items: list[Finished], at: datetime) -> list[bool | None] | None:
+    """``finish_many`` in two round trips when every item is the common case: BEGIN with the
+    locks, then the statements with COMMIT, each a pipeline. Django's ``atomic()`` took four:
+    BEGIN alone (psycopg waits for it, even in a pipeline), the locks, the statements, COMMIT,
+    each a wake-up of the committing thread (benchmarks/RESULTS.md, issue 35 part I). The
+    transaction is the connection's own (Django's is in autocommit, outside any ``atomic()``);
+    None, with it rolled back and nothing written, when an item needs ``apply`` (which
+    ``finish_many`` then does in an ``atomic()``, from the start)."""
+    with hot_cursor() as cursor:
+        raw = cursor.connection
+        try:
+            with raw.pipeline():
+                cursor.execute("BEGIN")
+                cursor.execute(_LOCK, _lock_params(items), prepare=True)
+            runs, tokens = _locked(cursor.fetchall())
+            sorted_ = _sort(items, runs, tokens, _busy(cursor, items, runs))
+            completion = _completion(sorted_.plain, at=at)
+            if sorted_.other or completion.fallback:
+                raw.rollback()
+                return None
+            with raw.pipeline():
+                if completion.closing:
+                    _send(cursor, completion)
+                cursor.execute("COMMIT")
+        except BaseException:
+            _roll_back(raw)
+            raise
+    for claim, reason in sorted_.ignored:
+        log_ignored(claim, reason)
+    return sorted_.applied
+
+
+def _roll_back(raw: Any) -> None:
+    """End a failed transaction of ``_finish_in_two_trips`` (a broken connection has none left)."""
+    try:
+        if raw.info.transaction_status != pq.TransactionStatus.IDLE:
+            raw.rollback()
+    except psycopg.Error:
+        pass
+
+
+def _lock_params(items: list[Finished]) -> dict[str, list[int]]:
+    return {
+        "runs": sorted({item.claim.run_id for item in items}),
+        "steps": sorted({item.claim.step_id for item in items}),
+    }
+
+
+def _locked(rows: list[tuple[Any, ...]]) -> tuple[dict[int, tuple[str, str, str]], dict[int, Any]]:
+    """_LOCK's rows: the locked runs' (status, class, digest), and their attempts' tokens."""
+    runs, tokens = {}, {}
+    for kind, row_id, status, workflow_class, digest, token in rows:
+        if kind == "run":
+            runs[row_id] = (status, workflow_class, digest)
         else:
-            busy = set()
-        plain, other = [], []
-        for index, item in enumerate(items):
-            run = runs.get(item.claim.run_id)
-            if run is None and item.claim.run_id in busy:
-                applied[index] = None  # locked by another transaction: not now
-                continue
-            if run is None:
-                log_ignored(item.claim, "its run no longer exists")
-                continue
-            if tokens.pop(item.claim.step_id, None) != item.claim.token:
-                log_ignored(
+            tokens[row_id] = token
+    return runs, tokens
+
+
+def _busy(cursor: Any, items: list[Finished], runs: dict[int, Any]) -> set[int]:
+    """The batch's runs _LOCK skipped that still exist: locked by another transaction."""
+    missing = sorted({item.claim.run_id for item in items} - runs.keys())
+    if not missing:  # locked elsewhere, or deleted (retention): only the first come back later
+        return set()
+    cursor.execute("SELECT id FROM pgflow_run WHERE id = ANY(%s)", [missing], prepare=True)
+    return {row[0] for row in cursor.fetchall()}
+
+
+@dataclass
+class _Sorted:
+    """A batch sorted by what applying each item takes."""
+
+    applied: list[bool | None]  # finish_many's answer
+    plain: list[tuple[Finished, str]] = field(default_factory=list)  # with its run's class
+    other: list[Finished] = field(default_factory=list)  # through apply
+    ignored: list[tuple[Claim, str]] = field(default_factory=list)  # and why, to log
+
+
+def _sort(items: list[Finished], runs: dict[int, Any], tokens: dict[int, Any], busy: set[int]) -> _Sorted:
+    result = _Sorted(applied=[False] * len(items))
+    for index, item in enumerate(items):
+        run = runs.get(item.claim.run_id)
+        if run is None and item.claim.run_id in busy:
+            result.applied[index] = None  # locked by another transaction: not now
+            continue
+        if run is None:
+            result.ignored.append((item.claim, "its run no longer exists"))
+            continue
+        if tokens.pop(item.claim.step_id, None) != item.claim.token:
+            result.ignored.append(
+                (
                     item.claim,
                     "it was ended elsewhere (timed out, lease taken over, an operator acted, "
                     "or another outcome of it was applied)",
                 )
-                continue
-            applied[index] = True
-            if (
-                item.outcome.kind == COMPLETE
-                and item.error is None
-                and run[0] == RunStatus.RUNNING
-                and _digest(run[1]) == run[2]
-            ):
-                plain.append((item, run[1]))
-            else:
-                other.append(item)
-        if plain:
-            _complete_many(cursor, plain, at=at)
-        for item in other:  # the rare cases, one by one, with the full rules
-            run_row = WorkflowRun.objects.get(pk=item.claim.run_id)
-            step_row = Step.objects.live().get(pk=item.claim.step_id)
-            apply(
-                run_row,
-                step_row,
-                item.outcome,
-                at=at,
-                output=item.output,
-                error=item.error,
-                attributes=item.attributes,
             )
-    return applied
+            continue
+        result.applied[index] = True
+        if (
+            item.outcome.kind == COMPLETE
+            and item.error is None
+            and run[0] == RunStatus.RUNNING
+            and _digest(run[1]) == run[2]
+        ):
+            result.plain.append((item, run[1]))
+        else:
+            result.other.append(item)
+    return result
+
+
+def _apply_each(items: list[Finished], at: datetime) -> None:
+    """The rare cases, one by one, with the full rules."""
+    for item in items:
+        apply(
+            WorkflowRun.objects.get(pk=item.claim.run_id),
+            Step.objects.live().get(pk=item.claim.step_id),
+            item.outcome,
+            at=at,
+            output=item.output,
+            error=item.error,
+            attributes=item.attributes,
+        )
 
 
 # The batch's runs that can be locked now (SKIP LOCKED), then the open attempts of those runs
@@ -219,21 +299,30 @@ def _is_last(workflow_class: str, step_name: str) -> bool:
     return bool(names) and names[-1] == step_name
 
 
-def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetime) -> None:
-    """Close completed attempts and move their runs on: two statements for all of them.
+@dataclass
+class _Completion:
+    """Completed attempts closed and their runs moved on (``_send``: two statements for all
+    of them), and the items that go through ``apply`` instead."""
 
-    The same transitions ``apply`` makes for a COMPLETE outcome on a running run; a run
-    whose next step cannot be worked out (its class or step is gone) goes through
-    ``apply`` instead, which pauses it with the reason.
-    """
-    steps: list[dict[str, Any]] = []  # the next attempts
-    events: list[dict[str, Any]] = []
-    moves: dict[str, dict[str, Any]] = {}  # by run id: the run's new status and current step
-    outputs: dict[str, Any] = {}  # by attempt id: what its body returned (None: no key)
-    attributes: dict[str, Any] = {}  # by run id: what its body's set_attributes() set
-    closing: list[int] = []
-    due_queues: set[str] = set()
-    fallback = []
+    at: datetime
+    closing: list[int] = field(default_factory=list)  # the attempts closed
+    outputs: dict[str, Any] = field(default_factory=dict)  # by attempt id: what its body returned (None: no key)
+    steps: list[dict[str, Any]] = field(default_factory=list)  # the next attempts
+    events: list[dict[str, Any]] = field(default_factory=list)
+    moves: dict[str, dict[str, Any]] = field(default_factory=dict)  # by run id: its new status and current step
+    attributes: dict[str, Any] = field(default_factory=dict)  # by run id: what its body's set_attributes() set
+    due_queues: set[str] = field(default_factory=set)
+    fallback: list[Finished] = field(default_factory=list)
+
+
+def _completion(done: list[tuple[Finished, str]], *, at: datetime) -> _Completion:
+    """The same transitions ``apply`` makes for a COMPLETE outcome on a running run, for
+    all of ``done`` at once; a run whose next step cannot be worked out (its class or step is
+    gone) goes to ``fallback``: ``apply`` pauses it with the reason."""
+    completion = _Completion(at=at)
+    steps, events, moves = completion.steps, completion.events, completion.moves
+    outputs, attributes, closing = completion.outputs, completion.attributes, completion.closing
+    due_queues, fallback = completion.due_queues, completion.fallback
     # A child run that ends counts its member in its parent's batch: that goes through apply.
     children = _children_finishing(done)
     for item, workflow_class in done:
@@ -283,30 +372,27 @@ def _complete_many(cursor: Any, done: list[tuple[Finished, str]], *, at: datetim
         if due <= at:
             due_queues.add(attempt["queue"])
         moves[str(claim.run_id)] = {"status": RunStatus.RUNNING, "current_step": nxt.name}
-    if closing:
-        # Both in one round trip (psycopg's pipeline): the server runs them in order.
-        with cursor.connection.pipeline():
-            cursor.execute(_CLOSE_COMPLETED, {"at": at, "ids": closing, "outputs": Jsonb(outputs)}, prepare=True)
-            cursor.execute(
-                _ADVANCE,
-                {
-                    "at": at,
-                    "steps": Jsonb(steps),
-                    "events": Jsonb(events),
-                    "moves": Jsonb(moves),
-                    "attributes": Jsonb(attributes),
-                    "run_ids": [int(run_id) for run_id in moves],
-                    "channel": CHANNEL,
-                    "due_queues": sorted(due_queues),
-                },
-                prepare=True,
-            )
-    for item in fallback:
-        apply(
-            WorkflowRun.objects.get(pk=item.claim.run_id),
-            Step.objects.live().get(pk=item.claim.step_id),
-            item.outcome,
-            at=at,
-            output=item.output,
-            attributes=item.attributes,
-        )
+    return completion
+
+
+def _send(cursor: Any, completion: _Completion) -> None:
+    """``completion``'s two statements, in the caller's pipeline (one round trip): the server
+    runs them in order."""
+    at = completion.at
+    cursor.execute(
+        _CLOSE_COMPLETED, {"at": at, "ids": completion.closing, "outputs": Jsonb(completion.outputs)}, prepare=True
+    )
+    cursor.execute(
+        _ADVANCE,
+        {
+            "at": at,
+            "steps": Jsonb(completion.steps),
+            "events": Jsonb(completion.events),
+            "moves": Jsonb(completion.moves),
+            "attributes": Jsonb(completion.attributes),
+            "run_ids": [int(run_id) for run_id in completion.moves],
+            "channel": CHANNEL,
+            "due_queues": sorted(completion.due_queues),
+        },
+        prepare=True,
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from pgflow import store
@@ -17,7 +18,14 @@ def claim_all():
     return {c.run_id: c for c in store.claim(worker="t", queues=["workflows"], limit=100)}
 
 
-def test_a_batch_applies_each_outcome_as_finish_would():
+@pytest.mark.parametrize(
+    "where",
+    [
+        "in the caller's atomic()",
+        pytest.param("on its own (the worker's committer)", marks=pytest.mark.django_db(transaction=True)),
+    ],
+)
+def test_a_batch_applies_each_outcome_as_finish_would(where):
     advancing = wf.ThreeSteps.start()
     last = wf.FlowVerbs.start()
     paused_meanwhile = wf.ThreeSteps.start()
@@ -169,3 +177,92 @@ def test_two_committing_threads_apply_every_outcome_once():
         steps = list(Step.objects.filter(run=run).order_by("id").values_list("step_name", "status", "output"))
         assert steps == [("one", "completed", {"n": run.pk}), ("two", "scheduled", None)]
     assert_exactly_once([run.pk for run in runs])
+
+
+def round_trips(action):
+    """What ``action`` sent on this thread's connection: the statements and the times it
+    waited for the server (a pipeline's Sync, a simple query), read from libpq's own trace."""
+    import tempfile
+
+    from django.db import connection
+
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            result = action()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        sent = [line.split("\t") for line in trace.read().splitlines() if line.startswith("F")]
+    waits = sum(1 for part in sent if part[2].startswith(("Sync", "Query")))
+    statements = [  # unnamed or newly prepared ones (Parse), and simple queries (Query)
+        part[3].split('"')[3] if part[2].startswith("Parse") else part[3].split('"')[1]
+        for part in sent
+        if part[2].startswith(("Parse", "Query"))
+    ]
+    return result, waits, statements
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_its_own_a_plain_batch_takes_two_round_trips_and_commits():
+    from django.db import connection
+
+    runs = [wf.ThreeSteps.start() for _ in range(3)]
+    items = [store.Finished(claim=c, outcome=Outcome(kind="complete"), output={"n": 1}) for c in claim_all().values()]
+    applied, waits, statements = round_trips(lambda: store.finish_many(items))
+    assert applied == [True, True, True]
+    # BEGIN with the locks, then the statements with COMMIT: Django's atomic() took four.
+    assert waits == 2
+    assert statements[0] == "BEGIN" and statements[-1] == "COMMIT"
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    with other_connection(autocommit=True) as other:  # committed: another session sees it
+        rows = other.execute(
+            "SELECT count(*) FROM pgflow_step_live"
+            " WHERE run_id = ANY(%s) AND step_name = 'two' AND status = 'scheduled'",
+            [[run.pk for run in runs]],
+        ).fetchone()
+    assert rows == (3,)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_its_own_a_batch_with_an_item_apply_takes_is_applied_whole_in_an_atomic():
+    plain, skipped = wf.ThreeSteps.start(), wf.ThreeSteps.start()
+    held = claim_all()
+    items = [
+        store.Finished(claim=held[plain.pk], outcome=Outcome(kind="complete"), output={"n": 1}),
+        store.Finished(claim=held[skipped.pk], outcome=Outcome(kind="skip")),  # through apply
+    ]
+    applied, _, statements = round_trips(lambda: store.finish_many(items))
+    assert applied == [True, True]
+    # The two-trip transaction rolled back before writing anything, then atomic() from the start.
+    begins = [index for index, text in enumerate(statements) if text == "BEGIN"]
+    assert len(begins) == 2 and begins[0] < statements.index("ROLLBACK") < begins[1], statements
+    assert list(Step.objects.filter(run=plain).order_by("id").values_list("step_name", "status")) == [
+        ("one", "completed"),
+        ("two", "scheduled"),
+    ]
+    assert list(Step.objects.filter(run=skipped).order_by("id").values_list("step_name", "status")) == [
+        ("one", "skipped"),
+        ("two", "scheduled"),
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_its_own_a_batch_postgresql_refuses_writes_nothing_and_leaves_the_connection_clean():
+    from django.db import DataError, connection
+
+    refused, healthy = wf.ThreeSteps.start(), wf.ThreeSteps.start()
+    held = claim_all()
+    bad = store.Finished(claim=held[refused.pk], outcome=Outcome(kind="complete"), output={"text": "a\u0000b"})
+    with pytest.raises(DataError):  # jsonb holds no NUL character
+        store.finish_many([bad, store.Finished(claim=held[healthy.pk], outcome=Outcome(kind="complete"))])
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert set(Step.objects.filter(run__in=[refused, healthy]).values_list("step_name", "status")) == {
+        ("one", "in_progress")
+    }
+    # The same connection applies the next batch.
+    assert store.finish_many([store.Finished(claim=held[healthy.pk], outcome=Outcome(kind="complete"))]) == [True]
+    assert WorkflowRun.objects.get(pk=healthy.pk).current_step == "two"
