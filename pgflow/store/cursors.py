@@ -33,8 +33,8 @@ _C_LOADER = psycopg.adapters.get_loader(_TIMESTAMPTZ, psycopg.pq.Format.TEXT)
 
 # psycopg parses a statement's %s placeholders once and caches the result only for a text of
 # at most this many bytes (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH); a longer one is
-# parsed again by regular expression on every run: 49 µs for the 4,450 bytes of the claim as
-# written, on every claim of the worker's loop.
+# parsed again by regular expression on every run, which the claim as written paid on every
+# claim of the worker's loop (benchmarks/RESULTS.md, issue 35 part I).
 CACHED_LENGTH = 4096
 _SPACE_AROUND = re.compile(r" ?([(),=]) ?")
 

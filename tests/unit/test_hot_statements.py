@@ -1,6 +1,6 @@
 """The hot statements fit psycopg's cache of parsed queries: past its limits (the text's
-bytes, the parameters' count) psycopg parses a statement's placeholders again on every run,
-49 µs for the claim as it was once written (pgflow.store.cursors.CACHED_LENGTH)."""
+bytes, the parameters' count) psycopg parses a statement's placeholders again on every run
+(pgflow.store.cursors.CACHED_LENGTH)."""
 
 from __future__ import annotations
 
