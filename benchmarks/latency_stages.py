@@ -11,10 +11,12 @@ before the ``start()`` call (the same clock as benchmarks/run.py's latency):
 
 - ``start() returns``: the call's own time (its durable commit included);
 - ``worker woken``: the loop's ``select`` returned (the notification arrived);
+- ``notification read``: read from the socket and parsed (a handed attempt's claim with it);
 - ``claim by id``: the claim statement's start and end (hand-off off only: a handed attempt
   needs none);
 - ``body submitted``: the attempt handed to a step thread;
-- ``step thread begins``: that thread's runner has it (its span begun);
+- ``step thread begins``: that thread's runner has it;
+- ``body prepared``: the runner's prepare (no query for a plain step) is done;
 - ``body's first line``: the latency benchmarks/run.py reports.
 
 Medians (and the body's p99) per variant, for benchmarks/RESULTS.md. On the benchmark
@@ -43,10 +45,12 @@ sys.path.insert(0, str(ROOT))
 STAGES = (
     "start() returns",
     "worker woken",
+    "notification read",
     "claim by id begins",
     "claim by id ends",
     "body submitted",
     "step thread begins",
+    "body prepared",
 )
 BODY = "body's first line"
 TRACE_ENV = "BENCH_STAGES_TRACE"
@@ -60,7 +64,7 @@ def traced_worker(concurrency: int) -> None:
     from django.core.management import call_command
 
     from pgflow import store
-    from pgflow.runtime import runner, slots, worker
+    from pgflow.runtime import runner, slots, wake, worker
 
     marks: list[tuple[str, float]] = []
 
@@ -77,10 +81,12 @@ def traced_worker(concurrency: int) -> None:
 
         setattr(owner, name, timed)
 
-    wrap(worker.Worker, "_sleep", None, "worker woken")
+    wrap(wake.Wake, "wait", None, "worker woken")
+    wrap(worker.Worker, "_read_notes", None, "notification read")
     wrap(store, "claim_notified", "claim by id begins", "claim by id ends")
     wrap(slots.Slots, "submit", "body submitted", None)
     wrap(runner.Runner, "execute", "step thread begins", None)
+    wrap(runner.store, "quick_prepare", None, "body prepared")
 
     def dump(*_: object) -> None:
         Path(os.environ[TRACE_ENV]).write_text(json.dumps(marks))

@@ -168,7 +168,7 @@ def lost_by_pooler(exc: BaseException) -> bool:
 
 def control_cursor() -> psycopg.Cursor[Any]:
     """This thread's plain psycopg cursor on Django's (connected) connection, for the few
-    statements around a hot one (a start's BEGIN, SET LOCAL, COMMIT): made once per connection."""
+    statements around a hot one (the flush after a start): made once per connection."""
     return _kept("control", psycopg.Cursor)
 
 

@@ -8,7 +8,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, IntegrityError
 from django.db.models import Model
@@ -139,7 +138,9 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
     run.traceparent = observability.run_starting(path)
     details: dict[str, Any] = {"workflow": path, "key": None, **({"parent": parent.pk} if parent else {})}
     attempt = attempt_values(workflow, first)
-    statement = _plain_start_statement()
+    alone = connection.get_autocommit() and not connection.in_atomic_block
+    early = pgflow_settings.WAKE_BEFORE_FLUSH and alone
+    statement = _plain_start_statement(early=early)
     params = [
         *statement.run.params(run),
         *statement.event.params(details=details),
@@ -149,17 +150,13 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
     # quoting its parameters into the SQL, and parsing and planning its three INSERTs,
     # were each a large part of a start in a process that had been idle.
     cursor = preparing_cursor()
-    alone = connection.get_autocommit() and not connection.in_atomic_block
     # An idle worker's offer (pgflow.store.offers) is taken only by a start that is its own
     # transaction: in the caller's, the offer's row would stay locked until it ends.
     at, queue = run.created_at, attempt["queue"]
     take = [alone and pgflow_settings.HAND_OFF and offers.fits(run.input, run.attributes), queue, at, queue, at, at]
     values = [*take, *params, queue]
     try:
-        if pgflow_settings.WAKE_BEFORE_FLUSH and alone:
-            _execute_waking_first(cursor, statement.sql, values)
-        else:
-            cursor.execute(statement.sql, values)
+        cursor.execute(statement.sql, values)
     except DatabaseError as exc:
         # A pooler lost the prepared statement: it failed before running, so an autocommit
         # start runs again unprepared; in the caller's transaction, which the error aborted,
@@ -170,6 +167,8 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
     (run.pk,) = cursor.fetchone()[:1]
     run._state.adding = False
     run._state.db = connection.alias
+    if early:
+        _flush()
     return run
 
 
@@ -180,29 +179,14 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
 _FLUSH = "SELECT pg_logical_emit_message(true, 'pgflow', 'start')"
 
 
-def _execute_waking_first(cursor: Any, sql: str, values: list[Any]) -> None:
-    """Run an autocommit plain start so that a worker is woken before its commit reaches the
-    disk, and return once it has. One round trip, pipelined: the start in a transaction of
-    its own whose commit does not wait for the flush (NOTIFY is delivered at once, so the
-    worker's claim overlaps the flush), then a second transaction whose commit does wait,
-    for WAL that includes the start's. The flush was most of an idle start's latency."""
-    raw = connection.connection
-    control = control_cursor()
-    # The pipeline's errors come out at its end, past the cursor wrapper: Django's, as any query's.
+def _flush() -> None:
+    """After an autocommit plain start whose commit did not wait for the disk (its statement
+    turned synchronous_commit off for its own transaction, so its NOTIFY went out at once and
+    the worker's claim overlaps the flush): a second transaction whose commit does wait, for
+    WAL that includes the start's. The flush was most of an idle start's latency."""
+    # The statement's errors as any query's: Django's.
     with connection.wrap_database_errors:
-        try:
-            with raw.pipeline():
-                control.execute("BEGIN")
-                control.execute("SET LOCAL synchronous_commit TO off")
-                cursor.execute(sql, values)
-                control.execute("COMMIT")
-                control.execute(_FLUSH)
-        except Exception:  # psycopg's at the pipeline's end, Django's from the cursor wrapper
-            # A failed statement left the explicit transaction aborted: end it, as Django's
-            # autocommit expects (nothing of the start is committed if its COMMIT did not run).
-            if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raw.rollback()
-            raise
+        control_cursor().execute(_FLUSH)
 
 
 @dataclass(frozen=True)
@@ -214,9 +198,12 @@ class _PlainStart:
 
 
 @functools.cache
-def _plain_start_statement() -> _PlainStart:
+def _plain_start_statement(*, early: bool = False) -> _PlainStart:
     """The plain start's statement, compiled once: compiling its three INSERTs again on every
-    start was paid on the start latency."""
+    start was paid on the start latency. ``early``: an autocommit start's, whose transaction
+    (its own) commits without waiting for the disk (``_flush`` waits after): set in the
+    statement rather than by a BEGIN and a SET LOCAL before it, each a statement the server
+    wakes for on the start latency."""
     # The event and the attempt take the run's id and its created_at from the run's row, and
     # their constants are literals (Insert.template): the statement stays well within the 50
     # parameters whose conversion psycopg caches (it parsed it again on every start past that).
@@ -251,7 +238,9 @@ def _plain_start_statement() -> _PlainStart:
         f"new_step AS ({step.sql} RETURNING {offers.STEP_RETURNING}) "
         # The channel a literal, a constant: one parameter fewer.
         f"SELECT id, pg_notify('{CHANNEL}', %s || ' ' || (SELECT id FROM new_step) || coalesce(' ' || "
-        f"{offers.HANDED}, '')) FROM new_run"
+        f"{offers.HANDED}, ''))"
+        + (", set_config('synchronous_commit', 'off', true)" if early else "")
+        + " FROM new_run"
     )
     return _PlainStart(sql, run, event, step)
 
