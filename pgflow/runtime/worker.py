@@ -255,9 +255,12 @@ class Worker:
             self._wake.clear()
             try:
                 with self._watchdog.guard("claim"):
+                    # The attempts starts handed over first: each is on a start's latency, and
+                    # nothing below is needed to run them (their notification came on this session).
+                    handed = self._submit_handed(pool)
                     pgconnections.leave_if_stale()  # read-only or opened before a silence: reconnect
                     self._listen()
-                    claimed = self._claim_and_submit(pool)
+                    claimed = self._claim_and_submit(pool, handed)
                     wait = self._idle_wait(claimed)
                     if wait > 0 and self._drained and not self._running and self._listening_on is not None:
                         # Idle: nothing due and no attempt held. An offer made while bodies
@@ -373,27 +376,38 @@ class Worker:
         """The attempt ``token`` is no longer held (caller holds ``_running_lock``): its slots are free."""
         self._holding.release(token)
 
-    def _claim_and_submit(self, pool: Slots[Claim, Result]) -> int:
+    def _submit_handed(self, pool: Slots[Claim, Result]) -> int:
+        """Start the bodies of the attempts starts handed to this worker, into the slot the offer reserved."""
         handed = self._take_handed()
-        if handed:  # into the slot the offer reserved
+        if handed:
             pgconnections.found_writable()
             self._submit(pool, handed, self._holding.free())
+            # The GIL to the step thread now, rather than after the rest of this pass: the
+            # body is what the start waits for (a no-op sleep releases it; the loop thread
+            # takes it back when that thread waits).
+            time.sleep(0)
+        return len(handed)
+
+    def _claim_and_submit(self, pool: Slots[Claim, Result], handed: int = 0) -> int:
+        """Claim for the free slots and start the bodies; ``handed``: the attempts handed over
+        already this pass. The number of attempts started."""
+        handed += self._submit_handed(pool)  # those whose notification came since (during _listen)
         # The claim covers every notification so far: those that come during it wake the next.
         notes, self._notes = self._notes, []
         known_due, self._next_due = self._next_due, store.NOT_KNOWN
         if handed and not notes and self._drained and _none_due(known_due):
             self._next_due = known_due  # only hand-offs woke us: nothing else is due to claim
-            return len(handed)
+            return handed
         free = self._free()
         if free.threads + free.awaiting <= 0 and self._offering.reserving and self._holding.free().threads > 0:
             # Only the offered slot is free, and work may be due: take the offer back first. If
             # a start took it, its attempt comes in a notification, into that slot.
             if not self._offering.withdraw():
-                return len(handed)
+                return handed
             free = self._free()
         total = free.threads + free.awaiting
         if total <= 0:
-            return len(handed)
+            return handed
         claims: store.Claimed | None = None
         either = free.threads > 0 and (free.awaiting > 0 or not self._holding.async_steps)
         if self._drained and either and len(notes) == 1 and notes[0] is not None and _none_due(known_due):
@@ -409,7 +423,7 @@ class Worker:
         if not self._drained and self._offering.until is not None:
             self._offering.withdraw()  # a backlog: the next claim may use every slot
         self._submit(pool, claims, free)
-        return len(handed) + len(claims)
+        return handed + len(claims)
 
     def _take_handed(self) -> list[Claim]:
         """The attempts starts handed to this worker since the last pass (runtime.offering)."""
