@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db.backends.utils import CursorWrapper
 
 from ..conf import pgflow_settings
-from ..db import connection
+from ..db import connection, wrapper
 
 logger = logging.getLogger("pgflow")
 
@@ -88,9 +88,12 @@ def _hot(raw: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
     return cursor
 
 
-def _kept(slot: str, make: Callable[[psycopg.Connection[Any]], psycopg.Cursor[Any]]) -> psycopg.Cursor[Any]:
-    """This thread's cursor in ``slot`` on Django's connection, made again for a new connection."""
-    raw = connection.connection
+def _kept(
+    slot: str, make: Callable[[psycopg.Connection[Any]], psycopg.Cursor[Any]], on: Any = connection
+) -> psycopg.Cursor[Any]:
+    """This thread's cursor in ``slot`` on Django's connection (``on``: its wrapper, looked up
+    already), made again for a new connection."""
+    raw = on.connection
     assert raw is not None
     kept = getattr(_local, slot, None)
     if kept is None or kept[0] is not raw:
@@ -177,6 +180,7 @@ def preparing_cursor() -> CursorWrapper:
     broken-transaction check and its errors, over this thread's preparing cursor on Django's
     connection: for a hot statement run in the caller's process (the plain start), where
     those must see it as any query."""
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    return connection._prepare_cursor(_kept("preparing", _Preparing))  # what Django wraps its own with
+    on = wrapper()
+    on.close_if_health_check_failed()
+    on.ensure_connection()
+    return on._prepare_cursor(_kept("preparing", _Preparing, on))  # what Django wraps its own with

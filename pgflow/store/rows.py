@@ -15,7 +15,7 @@ from django.db.models import Field, Model
 from django.db.models.sql import InsertQuery
 from psycopg import sql as psycopg_sql
 
-from ..db import alias, connection
+from ..db import alias, connection, wrapper
 
 if TYPE_CHECKING:
     from ..core.definitions import StepDefinition
@@ -163,7 +163,8 @@ class Insert:
 
     def params(self, instance: Model) -> list[Any]:
         """The parameters for ``instance``, prepared as Django's own insert prepares them."""
-        return [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in self.fields]
+        on = wrapper()
+        return [field.get_db_prep_save(field.pre_save(instance, True), on) for field in self.fields]
 
     def template(self, instance: Model, *varying: str) -> Template:
         """The statement for rows like ``instance`` that differ only in the fields ``varying``:
@@ -200,8 +201,8 @@ class Template:
     varying: dict[str, tuple[int, Field[Any, Any]]]
 
     def params(self, **values: Any) -> list[Any]:
-        row = list(self.prepared)
+        row, on = list(self.prepared), wrapper()
         for name, value in values.items():
             index, field = self.varying[name]
-            row[index] = field.get_db_prep_save(value, connection)
+            row[index] = field.get_db_prep_save(value, on)
         return row

@@ -138,7 +138,8 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
     run.traceparent = observability.run_starting(path)
     details: dict[str, Any] = {"workflow": path, "key": None, **({"parent": parent.pk} if parent else {})}
     attempt = attempt_values(workflow, first)
-    alone = connection.get_autocommit() and not connection.in_atomic_block
+    on = db.wrapper()
+    alone = on.get_autocommit() and not on.in_atomic_block
     early = pgflow_settings.WAKE_BEFORE_FLUSH and alone
     statement = _plain_start_statement(early=early)
     params = [
@@ -161,12 +162,12 @@ def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefiniti
         # A pooler lost the prepared statement: it failed before running, so an autocommit
         # start runs again unprepared; in the caller's transaction, which the error aborted,
         # the error stands (the next transaction's starts are unprepared).
-        if not lost_by_pooler(exc) or not connection.get_autocommit() or connection.in_atomic_block:
+        if not lost_by_pooler(exc) or not alone:
             raise
         cursor.execute(statement.sql, values)
     (run.pk,) = cursor.fetchone()[:1]
     run._state.adding = False
-    run._state.db = connection.alias
+    run._state.db = on.alias
     if early:
         _flush()
     return run
