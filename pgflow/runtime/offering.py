@@ -110,7 +110,8 @@ class Offering:
             # its notification be read with the statement's answer (``note`` checks the session).
             self.session = store_offers.session()
             self.until, self._since = until, now
-            store_offers.offer(worker=self.worker, queues=self.queues, until=until)
+            if not store_offers.offer(worker=self.worker, queues=self.queues, until=until):
+                self.until = None  # offered at the next idle wake
         elif self.until < now + timedelta(seconds=wait) + SLACK:
             if not store_offers.renew(worker=self.worker, until=until):
                 self._taken()

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -43,18 +44,27 @@ from .rows import CLAIMED, RUN_COLUMNS, STEP_COLUMNS
 
 logger = logging.getLogger("pgflow")
 
+# A session that makes offers holds this advisory lock (two-int form: pgflow's class, the
+# session's backend pid) until it ends, so a start tells an offer whose session has ended (a
+# killed worker's) by probing the lock: a look into the lock table, where
+# pg_stat_get_activity copied every backend's status on each start's statement. (A session's
+# own locks never conflict with its probe: its own offer is alive by definition.)
+SESSION_MARK = 1885824631  # "pgfw"
+MARK_SQL = f"SELECT pg_try_advisory_lock({SESSION_MARK}, pg_backend_pid())"
+
 # The part of the plain start's statement that takes an offer (its first CTE, ``taken``):
 # parameters, in order: whether this start may take one, the attempt's queue, the start's
 # time (an offer must stand past it), the queue again (not paused), then the start's time
 # twice: the claim's started_at, and where its lease (the offering worker's) begins. Its
 # attempt's status, worker, claim_token, started_at and lease_expires_at read ``taken``: a
 # claimed attempt when it has a row, a scheduled one when not.
-TAKE = """taken AS (
+TAKE = f"""taken AS (
     DELETE FROM pgflow_offer WHERE worker = (
         SELECT o.worker FROM pgflow_offer AS o
         WHERE %s AND %s = ANY(o.queues) AND o.until > %s
             AND NOT EXISTS (SELECT 1 FROM pgflow_queue_state AS p WHERE p.queue = %s AND p.paused)
-            AND EXISTS (SELECT 1 FROM pg_stat_get_activity(o.backend_pid))
+            AND (o.backend_pid = pg_backend_pid()
+                OR NOT pg_try_advisory_xact_lock_shared({SESSION_MARK}, o.backend_pid))
         LIMIT 1 FOR UPDATE SKIP LOCKED)
     RETURNING worker, backend_pid, gen_random_uuid() AS token, %s::timestamptz AS started_at,
         %s::timestamptz + lease AS lease_until
@@ -151,7 +161,6 @@ INSERT INTO pgflow_offer (worker, queues, backend_pid, until, lease)
 VALUES (%(worker)s, %(queues)s::text[], pg_backend_pid(), %(until)s, %(lease)s)
 ON CONFLICT (worker) DO UPDATE SET queues = excluded.queues, backend_pid = excluded.backend_pid,
     until = excluded.until, lease = excluded.lease
-RETURNING backend_pid
 """
 # A renewal finds no row when a start took the offer (or its session's row was replaced).
 RENEW_SQL = (
@@ -187,16 +196,26 @@ def session() -> int:
     return int(raw.info.backend_pid)
 
 
-def offer(*, worker: str, queues: list[str], until: datetime) -> int:
+def offer(*, worker: str, queues: list[str], until: datetime) -> bool:
     """``worker`` offers one slot on ``queues`` until ``until``, on this thread's session
     (the one that LISTENs: a start hands its attempt to the session that made the offer).
-    Returns that session's backend pid, which the notifications of its hand-offs name."""
+    False: none was made, the session could not take its mark (``SESSION_MARK``) yet: a
+    start held it a moment, probing an ended session's offer that had the same pid."""
+    connection.ensure_connection()
+    raw = connection.connection
     with hot_cursor() as cursor:
+        if raw not in _marked:  # once a session: a session's advisory lock counts each taking
+            cursor.execute(MARK_SQL)
+            row = cursor.fetchone()
+            if row is None or not row[0]:
+                return False
+            _marked.add(raw)
         lease = timedelta(seconds=pgflow_settings.seconds("LEASE"))
         cursor.execute(OFFER_SQL, {"worker": worker, "queues": queues, "until": until, "lease": lease}, prepare=True)
-        row = cursor.fetchone()
-    assert row is not None  # an upsert's RETURNING has its row
-    return int(row[0])
+    return True
+
+
+_marked: weakref.WeakSet[Any] = weakref.WeakSet()  # the connections whose session holds its mark
 
 
 def renew(*, worker: str, until: datetime) -> bool:

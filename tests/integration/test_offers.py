@@ -39,6 +39,7 @@ def idle() -> Iterator[psycopg.Connection]:
 
 
 def offer_on(conn: psycopg.Connection, worker: str = "w-1", queues: tuple[str, ...] = ("workflows",), **until) -> None:
+    conn.execute(offers.MARK_SQL)  # as a worker's session does before its first offer
     conn.execute(
         "INSERT INTO pgflow_offer (worker, queues, backend_pid, until, lease)"
         " VALUES (%s, %s, pg_backend_pid(), %s, %s)",
@@ -153,6 +154,42 @@ def test_the_worker_offers_renews_and_withdraws_on_its_own_session():
     assert not Offer.objects.exists() and not offering.reserving and offering.reserve(free).threads == 2
 
 
+def marks_held(pid: int) -> int:
+    with other_connection(autocommit=True) as check:
+        row = check.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objid = %s"
+            " AND objsubid = 2 AND mode = 'ExclusiveLock' AND granted",
+            [offers.SESSION_MARK, pid],
+        ).fetchone()
+    return row[0]
+
+
+def test_an_offering_session_holds_its_mark_and_a_start_probes_it():
+    offering = Offering(worker="w-9", queues=["workflows"], enabled=True)
+    offering.make(free=Kinds(threads=2, awaiting=0), wait=1.0, now=store.now())
+    session = offers.session()
+    assert marks_held(session) == 1
+    assert offering.withdraw() is True
+    offering.make(free=Kinds(threads=2, awaiting=0), wait=1.0, now=store.now())  # the same session: marked already
+    run = wf.ThreeSteps.start()  # its probe finds the mark held: the session is alive
+    assert Step.objects.get(run=run).worker == "w-9"
+    assert marks_held(session) == 1
+
+
+def test_no_offer_is_made_while_a_start_holds_the_sessions_mark():
+    # A start probing an ended session's offer whose pid this session now has holds the mark
+    # shared until it commits: the offer waits for the next idle wake, rather than block.
+    session = offers.session()
+    with other_connection() as start:
+        start.execute("SELECT pg_try_advisory_xact_lock_shared(%s, %s)", [offers.SESSION_MARK, session])
+        offering = Offering(worker="w-10", queues=["workflows"], enabled=True)
+        offering.make(free=Kinds(threads=2, awaiting=0), wait=1.0, now=store.now())
+        assert not Offer.objects.exists() and not offering.reserving
+        start.rollback()
+    offering.make(free=Kinds(threads=2, awaiting=0), wait=1.0, now=store.now())
+    assert Offer.objects.get().backend_pid == session and offering.reserving
+
+
 def test_a_taken_offer_reserves_its_slot_until_the_notification_comes(idle):
     offering = Offering(worker="w-3", queues=["workflows"], enabled=True)
     offering.make(free=Kinds(threads=1, awaiting=0), wait=1.0, now=store.now())
@@ -238,7 +275,8 @@ def test_a_hand_off_read_with_the_offers_own_answer_is_kept(monkeypatch):
     def offer_then_taken(**kwargs):
         made = real_offer(**kwargs)
         step = Step.objects.get(run=wf.ThreeSteps.start())
-        offering.note(offers.Handed(worker="w-8", session=made, step_id=step.pk, token=step.claim_token, claim=None))
+        session = offers.session()
+        offering.note(offers.Handed(worker="w-8", session=session, step_id=step.pk, token=step.claim_token, claim=None))
         return made
 
     monkeypatch.setattr(offers, "offer", offer_then_taken)
