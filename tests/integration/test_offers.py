@@ -4,13 +4,14 @@ the worker that offered, this test's connection the start."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 
 import psycopg
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
 
 import pgflow
@@ -171,8 +172,19 @@ def test_an_offering_session_holds_its_mark_and_a_start_probes_it():
     assert marks_held(session) == 1
     assert offering.withdraw() is True
     offering.make(free=Kinds(threads=2, awaiting=0), wait=1.0, now=store.now())  # the same session: marked already
-    run = wf.ThreeSteps.start()  # its probe finds the mark held: the session is alive
-    assert Step.objects.get(run=run).worker == "w-9"
+    started: list[int] = []
+
+    def start_elsewhere() -> None:  # a start on a session of its own, as a web process's
+        try:
+            started.append(wf.ThreeSteps.start().pk)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=start_elsewhere)
+    thread.start()
+    thread.join(30)
+    # Its probe found the mark held by another session: alive, and the offer taken.
+    assert Step.objects.get(run_id=started[0]).worker == "w-9"
     assert marks_held(session) == 1
 
 
