@@ -405,8 +405,9 @@ def claims_of(rows: list[tuple[Any, ...]]) -> list[Claim]:
     for row in rows:
         fields = dict(zip(RUN_COLUMNS, row[6:_STEP_AT], strict=True))
         for column in ("input", "attributes"):
-            if isinstance(fields[column], str):  # a raw cursor may hand jsonb back as text
-                fields[column] = json.loads(fields[column])
+            value = fields[column]
+            if isinstance(value, str):  # a raw cursor may hand jsonb back as text
+                fields[column] = {} if value == "{}" else json.loads(value)  # most runs set no attributes
         outputs = row[_OUTPUTS_AT]
         if isinstance(outputs, str):
             outputs = json.loads(outputs)

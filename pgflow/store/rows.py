@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db.models import Field, Model
+from django.db.models.base import ModelState
+from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+from django.db.models.query_utils import DeferredAttribute
+from django.db.models.signals import post_init, pre_init
 from django.db.models.sql import InsertQuery
 from psycopg import sql as psycopg_sql
 
@@ -120,10 +124,36 @@ def deferred(model: type[M], values: dict[str, Any]) -> M:
     """An instance of ``model`` with only ``values`` (by attname) loaded, as ``.only()`` would
     load it: any other field is read from the database when first used. Smaller than
     ``loaded`` (a claimed step's row has 35 fields, each in its ``__dict__``, for each
-    attempt held, 1,000 of them for 1,000 awaiting async bodies)."""
+    attempt held, 1,000 of them for 1,000 awaiting async bodies).
+
+    Two are made before every body (its run and its attempt): with Django's own ``__init__``
+    and ``from_db``, and nothing listening to ``pre_init``/``post_init`` for the model,
+    what ``from_db`` leaves is exactly ``values`` in the instance's ``__dict__`` and a
+    loaded ``_state``, written here directly (``__init__`` visits every field, deferred
+    ones too: a tenth of a no-op step's Python, benchmarks/RESULTS.md part K)."""
+    if _plain_init(model) and not (pre_init.has_listeners(model) or post_init.has_listeners(model)):
+        new = model.__new__(model)
+        state = new._state = ModelState()
+        state.adding = False
+        state.db = alias()
+        new.__dict__.update(values)
+        return new
     places = _row_of(model)[0]
     names = sorted(values, key=places.__getitem__)
     return model.from_db(alias(), names, [values[name] for name in names])
+
+
+@functools.cache
+def _plain_init(model: type[Model]) -> bool:
+    """``model`` is built by Django's own ``__init__`` and ``from_db``, and each concrete
+    field's attribute stores a value as ``__init__``'s ``setattr`` does: in ``__dict__``
+    (a plain field has no setter; a foreign key's only clears a cache a new instance lacks)."""
+    if model.__init__ is not Model.__init__ or model.from_db.__func__ is not Model.from_db.__func__:  # type: ignore[attr-defined]
+        return False
+    return all(
+        type(model.__dict__.get(f.attname)) in (DeferredAttribute, ForeignKeyDeferredAttribute)
+        for f in model._meta.concrete_fields
+    )
 
 
 @functools.cache

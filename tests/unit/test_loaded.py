@@ -63,6 +63,36 @@ def test_a_deferred_instance_holds_only_the_fields_given():
     assert (built._state.adding, built._state.db) == (False, "default")
 
 
+def test_a_deferred_instance_is_what_djangos_from_db_makes():
+    values = {"id": 3, "workflow_class": "a.B", "input": {"x": 1}, "created_at": AT, "parent_id": None}
+    built = deferred(WorkflowRun, values)
+    names = [f.attname for f in WorkflowRun._meta.concrete_fields if f.attname in values]
+    django_made = WorkflowRun.from_db("default", names, [values[name] for name in names])
+    assert {k: v for k, v in vars(built).items() if k != "_state"} == {
+        k: v for k, v in vars(django_made).items() if k != "_state"
+    }
+    assert built.get_deferred_fields() == django_made.get_deferred_fields()
+    assert built.parent is None  # a foreign key's descriptor reads the attname given
+
+
+def test_a_deferred_instance_sends_post_init_to_a_receiver():
+    # Built without Django's __init__ only while nothing listens: a project's receiver
+    # (an audit, a cache) still sees every instance.
+    from django.db.models.signals import post_init
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append((sender, instance.step_name))
+
+    post_init.connect(receiver, sender=Step)
+    try:
+        deferred(Step, {"id": 7, "run_id": 3, "step_name": "one"})
+    finally:
+        post_init.disconnect(receiver, sender=Step)
+    assert seen == [(Step, "one")]
+
+
 @pytest.mark.parametrize("build", [loaded, deferred])
 def test_an_instance_belongs_to_pgflows_database(build, settings):
     # A body's self.run.refresh_from_db() or .save() goes where the row came from: with
