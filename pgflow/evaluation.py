@@ -15,6 +15,7 @@ transaction.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Awaitable, Callable
@@ -57,7 +58,14 @@ def _decision(workflow: Workflow, definition: StepDefinition, signal: Any) -> An
 
 def is_async(workflow_class: type[Workflow], definition: StepDefinition) -> bool:
     """True when the step's body is an ``async def``: the worker awaits it on its loop."""
-    return inspect.iscoroutinefunction(getattr(workflow_class, definition.method, None))
+    return _is_async(workflow_class, definition.method)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_async(workflow_class: type[Workflow], method: str) -> bool:
+    # Asked for every claimed attempt by the claim loop; a class's methods do not change
+    # kind, and inspect's check walks the function's wrappers each time.
+    return inspect.iscoroutinefunction(getattr(workflow_class, method, None))
 
 
 def reads_outputs(workflow_class: type[Workflow], definition: StepDefinition) -> bool:
