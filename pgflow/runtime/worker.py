@@ -35,6 +35,7 @@ from .. import observability, schedules, store
 from ..conf import pgflow_settings
 from ..db import connection
 from ..store import Claim
+from ..store import offers as store_offers
 from ..store.claims import Kinds, with_subjects
 from ..store.leases import reconnected
 from . import connections as pgconnections
@@ -338,6 +339,7 @@ class Worker:
             try:
                 listening.remove_notify_handler(self._noted)
                 listening.execute("UNLISTEN *")
+                store_offers.unmark(listening)
             except (psycopg.Error, ValueError):  # a broken connection listens to nothing either
                 pass
 

@@ -216,6 +216,16 @@ def offer(*, worker: str, queues: list[str], until: datetime) -> bool:
 
 
 _marked: weakref.WeakSet[Any] = weakref.WeakSet()  # the connections whose session holds its mark
+UNMARK_SQL = f"SELECT pg_advisory_unlock({SESSION_MARK}, pg_backend_pid())"
+
+
+def unmark(raw: Any) -> None:
+    """The session of ``raw`` (a psycopg connection) offers no more: its mark is let go, so a
+    worker run inside another process (a test, an embedding) leaves the connection as it
+    found it. A start then counts an offer that still names the session as ended."""
+    if raw in _marked:
+        _marked.discard(raw)
+        raw.execute(UNMARK_SQL)
 
 
 def renew(*, worker: str, until: datetime) -> bool:

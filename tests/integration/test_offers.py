@@ -296,3 +296,41 @@ def test_a_hand_off_read_with_the_offers_own_answer_is_kept(monkeypatch):
     assert not offering.reserving and len(offering.handed) == 1  # its slot is the attempt's, not an offer's
     (claim,) = offering.take(held=[], readers=frozenset())
     assert claim.step_name == "one" and Step.objects.get(pk=claim.step_id).worker == "w-8"
+
+
+def test_a_worker_run_in_the_callers_thread_lets_its_sessions_mark_go(settings):
+    # Run in a test's or an embedding's own thread, the worker's claim session is the
+    # caller's: once stopped it holds no lock of ours, as it holds no LISTEN.
+    from pgflow.runtime.worker import Worker
+
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "POLL_INTERVAL": 0.2}
+    worker = Worker(concurrency=1, name="w-caller")
+    seen: list[int] = []
+
+    def stop_once_offered() -> None:
+        try:
+            deadline = time.monotonic() + 20
+            while not seen and time.monotonic() < deadline:
+                offer = Offer.objects.filter(worker="w-caller").first()
+                if offer is not None:
+                    seen.append(offer.backend_pid)
+                time.sleep(0.05)
+        finally:
+            worker.stop()
+            connection.close()
+
+    stopper = threading.Thread(target=stop_once_offered)
+    stopper.start()
+    # Persistent connections (CONN_MAX_AGE None): the session outlives the run, with
+    # whatever it still holds; Django's default 0 closes it at the run's end.
+    age = connection.settings_dict["CONN_MAX_AGE"]
+    connection.settings_dict["CONN_MAX_AGE"] = None
+    try:
+        worker.run(install_signals=False)
+    finally:
+        connection.settings_dict["CONN_MAX_AGE"] = age
+    stopper.join(30)
+    assert seen, "the idle worker made no offer"
+    (session,) = seen
+    assert offers.session() == session  # the caller's connection, still open
+    assert marks_held(session) == 0
