@@ -9,8 +9,11 @@ slot runs the next body; freeing it only once the commit answered turned a slot 
 per durable commit (1.66x/1.20x fewer steps/s at --concurrency 8/64, benchmarks/RESULTS.md).
 The claim takes only for free slots of each kind (store.claims.Kinds): a claim of sync steps
 beyond the free threads left them in_progress here waiting for a thread (30 with
---concurrency 2), unavailable to other workers; and it takes none of a kind while twice its
-bound are held, so those awaiting their commit are bounded too (in_progress <= 2x each bound).
+--concurrency 2), unavailable to other workers; and it takes none of a kind while four times
+its bound are held, so those awaiting their commit are bounded too (in_progress <= 4x each
+bound). Twice the bound held a busy worker back: the attempts awaiting a commit filled it
+while the commit waited for its WAL flush (+17 % steps/s at --concurrency 8, +13 % at 64 with
+four; eight gave no more; benchmarks/RESULTS.md, issue 35 part K).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ..store import Claim
 from ..store.claims import Kinds
 
 SYNC, ASYNC = (False,), (True,)  # the slots an attempt holds: a thread's, or an async one's
-HELD_PER_SLOT = 2  # attempts held of a kind, at most, per slot: its body's and one awaiting its commit
+HELD_PER_SLOT = 4  # attempts held of a kind, at most, per slot: its body's and those awaiting their commit
 
 
 class Held:
@@ -52,7 +55,7 @@ class Held:
         return min(bound - self.counts[kind], HELD_PER_SLOT * bound - self.held[kind])
 
     def free(self) -> Kinds:
-        """Free slots by kind: none of a kind while twice its bound are held."""
+        """Free slots by kind: none of a kind while HELD_PER_SLOT times its bound are held."""
         with self.lock:
             threads = self._room(False)
             awaiting = self._room(True) if self.async_steps else 0
