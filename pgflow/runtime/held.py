@@ -12,8 +12,7 @@ beyond the free threads left them in_progress here waiting for a thread (30 with
 --concurrency 2), unavailable to other workers; and it takes none of a kind while four times
 its bound are held, so those awaiting their commit are bounded too (in_progress <= 4x each
 bound). Twice the bound held a busy worker back: the attempts awaiting a commit filled it
-while the commit waited for its WAL flush (+17 % steps/s at --concurrency 8, +13 % at 64 with
-four; eight gave no more; benchmarks/RESULTS.md, issue 35 part K).
+while the commit waited for its WAL flush (benchmarks/RESULTS.md, issue 35 part K).
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def deferred(model: type[M], values: dict[str, Any]) -> M:
     and ``from_db``, and nothing listening to ``pre_init``/``post_init`` for the model,
     what ``from_db`` leaves is exactly ``values`` in the instance's ``__dict__`` and a
     loaded ``_state``, written here directly (``__init__`` visits every field, deferred
-    ones too: a tenth of a no-op step's Python, benchmarks/RESULTS.md part K)."""
+    ones too; benchmarks/RESULTS.md, issue 35 part K)."""
     if _plain_init(model) and not (pre_init.has_listeners(model) or post_init.has_listeners(model)):
         new = model.__new__(model)
         state = new._state = ModelState()
