@@ -6,7 +6,7 @@ step thread's, ``--concurrency``) or async (one on the event loop, ``--async-con
 so the bodies of each kind running at once stay within its bound. The slot is free when the
 body ends: the attempt then awaits its group commit, still held (and in_progress), while the
 slot runs the next body; freeing it only once the commit answered turned a slot over once
-per durable commit (1.66x/1.20x fewer steps/s at --concurrency 8/64, benchmarks/RESULTS.md).
+per durable commit, far fewer steps/s (benchmarks/RESULTS.md, issue 35 part A).
 The claim takes only for free slots of each kind (store.claims.Kinds): a claim of sync steps
 beyond the free threads left them in_progress here waiting for a thread (30 with
 --concurrency 2), unavailable to other workers; and it takes none of a kind while four times

@@ -25,6 +25,7 @@ import logging
 import time
 from collections import deque
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..store import Claim
 from ..store import offers as store_offers
@@ -142,6 +143,11 @@ class Offering:
             self.settling = (self.session, self._since)
         self.until = None
         self._expecting_until = None
+
+    def stop_offering(self, raw: Any) -> None:
+        """The worker stops listening on ``raw`` (its psycopg connection): the session lets
+        its offer mark go (``store.offers.unmark``), leaving the connection as it found it."""
+        store_offers.unmark(raw)
 
     def take(self, *, held: list[Claim], readers: frozenset[str]) -> list[Claim]:
         """The claims handed to this worker since the last call, reading those a notification

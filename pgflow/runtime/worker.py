@@ -35,7 +35,6 @@ from .. import observability, schedules, store
 from ..conf import pgflow_settings
 from ..db import connection
 from ..store import Claim
-from ..store import offers as store_offers
 from ..store.claims import Kinds, with_subjects
 from ..store.leases import reconnected
 from . import connections as pgconnections
@@ -339,7 +338,7 @@ class Worker:
             try:
                 listening.remove_notify_handler(self._noted)
                 listening.execute("UNLISTEN *")
-                store_offers.unmark(listening)
+                self._offering.stop_offering(listening)
             except (psycopg.Error, ValueError):  # a broken connection listens to nothing either
                 pass
 
@@ -420,7 +419,7 @@ class Worker:
         # Before any body starts: a step thread on another node (one that stopped taking
         # writes) then reconnects rather than read it (connections.unusable).
         pgconnections.found_writable()
-        self._drained = not _filled(claims, free)
+        self._drained = not free.filled_by(claims)
         self._next_due = claims.next_due
         if not self._drained and self._offering.until is not None:
             self._offering.withdraw()  # a backlog: the next claim may use every slot
@@ -717,16 +716,6 @@ class Worker:
             logging.shutdown()
             os._exit(0)
         return handed
-
-
-def _filled(claims: list[Claim], free: Kinds) -> bool:
-    """A claim for ``free`` filled the free slots of a kind: more of that kind may be due.
-    (Fewer than the total says nothing while the other kind's slots stay free: a worker
-    whose classes have an async step has async slots free while its sync steps drain.)"""
-    if not (free.threads and free.awaiting):
-        return len(claims) >= free.threads + free.awaiting
-    awaiting = sum(1 for held in claims if free.is_async(held))
-    return awaiting >= free.awaiting or len(claims) - awaiting >= free.threads
 
 
 def _none_due(next_due: object) -> bool:

@@ -491,6 +491,16 @@ class Kinds:
         """The kind the claim counted ``held`` as."""
         return f"{held.run_fields.get('workflow_class', '')}:{held.step_name}" in self.async_steps
 
+    def filled_by(self, claims: list[Claim]) -> bool:
+        """Whether ``claims``, claimed for these free slots, filled those of a kind: more of
+        that kind may be due. (Fewer than the total says nothing while the other kind's slots
+        stay free: a worker whose classes have an async step has async slots free while its
+        sync steps drain.)"""
+        if not (self.threads and self.awaiting):
+            return len(claims) >= self.threads + self.awaiting
+        awaiting = sum(1 for held in claims if self.is_async(held))
+        return awaiting >= self.awaiting or len(claims) - awaiting >= self.threads
+
 
 def claim(
     *, worker: str, queues: list[str], limit: int, at: datetime | None = None, kinds: Kinds | None = None

@@ -1,6 +1,6 @@
 """The worker's slots, without a database: runtime.held.Held frees a slot when its body ends
 and takes no more claims of a kind while HELD_PER_SLOT times its bound are held (awaiting
-their commits); runtime.worker._filled says whether a claim filled the free slots of a kind
+their commits); store.claims.Kinds.filled_by says whether a claim filled the free slots of a kind
 (more may be due: the worker claims again at once) or found all there was (drained)."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import uuid
 from datetime import UTC, datetime
 
 from pgflow.runtime.held import HELD_PER_SLOT, SYNC, Held
-from pgflow.runtime.worker import _filled
 from pgflow.store import Claim
 from pgflow.store.claims import Kinds
 
@@ -59,16 +58,16 @@ def test_sync_claims_that_fill_the_threads_are_filled_though_async_slots_stay_fr
     # A project with one async step keeps async slots free while its sync steps drain: the
     # claim filled the threads, so a backlog of sync steps may remain.
     free = Kinds(threads=3, awaiting=100, async_steps=frozenset({ASYNC_STEP}))
-    assert _filled([claim()] * 3, free)
-    assert not _filled([claim()] * 2, free)
+    assert free.filled_by([claim()] * 3)
+    assert not free.filled_by([claim()] * 2)
 
 
 def test_async_claims_that_fill_the_async_slots_are_filled():
     free = Kinds(threads=4, awaiting=2, async_steps=frozenset({ASYNC_STEP}))
-    assert _filled([claim("fetch"), claim("fetch")], free)
-    assert not _filled([claim("fetch"), claim("pack")], free)
+    assert free.filled_by([claim("fetch"), claim("fetch")])
+    assert not free.filled_by([claim("fetch"), claim("pack")])
 
 
 def test_one_kind_free():
-    assert _filled([claim()] * 2, Kinds(threads=2, awaiting=0))
-    assert not _filled([claim()], Kinds(threads=2, awaiting=0))
+    assert Kinds(threads=2, awaiting=0).filled_by([claim()] * 2)
+    assert not Kinds(threads=2, awaiting=0).filled_by([claim()])
