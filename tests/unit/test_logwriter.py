@@ -164,3 +164,45 @@ def test_a_flush_writes_what_is_queued_as_logging_shutdown_asks() -> None:
     finally:
         stop()
         log.handlers = []
+
+
+class _CountedFlushes(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        super().flush()
+
+
+class _Gate(logging.StreamHandler):
+    """A stream handler with an emit of its own (called as it is): holds the writer on its
+    first line until released, so the lines after it queue up."""
+
+    def __init__(self) -> None:
+        super().__init__(io.StringIO())
+        self.opened = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.opened.wait(5)
+
+
+def test_lines_queued_together_are_written_in_order_with_one_flush_per_batch() -> None:
+    out, gate = _CountedFlushes(), _Gate()
+    log, gated = logging.getLogger("tests.logwriter.batch"), logging.getLogger("tests.logwriter.gate")
+    log.handlers, gated.handlers = [logging.StreamHandler(out)], [gate]
+    for each in (log, gated):
+        each.propagate = False
+        each.setLevel(logging.INFO)
+    try:
+        stop = logwriter.start()
+        gated.info("hold the writer")
+        for index in range(100):
+            log.info("line %d", index)
+        gate.opened.set()
+        stop()
+        assert out.getvalue().splitlines() == [f"line {index}" for index in range(100)]
+        assert 1 <= out.flushes < 10, out.flushes  # once per batch, not once per line
+    finally:
+        log.handlers, gated.handlers = [], []
