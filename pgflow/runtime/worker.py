@@ -415,7 +415,10 @@ class Worker:
             # Idle (a slot of either kind free), and one start announced the only attempt due: claim it by its id.
             claims = store.claim_notified(notes[0], worker=self.name, queues=self.queues, readers=self._holding.readers)
         if not claims:  # taken by another worker meanwhile, or not the idle case: the claim
+            began = time.monotonic()
             claims = store.claim(worker=self.name, queues=self.queues, limit=total, kinds=free)
+            if free.threads:
+                self._holding.claim_took(time.monotonic() - began)
         # Before any body starts: a step thread on another node (one that stopped taking
         # writes) then reconnects rather than read it (connections.unusable).
         pgconnections.found_writable()

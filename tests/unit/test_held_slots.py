@@ -71,3 +71,58 @@ def test_async_claims_that_fill_the_async_slots_are_filled():
 def test_one_kind_free():
     assert Kinds(threads=2, awaiting=0).filled_by([claim()] * 2)
     assert not Kinds(threads=2, awaiting=0).filled_by([claim()])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def turned_over(held: Held, clock: Clock, *, turn: float) -> None:
+    """Every sync slot runs one body of ``turn`` seconds."""
+    attempts = [claim() for _ in range(held.concurrency)]
+    for attempt in attempts:
+        held.hold(attempt, SYNC)
+    clock.now += turn
+    with held.lock:
+        for attempt in attempts:
+            held.release(attempt.token)
+
+
+def test_a_claim_takes_ahead_for_the_short_bodies_it_will_outlast():
+    clock = Clock()
+    held = Held(concurrency=4, async_concurrency=1, clock=clock)
+    turned_over(held, clock, turn=0.001)
+    for _ in range(4):
+        held.hold(claim(), SYNC)
+    assert held.free().threads == 0  # no claim answered yet: nothing ahead
+    held.claim_took(0.002)  # two turns a claim: every running body ends meanwhile
+    assert held.free().threads == 4
+    for _ in range(4):
+        held.hold(claim(), SYNC)
+    assert held.free().threads == 0  # --concurrency attempts wait for a thread: no more
+
+
+def test_a_claim_takes_ahead_only_the_share_of_bodies_ending_meanwhile():
+    clock = Clock()
+    held = Held(concurrency=4, async_concurrency=1, clock=clock)
+    turned_over(held, clock, turn=0.004)
+    for _ in range(4):
+        held.hold(claim(), SYNC)
+    held.claim_took(0.002)  # half a turn: half the running bodies end while it is answered
+    assert held.free().threads == 2
+
+
+def test_a_body_running_longer_than_the_average_turn_stops_taking_ahead():
+    clock = Clock()
+    held = Held(concurrency=4, async_concurrency=1, clock=clock)
+    turned_over(held, clock, turn=0.001)
+    held.claim_took(0.002)
+    for _ in range(4):
+        held.hold(claim(), SYNC)
+    assert held.free().threads == 4
+    clock.now += 1.0  # the bodies now run for a second: the average turn is out of date
+    assert held.free().threads == 0
