@@ -81,23 +81,27 @@ class Clock:
         return self.now
 
 
-def turned_over(held: Held, clock: Clock, *, turn: float) -> None:
-    """Every sync slot runs one body of ``turn`` seconds."""
-    attempts = [claim() for _ in range(held.concurrency)]
-    for attempt in attempts:
+def every_thread_busy(*, turn: float, claim_took: float | None) -> tuple[Held, Clock]:
+    """A worker of four threads whose slots each ran one body of ``turn`` seconds, now
+    running four more; ``claim_took``: a claim's round trip measured, if any."""
+    clock = Clock()
+    held = Held(concurrency=4, async_concurrency=1, clock=clock)
+    done = [claim() for _ in range(held.concurrency)]
+    for attempt in done:
         held.hold(attempt, SYNC)
     clock.now += turn
     with held.lock:
-        for attempt in attempts:
+        for attempt in done:
             held.release(attempt.token)
+    if claim_took is not None:
+        held.claim_took(claim_took)
+    for _ in range(held.concurrency):
+        held.hold(claim(), SYNC)
+    return held, clock
 
 
 def test_a_claim_takes_ahead_for_the_short_bodies_it_will_outlast():
-    clock = Clock()
-    held = Held(concurrency=4, async_concurrency=1, clock=clock)
-    turned_over(held, clock, turn=0.001)
-    for _ in range(4):
-        held.hold(claim(), SYNC)
+    held, _ = every_thread_busy(turn=0.001, claim_took=None)
     assert held.free().threads == 0  # no claim answered yet: nothing ahead
     held.claim_took(0.002)  # two turns a claim: every running body ends meanwhile
     assert held.free().threads == 4
@@ -107,22 +111,13 @@ def test_a_claim_takes_ahead_for_the_short_bodies_it_will_outlast():
 
 
 def test_a_claim_takes_ahead_only_the_share_of_bodies_ending_meanwhile():
-    clock = Clock()
-    held = Held(concurrency=4, async_concurrency=1, clock=clock)
-    turned_over(held, clock, turn=0.004)
-    for _ in range(4):
-        held.hold(claim(), SYNC)
-    held.claim_took(0.002)  # half a turn: half the running bodies end while it is answered
+    # Half a turn a claim: half the running bodies end while it is answered.
+    held, _ = every_thread_busy(turn=0.004, claim_took=0.002)
     assert held.free().threads == 2
 
 
 def test_a_body_running_longer_than_the_average_turn_stops_taking_ahead():
-    clock = Clock()
-    held = Held(concurrency=4, async_concurrency=1, clock=clock)
-    turned_over(held, clock, turn=0.001)
-    held.claim_took(0.002)
-    for _ in range(4):
-        held.hold(claim(), SYNC)
+    held, clock = every_thread_busy(turn=0.001, claim_took=0.002)
     assert held.free().threads == 4
     clock.now += 1.0  # the bodies now run for a second: the average turn is out of date
     assert held.free().threads == 0
