@@ -205,6 +205,20 @@ def _plain_start_statement(*, early: bool = False) -> _PlainStart:
     (its own) commits without waiting for the disk (``_flush`` waits after): set in the
     statement rather than by a BEGIN and a SET LOCAL before it, each a statement the server
     wakes for on the start latency."""
+    # The INSERTs compiled once for both: a process's first autocommit start after starts
+    # inside atomic() compiled them again, on its latency.
+    compiled = _plain_start_compiled()
+    return _PlainStart(
+        compiled.sql + (", set_config('synchronous_commit', 'off', true)" if early else "") + " FROM new_run",
+        compiled.run,
+        compiled.event,
+        compiled.step,
+    )
+
+
+@functools.cache
+def _plain_start_compiled() -> _PlainStart:
+    """``_plain_start_statement``'s parts; its SQL up to its SELECT list's end."""
     # The event and the attempt take the run's id and its created_at from the run's row, and
     # their constants are literals (Insert.template): the statement stays well within the 50
     # parameters whose conversion psycopg caches (it parsed it again on every start past that).
@@ -240,8 +254,6 @@ def _plain_start_statement(*, early: bool = False) -> _PlainStart:
         # The channel a literal, a constant: one parameter fewer.
         f"SELECT id, pg_notify('{CHANNEL}', %s || ' ' || (SELECT id FROM new_step) || coalesce(' ' || "
         f"{offers.HANDED}, ''))"
-        + (", set_config('synchronous_commit', 'off', true)" if early else "")
-        + " FROM new_run"
     )
     return _PlainStart(sql, run, event, step)
 
