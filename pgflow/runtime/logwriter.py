@@ -102,6 +102,8 @@ def start() -> Callable[[], None]:
 
 # The lines the writer takes from the queue at once: each handler it wrote to is flushed once
 # per batch, not once per line (a write system call each), and a line waits at most a batch.
+# A line-buffered stream (sys.stderr) still writes each line: joining a batch's lines into one
+# write made no difference one could measure (benchmarks/RESULTS.md, issue 35 part L).
 BATCH = 256
 
 

@@ -206,3 +206,23 @@ def test_lines_queued_together_are_written_in_order_with_one_flush_per_batch() -
         assert 1 <= out.flushes < 10, out.flushes  # once per batch, not once per line
     finally:
         log.handlers, gated.handlers = [], []
+
+
+def test_two_handlers_on_one_stream_keep_the_order_their_lines_were_logged_in() -> None:
+    out, gate = io.StringIO(), _Gate()
+    first, second = logging.getLogger("tests.logwriter.first"), logging.getLogger("tests.logwriter.second")
+    gated = logging.getLogger("tests.logwriter.gate")
+    first.handlers, second.handlers, gated.handlers = [logging.StreamHandler(out)], [logging.StreamHandler(out)], [gate]
+    for each in (first, second, gated):
+        each.propagate = False
+        each.setLevel(logging.INFO)
+    try:
+        stop = logwriter.start()
+        gated.info("hold the writer")
+        for index in range(30):
+            (first if index % 3 else second).info("line %d", index)
+        gate.opened.set()
+        stop()
+        assert out.getvalue().splitlines() == [f"line {index}" for index in range(30)]
+    finally:
+        first.handlers, second.handlers, gated.handlers = [], [], []
