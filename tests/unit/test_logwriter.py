@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import io
 import logging
@@ -188,41 +189,39 @@ class _Gate(logging.StreamHandler):
         self.opened.wait(5)
 
 
-def test_lines_queued_together_are_written_in_order_with_one_flush_per_batch() -> None:
-    out, gate = _CountedFlushes(), _Gate()
-    log, gated = logging.getLogger("tests.logwriter.batch"), logging.getLogger("tests.logwriter.gate")
-    log.handlers, gated.handlers = [logging.StreamHandler(out)], [gate]
-    for each in (log, gated):
-        each.propagate = False
+@contextlib.contextmanager
+def _held_writer(*handlers: logging.Handler) -> Iterator[list[logging.Logger]]:
+    """One logger per handler, each logging INFO to it alone, with the writer started and
+    held on its first line (a gate) until the block ends: the lines logged in the block queue
+    up and are written together. Stopped, and the loggers emptied, on the way out."""
+    gate = _Gate()
+    loggers = [logging.getLogger(f"tests.logwriter.held{index}") for index in range(len(handlers) + 1)]
+    for each, handler in zip(loggers, [gate, *handlers], strict=True):
+        each.handlers, each.propagate = [handler], False
         each.setLevel(logging.INFO)
     try:
         stop = logwriter.start()
-        gated.info("hold the writer")
-        for index in range(100):
-            log.info("line %d", index)
+        loggers[0].info("hold the writer")
+        yield loggers[1:]
         gate.opened.set()
         stop()
-        assert out.getvalue().splitlines() == [f"line {index}" for index in range(100)]
-        assert 1 <= out.flushes < 10, out.flushes  # once per batch, not once per line
     finally:
-        log.handlers, gated.handlers = [], []
+        for each in loggers:
+            each.handlers = []
+
+
+def test_lines_queued_together_are_written_in_order_with_one_flush_per_batch() -> None:
+    out = _CountedFlushes()
+    with _held_writer(logging.StreamHandler(out)) as (log,):
+        for index in range(100):
+            log.info("line %d", index)
+    assert out.getvalue().splitlines() == [f"line {index}" for index in range(100)]
+    assert 1 <= out.flushes < 10, out.flushes  # once per batch, not once per line
 
 
 def test_two_handlers_on_one_stream_keep_the_order_their_lines_were_logged_in() -> None:
-    out, gate = io.StringIO(), _Gate()
-    first, second = logging.getLogger("tests.logwriter.first"), logging.getLogger("tests.logwriter.second")
-    gated = logging.getLogger("tests.logwriter.gate")
-    first.handlers, second.handlers, gated.handlers = [logging.StreamHandler(out)], [logging.StreamHandler(out)], [gate]
-    for each in (first, second, gated):
-        each.propagate = False
-        each.setLevel(logging.INFO)
-    try:
-        stop = logwriter.start()
-        gated.info("hold the writer")
+    out = io.StringIO()
+    with _held_writer(logging.StreamHandler(out), logging.StreamHandler(out)) as (first, second):
         for index in range(30):
             (first if index % 3 else second).info("line %d", index)
-        gate.opened.set()
-        stop()
-        assert out.getvalue().splitlines() == [f"line {index}" for index in range(30)]
-    finally:
-        first.handlers, second.handlers, gated.handlers = [], [], []
+    assert out.getvalue().splitlines() == [f"line {index}" for index in range(30)]
