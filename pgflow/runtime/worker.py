@@ -115,7 +115,6 @@ class Worker:
         self._running = self._holding.running
         self._bodies = self._holding.bodies
         self._awaiting = self._holding.awaiting
-        self._held = self._holding.counts
         self._running_lock = self._holding.lock
         self.loop: EventLoop | None = None
         self._signals = 0

@@ -95,7 +95,7 @@ def test_an_async_task_cancelled_before_its_body_frees_its_slot():
     finally:
         loop.stop()
     assert held.token not in worker._running and held.token not in worker._awaiting
-    assert worker._held == {False: 0, True: 0}
+    assert worker._holding.counts == {False: 0, True: 0}
     assert worker._free().threads == 1
 
 
