@@ -4,7 +4,7 @@ a handful of set-based statements."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -124,11 +124,18 @@ def _roll_back(raw: Any) -> None:
         pass
 
 
-def _lock_params(items: list[Finished]) -> dict[str, list[int]]:
+def _lock_params(items: list[Finished]) -> dict[str, str]:
     return {
-        "runs": sorted({item.claim.run_id for item in items}),
-        "steps": sorted({item.claim.step_id for item in items}),
+        "runs": _ids(sorted({item.claim.run_id for item in items})),
+        "steps": _ids(sorted({item.claim.step_id for item in items})),
     }
+
+
+def _ids(values: Iterable[int]) -> str:
+    """``values`` as an array literal for a ``::bigint[]`` parameter. psycopg dumps a list in
+    Python, element by element, after scanning it for the element type; a batch's id lists
+    cost a commit more than its JSON (benchmarks/RESULTS.md, issue 35 part M)."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _locked(rows: list[tuple[Any, ...]]) -> tuple[dict[int, tuple[str, str, str]], dict[int, Any]]:
@@ -380,7 +387,9 @@ def _send(cursor: Any, completion: _Completion) -> None:
     runs them in order."""
     at = completion.at
     cursor.execute(
-        _CLOSE_COMPLETED, {"at": at, "ids": completion.closing, "outputs": Jsonb(completion.outputs)}, prepare=True
+        _CLOSE_COMPLETED,
+        {"at": at, "ids": _ids(completion.closing), "outputs": Jsonb(completion.outputs)},
+        prepare=True,
     )
     cursor.execute(
         _ADVANCE,
@@ -390,7 +399,7 @@ def _send(cursor: Any, completion: _Completion) -> None:
             "events": Jsonb(completion.events),
             "moves": Jsonb(completion.moves),
             "attributes": Jsonb(completion.attributes),
-            "run_ids": [int(run_id) for run_id in completion.moves],
+            "run_ids": _ids(map(int, completion.moves)),
             "channel": CHANNEL,
             "due_queues": sorted(completion.due_queues),
         },
