@@ -50,7 +50,11 @@ DJANGO_CONNECTION_ERRORS = (OperationalError, InterfaceError)
 def unusable() -> bool:
     """Whether this thread's connection is open but cannot be used any more. Free while no
     query failed on it; one ``SELECT 1`` after one did (as Django's own check)."""
-    raw = connection.connection
+    return _unusable(db.wrapper())
+
+
+def _unusable(wrapper: Any) -> bool:
+    raw = wrapper.connection
     if raw is None:
         return False  # not connected: the next query connects
     if raw.closed or raw.broken:
@@ -59,18 +63,20 @@ def unusable() -> bool:
         return True  # a query would read a node that takes no writes (any more)
     if condemned(raw):
         return True  # opened before a silence the watchdog found: its socket may be as silent
-    if not connection.errors_occurred:
+    if not wrapper.errors_occurred:
         return False
-    if connection.is_usable():
-        connection.errors_occurred = False  # an error of the query, not of the connection
+    if wrapper.is_usable():
+        wrapper.errors_occurred = False  # an error of the query, not of the connection
         return False
     return True
 
 
 def close_if_unusable() -> bool:
     """Close this thread's connection if it failed and cannot be used (the next query opens a
-    fresh one); True when it did."""
-    if connection.in_atomic_block or not unusable():
+    fresh one); True when it did. Before every body: the wrapper is looked up once (each read
+    through ``db.connection`` looks it up again)."""
+    wrapper = db.wrapper()
+    if wrapper.in_atomic_block or not _unusable(wrapper):
         return False
     close()
     return True
@@ -106,11 +112,12 @@ def read_only(raw: Any = None) -> bool:
     """Whether the server of ``raw`` (this thread's connection by default) said it takes no
     writes: in recovery (a standby) or ``default_transaction_read_only`` on (a demoted
     primary). Free: PostgreSQL 14+ reports both with every change, libpq keeps them."""
-    raw = connection.connection if raw is None else raw
+    raw = db.wrapper().connection if raw is None else raw
     if raw is None or raw.closed:
         return False
-    status = raw.info.parameter_status
-    return status("in_hot_standby") == "on" or status("default_transaction_read_only") == "on"
+    # libpq's own reads: ConnectionInfo.parameter_status looks the client encoding up for each.
+    status = raw.pgconn.parameter_status
+    return status(b"in_hot_standby") == b"on" or status(b"default_transaction_read_only") == b"on"
 
 
 # (address, port) of the node the claim loop last claimed on: the writable one.
@@ -123,6 +130,22 @@ def moves() -> int:
 
 
 def _node(raw: Any) -> tuple[str, int] | None:
+    """The (address, port) ``raw`` is connected to: read from libpq once per connection (a
+    connection never changes node), since the claim loop and every body ask."""
+    try:
+        return _nodes[raw]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referable (a test's stand-in): read it each time
+        return _read_node(raw)
+    node = _nodes[raw] = _read_node(raw)
+    return node
+
+
+_nodes: weakref.WeakKeyDictionary[Any, tuple[str, int] | None] = weakref.WeakKeyDictionary()
+
+
+def _read_node(raw: Any) -> tuple[str, int] | None:
     try:
         info = raw.info
         return (info.hostaddr or info.host, info.port)
@@ -133,7 +156,7 @@ def _node(raw: Any) -> tuple[str, int] | None:
 def found_writable() -> None:
     """The claim loop wrote on this thread's connection: its node is the writable one."""
     global _writable  # noqa: PLW0603 - one value for the process, read by every step thread
-    raw = connection.connection
+    raw = db.wrapper().connection
     if raw is not None and not raw.closed and not read_only(raw):
         node = _node(raw)
         if node != _writable:
@@ -246,8 +269,9 @@ def condemned(raw: Any) -> bool:
 def leave_if_stale() -> None:
     """Close this thread's connection before its next use when it is on a read-only node or
     was opened before a silence: the next query reconnects (and finds the writable node)."""
-    raw = connection.connection
-    if raw is not None and not connection.in_atomic_block and (read_only(raw) or condemned(raw)):
+    wrapper = db.wrapper()
+    raw = wrapper.connection
+    if raw is not None and not wrapper.in_atomic_block and (read_only(raw) or condemned(raw)):
         close()
 
 

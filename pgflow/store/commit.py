@@ -18,7 +18,6 @@ from ..core.definitions import scheduled_plainly
 from ..core.events import EventKind
 from ..core.flow import COMPLETE, Outcome
 from ..core.states import RunStatus
-from ..db import connection
 from ..exceptions import StepNotFound, WorkflowNotFound
 from ..models import Step, WorkflowRun
 from ..registry import resolve
@@ -63,7 +62,8 @@ def finish_many(items: list[Finished], *, at: datetime | None = None) -> list[bo
     (a completion and a timeout that crossed) is ignored.
     """
     at = at or now()
-    if connection.get_autocommit() and not connection.in_atomic_block:
+    on = db.wrapper()
+    if on.get_autocommit() and not on.in_atomic_block:
         applied = _finish_in_two_trips(items, at)
         if applied is not None:
             return applied

@@ -61,9 +61,10 @@ _local = threading.local()
 def hot_cursor() -> Iterator[psycopg.Cursor[Any]]:
     """This thread's psycopg cursor on Django's connection (connected if need be); its errors
     are Django's, as those of Django's own cursors. Not to be nested: it is one cursor."""
-    connection.ensure_connection()
-    cursor = _kept("hot", _hot)
-    with connection.wrap_database_errors:
+    on = wrapper()  # looked up once: each read through ``connection`` looks it up again
+    on.ensure_connection()
+    cursor = _kept("hot", _hot, on)
+    with on.wrap_database_errors:
         yield cursor
 
 
