@@ -399,6 +399,9 @@ _STEP_AT = 6 + len(RUN_COLUMNS)
 _OUTPUTS_AT = _STEP_AT + len(STEP_COLUMNS)
 
 
+_new = object.__new__
+
+
 def claims_of(rows: list[tuple[Any, ...]]) -> list[Claim]:
     """The claims in rows of CLAIMED's columns (a claim's, or a handed attempt's read again)."""
     claims = []
@@ -411,19 +414,23 @@ def claims_of(rows: list[tuple[Any, ...]]) -> list[Claim]:
         outputs = row[_OUTPUTS_AT]
         if isinstance(outputs, str):
             outputs = json.loads(outputs)
-        claims.append(
-            Claim(
-                step_id=row[0],
-                run_id=row[1],
-                step_name=row[2],
-                attempt=row[3],
-                token=row[4],
-                started_at=row[5],
-                run_fields=fields,
-                step_fields=dict(zip(STEP_COLUMNS, row[_STEP_AT:_OUTPUTS_AT], strict=True)),
-                outputs=outputs,
-            )
+        # Claim's own __init__ (frozen) sets each field through object.__setattr__: a claim
+        # of the serial claim loop pays it for every attempt. Its state is exactly these
+        # fields (it has no __post_init__; tests/unit/test_claims_of.py holds it to that).
+        held = _new(Claim)
+        held.__dict__.update(
+            step_id=row[0],
+            run_id=row[1],
+            step_name=row[2],
+            attempt=row[3],
+            token=row[4],
+            started_at=row[5],
+            run_fields=fields,
+            step_fields=dict(zip(STEP_COLUMNS, row[_STEP_AT:_OUTPUTS_AT], strict=True)),
+            outputs=outputs,
+            subject=NOT_READ,
         )
+        claims.append(held)
     return claims
 
 
