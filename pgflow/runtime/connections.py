@@ -129,20 +129,17 @@ def moves() -> int:
     return _moves
 
 
+_nodes: weakref.WeakKeyDictionary[Any, tuple[str, int] | None] = weakref.WeakKeyDictionary()
+
+
 def _node(raw: Any) -> tuple[str, int] | None:
     """The (address, port) ``raw`` is connected to: read from libpq once per connection (a
     connection never changes node), since the claim loop and every body ask."""
     try:
         return _nodes[raw]
     except KeyError:
-        pass
-    except TypeError:  # not weakly referable (a test's stand-in): read it each time
-        return _read_node(raw)
-    node = _nodes[raw] = _read_node(raw)
-    return node
-
-
-_nodes: weakref.WeakKeyDictionary[Any, tuple[str, int] | None] = weakref.WeakKeyDictionary()
+        node = _nodes[raw] = _read_node(raw)
+        return node
 
 
 def _read_node(raw: Any) -> tuple[str, int] | None:

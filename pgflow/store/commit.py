@@ -132,9 +132,9 @@ def _lock_params(items: list[Finished]) -> dict[str, str]:
 
 
 def _ids(values: Iterable[int]) -> str:
-    """``values`` as an array literal for a ``::bigint[]`` parameter. psycopg dumps a list in
-    Python, element by element, after scanning it for the element type; a batch's id lists
-    cost a commit more than its JSON (benchmarks/RESULTS.md, issue 35 part M)."""
+    """``values`` as an array literal for a ``::bigint[]`` parameter: psycopg dumps a list in
+    Python, element by element, after scanning it for the element type, and a string at once
+    (benchmarks/RESULTS.md, issue 35 part M)."""
     return "{" + ",".join(map(str, values)) + "}"
 
 
