@@ -47,13 +47,10 @@ CONNECTION_ERRORS = (OperationalError, InterfaceError, psycopg.OperationalError,
 DJANGO_CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 
-def unusable() -> bool:
-    """Whether this thread's connection is open but cannot be used any more. Free while no
-    query failed on it; one ``SELECT 1`` after one did (as Django's own check)."""
-    return _unusable(db.wrapper())
-
-
-def _unusable(wrapper: Any) -> bool:
+def unusable(wrapper: Any) -> bool:
+    """Whether the connection of ``wrapper`` (this thread's, looked up once by the caller) is
+    open but cannot be used any more. Free while no query failed on it; one ``SELECT 1``
+    after one did (as Django's own check)."""
     raw = wrapper.connection
     if raw is None:
         return False  # not connected: the next query connects
@@ -76,7 +73,7 @@ def close_if_unusable() -> bool:
     fresh one); True when it did. Before every body: the wrapper is looked up once (each read
     through ``db.connection`` looks it up again)."""
     wrapper = db.wrapper()
-    if wrapper.in_atomic_block or not _unusable(wrapper):
+    if wrapper.in_atomic_block or not unusable(wrapper):
         return False
     close()
     return True

@@ -399,9 +399,6 @@ _STEP_AT = 6 + len(RUN_COLUMNS)
 _OUTPUTS_AT = _STEP_AT + len(STEP_COLUMNS)
 
 
-_new = object.__new__
-
-
 def claims_of(rows: list[tuple[Any, ...]]) -> list[Claim]:
     """The claims in rows of CLAIMED's columns (a claim's, or a handed attempt's read again)."""
     claims = []
@@ -417,7 +414,7 @@ def claims_of(rows: list[tuple[Any, ...]]) -> list[Claim]:
         # Claim's own __init__ (frozen) sets each field through object.__setattr__: a claim
         # of the serial claim loop pays it for every attempt. Its state is exactly these
         # fields (it has no __post_init__; tests/unit/test_claims_of.py holds it to that).
-        held = _new(Claim)
+        held = Claim.__new__(Claim)
         held.__dict__.update(
             step_id=row[0],
             run_id=row[1],
