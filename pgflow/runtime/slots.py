@@ -5,12 +5,17 @@ A ``ThreadPoolExecutor`` made a ``Future`` (with its own lock and condition) and
 for every attempt, and a done-callback to read them back: a tenth of the worker's Python
 time when steps are short. The worker never hands over more attempts than it has free
 slots, so nothing here queues for long.
+
+The threads take attempts from a :class:`Feed`, not a ``queue.SimpleQueue``. From Python 3.13
+a ``SimpleQueue`` hands each item straight to a thread parked in ``get()``: with dozens of
+step threads parked, every attempt woke one and passed the GIL to it, even when a thread
+that had just finished its body would have taken the attempt without sleeping.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -19,6 +24,55 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 logger = logging.getLogger("pgflow")
+
+
+class Feed(Generic[Item]):
+    """Items for a set of threads, first in first out. A thread that asks while items wait
+    takes one at once; a thread that finds none parks. Only one parked thread is being woken
+    at a time, and it wakes the next when items are left after its own: a burst of items
+    starts the parked threads one after another, and the threads still running take what
+    they can first."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Item] = collections.deque()
+        self._parked: list[threading.Lock] = []  # each held: its thread waits to acquire it
+        self._mutex = threading.Lock()
+        self._waking = False  # a parked thread was woken and has not asked again yet
+
+    def put(self, item: Item) -> None:
+        with self._mutex:
+            self._items.append(item)
+            woken = self._wake_one()
+        if woken is not None:
+            woken.release()
+
+    def get(self, parking: threading.Lock) -> Item:
+        """The next item, parking the calling thread on ``parking`` (its own lock, held)
+        until one comes."""
+        woke = False
+        while True:
+            with self._mutex:
+                if woke:
+                    self._waking = False
+                if self._items:
+                    item = self._items.popleft()
+                    woken = self._wake_one() if self._items else None
+                    break
+                self._parked.append(parking)
+            parking.acquire()  # released by the put or get that woke this thread
+            woke = True
+        if woken is not None:
+            woken.release()
+        return item
+
+    def _wake_one(self) -> threading.Lock | None:
+        """The parked thread's lock to release (under the mutex), None when one is being
+        woken already or none is parked. The most recently parked goes first: its memory is
+        likely still in the cache."""
+        if self._waking or not self._parked:
+            return None
+        self._waking = True
+        return self._parked.pop()
 
 
 class Slots(Generic[Item, Result]):
@@ -32,7 +86,7 @@ class Slots(Generic[Item, Result]):
         stopped: Callable[[], None] = lambda: None,
     ) -> None:
         """``stopped`` runs in each thread as it stops (the worker closes the thread's connection)."""
-        self._queue: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
+        self._feed: Feed[Item | None] = Feed()
         self._run = run
         self._done = done
         self._stopped = stopped
@@ -43,19 +97,21 @@ class Slots(Generic[Item, Result]):
             thread.start()
 
     def submit(self, item: Item) -> None:
-        self._queue.put(item)
+        self._feed.put(item)
 
     def shutdown(self, *, wait: bool) -> None:
         """Stop each thread after what it runs now; wait for them unless told not to (a body
         still running cannot be stopped)."""
         for _ in self._threads:
-            self._queue.put(None)
+            self._feed.put(None)
         if wait:
             for thread in self._threads:
                 thread.join()
 
     def _serve(self) -> None:
-        while (item := self._queue.get()) is not None:
+        parking = threading.Lock()
+        parking.acquire()
+        while (item := self._feed.get(parking)) is not None:
             try:
                 result = self._run(item)
             except BaseException as exc:  # noqa: BLE001 - reported to the worker, which logs it

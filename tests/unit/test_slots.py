@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from pgflow.runtime.slots import Slots
+from pgflow.runtime.slots import Feed, Slots
 
 
 def test_each_item_is_reported_once_with_its_result_or_its_error():
@@ -45,3 +45,41 @@ def test_a_report_that_raises_is_logged_and_the_thread_serves_on(caplog):
     assert reported == [2, 3]  # the one thread ran on after the failed report
     assert "reporting a finished step failed" in caplog.text
     assert "the report of item 1 broke" in caplog.text
+
+
+def test_a_burst_of_items_starts_every_parked_thread():
+    # Each body waits until all four run at once: the burst must wake the parked threads one
+    # after another, not leave items waiting for a thread that is busy.
+    together = threading.Barrier(4, timeout=5)
+    ran: list[int] = []
+    all_reported = threading.Event()
+
+    def report(item: int, result: int | None, exc: BaseException | None) -> None:
+        ran.append(item if exc is None else -item)
+        if len(ran) == 8:
+            all_reported.set()
+
+    slots: Slots[int, int] = Slots(4, lambda item: together.wait() and item, report, name="test-slot-burst")
+    for item in range(1, 9):  # two bursts' worth: the second four find the threads running
+        slots.submit(item)
+    assert all_reported.wait(timeout=30)
+    slots.shutdown(wait=False)  # a thread left parked would never join
+    assert sorted(ran) == list(range(1, 9))
+
+
+def test_a_feed_gives_items_in_order_and_parks_until_one_comes():
+    feed: Feed[int] = Feed()
+    for item in (1, 2, 3):
+        feed.put(item)
+    parking = threading.Lock()
+    parking.acquire()
+    assert [feed.get(parking) for _ in range(3)] == [1, 2, 3]
+
+    got: list[int] = []
+    taker = threading.Thread(target=lambda: got.append(feed.get(parking)))
+    taker.start()
+    taker.join(timeout=0.2)
+    assert taker.is_alive() and got == []  # parked: nothing to take
+    feed.put(4)
+    taker.join(timeout=10)
+    assert got == [4]
