@@ -47,8 +47,9 @@ def resolve(path: str) -> type[Workflow]:
     other exception, so a run whose class is gone can be shown and paused, not crash the
     worker.
     """
-    with _lock:
-        found = _workflows.get(path) if isinstance(path, str) else None
+    # No lock for a lookup: dict.get is atomic, and register() only ever puts whole entries.
+    # A worker resolves each attempt's class several times.
+    found = _workflows.get(path) if isinstance(path, str) else None
     if found is not None:
         return found
     if not isinstance(path, str) or "." not in path:
