@@ -1,4 +1,5 @@
-"""runtime/slots.py: the worker's step threads report each item's result or error once."""
+"""runtime/slots.py: the worker's step threads report each item's result or error once, and
+their feed starts every parked thread a burst needs."""
 
 from __future__ import annotations
 
@@ -59,7 +60,11 @@ def test_a_burst_of_items_starts_every_parked_thread():
         if len(ran) == 8:
             all_reported.set()
 
-    slots: Slots[int, int] = Slots(4, lambda item: together.wait() and item, report, name="test-slot-burst")
+    def run(item: int) -> int:
+        together.wait()
+        return item
+
+    slots: Slots[int, int] = Slots(4, run, report, name="test-slot-burst")
     for item in range(1, 9):  # two bursts' worth: the second four find the threads running
         slots.submit(item)
     assert all_reported.wait(timeout=30)
