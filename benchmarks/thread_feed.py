@@ -78,9 +78,7 @@ def pgflow_feed(*, threads: int, items: int) -> None:
     feed: Feed[int | None] = Feed()
 
     def serve() -> None:
-        parking = threading.Lock()
-        parking.acquire()
-        while (item := feed.get(parking)) is not None:
+        while (item := feed.get()) is not None:
             _work()
             _results.put(item)
 

@@ -38,6 +38,7 @@ class Feed(Generic[Item]):
         self._parked: list[threading.Lock] = []  # each held: its thread waits to acquire it
         self._mutex = threading.Lock()
         self._waking = False  # a parked thread was woken and has not asked again yet
+        self._local = threading.local()  # each thread's parking lock, made on its first park
 
     def put(self, item: Item) -> None:
         with self._mutex:
@@ -46,10 +47,10 @@ class Feed(Generic[Item]):
         if woken is not None:
             woken.release()
 
-    def get(self, parking: threading.Lock) -> Item:
-        """The next item, parking the calling thread on ``parking`` (its own lock, held)
-        until one comes."""
+    def get(self) -> Item:
+        """The next item, parking the calling thread until one comes."""
         woke = False
+        parking: threading.Lock | None = None
         while True:
             with self._mutex:
                 if woke:
@@ -58,12 +59,25 @@ class Feed(Generic[Item]):
                     item = self._items.popleft()
                     woken = self._wake_one() if self._items else None
                     break
+                if parking is None:
+                    parking = self._parking()
                 self._parked.append(parking)
             parking.acquire()  # released by the put or get that woke this thread
             woke = True
         if woken is not None:
             woken.release()
         return item
+
+    def _parking(self) -> threading.Lock:
+        """The calling thread's own lock, held: the thread parks by acquiring it again. The
+        feed makes it, so no thread can park on a lock it does not hold, which would put it
+        in the parked list twice."""
+        try:
+            return self._local.lock
+        except AttributeError:
+            lock = self._local.lock = threading.Lock()
+            lock.acquire()
+            return lock
 
     def _wake_one(self) -> threading.Lock | None:
         """The parked thread's lock to release (under the mutex), None when one is being
@@ -109,9 +123,7 @@ class Slots(Generic[Item, Result]):
                 thread.join()
 
     def _serve(self) -> None:
-        parking = threading.Lock()
-        parking.acquire()
-        while (item := self._feed.get(parking)) is not None:
+        while (item := self._feed.get()) is not None:
             try:
                 result = self._run(item)
             except BaseException as exc:  # noqa: BLE001 - reported to the worker, which logs it

@@ -4,6 +4,7 @@ their feed starts every parked thread a burst needs."""
 from __future__ import annotations
 
 import threading
+import time
 
 from pgflow.runtime.slots import Feed, Slots
 
@@ -76,15 +77,19 @@ def test_a_feed_gives_items_in_order_and_parks_until_one_comes():
     feed: Feed[int] = Feed()
     for item in (1, 2, 3):
         feed.put(item)
-    parking = threading.Lock()
-    parking.acquire()
-    assert [feed.get(parking) for _ in range(3)] == [1, 2, 3]
+    assert [feed.get() for _ in range(3)] == [1, 2, 3]
 
     got: list[int] = []
-    taker = threading.Thread(target=lambda: got.append(feed.get(parking)))
+
+    def take_two() -> None:
+        for _ in range(2):
+            got.append(feed.get())
+
+    taker = threading.Thread(target=take_two, daemon=True)
     taker.start()
-    taker.join(timeout=0.2)
-    assert taker.is_alive() and got == []  # parked: nothing to take
-    feed.put(4)
+    for item in (4, 5):  # the thread parks twice, on the same lock of its own
+        time.sleep(0.2)
+        assert taker.is_alive() and len(got) == item - 4  # parked: nothing to take
+        feed.put(item)
     taker.join(timeout=10)
-    assert got == [4]
+    assert got == [4, 5]
