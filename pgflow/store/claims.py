@@ -389,26 +389,36 @@ class Claim:
         """The run as it was at the claim (no query); ``refresh_from_db()`` for now. Every
         column is the claim's (``rows.RUN_COLUMNS``), so reading a field costs no query, and
         ``run.subject`` is cached when the claim loop read it (``with_subjects``)."""
-        run = deferred(WorkflowRun, {"id": self.run_id, **self.run_fields})
+        run = deferred(WorkflowRun, self.run_fields)  # its id set apart: no merged copy of the fields
+        run.id = self.run_id
         if self.subject is not NOT_READ:
             _SUBJECT.set_cached_value(run, self.subject)
         return run
 
 
-_STEP_AT = 6 + len(RUN_COLUMNS)
+_RUN_AT = 6  # where rows.CLAIMED's run columns begin, after Claim's own fields
+_STEP_AT = _RUN_AT + len(RUN_COLUMNS)
 _OUTPUTS_AT = _STEP_AT + len(STEP_COLUMNS)
 
 
-def claims_of(rows: list[tuple[Any, ...]]) -> list[Claim]:
-    """The claims in rows of CLAIMED's columns (a claim's, or a handed attempt's read again)."""
+def claims_of(rows: list[tuple[Any, ...]], at: int = 0) -> list[Claim]:
+    """The claims in rows of CLAIMED's columns, beginning at column ``at`` (a claim's, or a
+    handed attempt's read again); a row with no attempt there (NULL: an empty claim's one row)
+    is skipped. Read in place, with no slice of the row: this is the serial claim loop's
+    Python for every attempt."""
     claims = []
+    run_at, step_at, outputs_at = at + _RUN_AT, at + _STEP_AT, at + _OUTPUTS_AT
     for row in rows:
-        fields = dict(zip(RUN_COLUMNS, row[6:_STEP_AT], strict=True))
+        if row[at] is None:
+            continue
+        # zip's strict check is left to tests/unit/test_claims_of.py: CLAIMED is built from
+        # the same column lists as these bounds.
+        fields = dict(zip(RUN_COLUMNS, row[run_at:step_at]))  # noqa: B905
         for column in ("input", "attributes"):
             value = fields[column]
             if isinstance(value, str):  # a raw cursor may hand jsonb back as text
                 fields[column] = {} if value == "{}" else json.loads(value)  # most runs set no attributes
-        outputs = row[_OUTPUTS_AT]
+        outputs = row[outputs_at]
         if isinstance(outputs, str):
             outputs = json.loads(outputs)
         # Claim's own __init__ (frozen) sets each field through object.__setattr__: a claim
@@ -416,14 +426,14 @@ def claims_of(rows: list[tuple[Any, ...]]) -> list[Claim]:
         # fields (it has no __post_init__; tests/unit/test_claims_of.py holds it to that).
         held = Claim.__new__(Claim)
         held.__dict__.update(
-            step_id=row[0],
-            run_id=row[1],
-            step_name=row[2],
-            attempt=row[3],
-            token=row[4],
-            started_at=row[5],
+            step_id=row[at],
+            run_id=row[at + 1],
+            step_name=row[at + 2],
+            attempt=row[at + 3],
+            token=row[at + 4],
+            started_at=row[at + 5],
             run_fields=fields,
-            step_fields=dict(zip(STEP_COLUMNS, row[_STEP_AT:_OUTPUTS_AT], strict=True)),
+            step_fields=dict(zip(STEP_COLUMNS, row[step_at:outputs_at])),  # noqa: B905
             outputs=outputs,
             subject=NOT_READ,
         )
@@ -521,7 +531,7 @@ def claim(
     # queue's scan follows the claim index whatever the time and the limit.
     rows = _claim_rows(UNGATED_CLAIM_SQL, params)
     if not rows[0][0]:  # no gated attempt scheduled: this was the whole claim
-        return Claimed(claims_of([row[2:] for row in rows if row[2] is not None]), rows[0][1])
+        return Claimed(claims_of(rows, 2), rows[0][1])
     after = [_AFTER.get(queue, ("", "")) for queue in queues]
     params.update(after_gates=[a[0] for a in after], after_rates=[a[1] for a in after], visits=gate_visits(limit))
     # Django's cursor binds the values into the SQL text: planned for them each time.
@@ -534,7 +544,7 @@ def claim(
     stopped_queues, gates, rates = rows[0][:3]
     for queue, gate, rate in zip(stopped_queues or (), gates or (), rates or (), strict=True):
         _AFTER[queue] = (gate, rate)
-    return Claimed(claims_of([row[3:] for row in rows if row[3] is not None]), NOT_KNOWN)
+    return Claimed(claims_of(rows, 3), NOT_KNOWN)
 
 
 # One attempt by its id: the one a start just announced (its NOTIFY names it), claimed as the
@@ -582,7 +592,7 @@ def claim_notified(
     """
     params = {"id": step_id, "queues": queues, **_lease(worker, at), **outputs_params(readers)}
     rows = _claim_rows(CLAIM_NOTIFIED_SQL, params)
-    return Claimed(claims_of([row[1:] for row in rows if row[1] is not None]), rows[0][0])
+    return Claimed(claims_of(rows, 1), rows[0][0])
 
 
 def _kind_params(kinds: Kinds | None, limit: int) -> dict[str, Any]:
