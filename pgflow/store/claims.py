@@ -28,7 +28,7 @@ from ..db import connection
 from ..exceptions import WorkflowNotFound
 from ..models import WorkflowRun
 from ..registry import resolve
-from .cursors import compact, hot_cursor
+from .cursors import compact, hot_cursor, text_array
 from .locking import now
 from .rows import CLAIMED, CLAIMED_STEP, OUTPUTS_CAP, RUN_COLUMNS, STEP_COLUMNS, deferred
 
@@ -525,7 +525,12 @@ def claim(
         limit = min(limit, kinds.threads + kinds.awaiting)
     if limit <= 0:
         return Claimed([], NOT_KNOWN)
-    params: dict[str, Any] = {"queues": queues, "limit": limit, **_lease(worker, at), **_kind_params(kinds, limit)}
+    params: dict[str, Any] = {
+        "queues": text_array(queues),
+        "limit": limit,
+        **_lease(worker, at),
+        **_kind_params(kinds, limit),
+    }
     # The ungated claim is a prepared statement with one generic plan: planning it cost more
     # than running it, on every start's path. Its plan does not depend on the values: each
     # queue's scan follows the claim index whatever the time and the limit.
@@ -590,19 +595,19 @@ def claim_notified(
     For a worker that knows nothing else is due on its queues: then this claims what
     ``claim()`` would, in a cheaper statement. It knows nothing of priorities.
     """
-    params = {"id": step_id, "queues": queues, **_lease(worker, at), **outputs_params(readers)}
+    params = {"id": step_id, "queues": text_array(queues), **_lease(worker, at), **outputs_params(readers)}
     rows = _claim_rows(CLAIM_NOTIFIED_SQL, params)
     return Claimed(claims_of(rows, 1), rows[0][0])
 
 
 def _kind_params(kinds: Kinds | None, limit: int) -> dict[str, Any]:
     if kinds is None:  # every attempt counts as sync, up to the limit
-        return {"async_names": [], "async_keys": [], "threads": limit, "awaiting": 0, **outputs_params(frozenset())}
+        return {"async_names": "{}", "async_keys": "{}", "threads": limit, "awaiting": 0, **outputs_params(frozenset())}
     keys = sorted(kinds.async_steps)
     names = sorted({key.rsplit(":", 1)[1] for key in keys})
     return {
-        "async_names": names,
-        "async_keys": keys,
+        "async_names": text_array(names),
+        "async_keys": text_array(keys),
         "threads": kinds.threads,
         "awaiting": kinds.awaiting,
         **outputs_params(kinds.readers),
@@ -611,7 +616,7 @@ def _kind_params(kinds: Kinds | None, limit: int) -> dict[str, Any]:
 
 def outputs_params(readers: frozenset[str]) -> dict[str, Any]:
     """The parameters of rows.CLAIMED_OUTPUTS: whose claims bring the outputs, and up to what size."""
-    return {"readers": sorted(readers), "outputs_cap": OUTPUTS_CAP}
+    return {"readers": text_array(sorted(readers)), "outputs_cap": OUTPUTS_CAP}
 
 
 def _lease(worker: str, at: datetime | None) -> dict[str, Any]:

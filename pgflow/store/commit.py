@@ -4,7 +4,7 @@ a handful of set-based statements."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -22,7 +22,7 @@ from ..exceptions import StepNotFound, WorkflowNotFound
 from ..models import Step, WorkflowRun
 from ..registry import resolve
 from .claims import Claim
-from .cursors import hot_cursor
+from .cursors import bigint_array, hot_cursor, text_array
 from .leases import log_ignored
 from .locking import CHANNEL, now
 from .rows import attempt_values
@@ -126,16 +126,9 @@ def _roll_back(raw: Any) -> None:
 
 def _lock_params(items: list[Finished]) -> dict[str, str]:
     return {
-        "runs": _ids(sorted({item.claim.run_id for item in items})),
-        "steps": _ids(sorted({item.claim.step_id for item in items})),
+        "runs": bigint_array(sorted({item.claim.run_id for item in items})),
+        "steps": bigint_array(sorted({item.claim.step_id for item in items})),
     }
-
-
-def _ids(values: Iterable[int]) -> str:
-    """``values`` as an array literal for a ``::bigint[]`` parameter: psycopg dumps a list in
-    Python, element by element, after scanning it for the element type, and a string at once
-    (benchmarks/RESULTS.md, issue 35 part M)."""
-    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _locked(rows: list[tuple[Any, ...]]) -> tuple[dict[int, tuple[str, str, str]], dict[int, Any]]:
@@ -388,7 +381,7 @@ def _send(cursor: Any, completion: _Completion) -> None:
     at = completion.at
     cursor.execute(
         _CLOSE_COMPLETED,
-        {"at": at, "ids": _ids(completion.closing), "outputs": Jsonb(completion.outputs)},
+        {"at": at, "ids": bigint_array(completion.closing), "outputs": Jsonb(completion.outputs)},
         prepare=True,
     )
     cursor.execute(
@@ -399,9 +392,9 @@ def _send(cursor: Any, completion: _Completion) -> None:
             "events": Jsonb(completion.events),
             "moves": Jsonb(completion.moves),
             "attributes": Jsonb(completion.attributes),
-            "run_ids": _ids(map(int, completion.moves)),
+            "run_ids": bigint_array(map(int, completion.moves)),
             "channel": CHANNEL,
-            "due_queues": sorted(completion.due_queues),
+            "due_queues": text_array(sorted(completion.due_queues)),
         },
         prepare=True,
     )
