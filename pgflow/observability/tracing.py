@@ -11,6 +11,7 @@ carry the phases (``pgflow.core.phases``) in seconds.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -37,12 +38,19 @@ def _api() -> Any:
     which the API loads on first use), so a process without either pays no import for it.
     """
     api = sys.modules.get("opentelemetry.trace")
-    if api is None and "OTEL_PYTHON_TRACER_PROVIDER" in os.environ:
+    if api is None and _provider_named():
         try:
             from opentelemetry import trace as api  # lazy: optional extra django-pgflow[otel]
         except ImportError:  # the [otel] extra is not installed
             return None
     return api
+
+
+@functools.cache
+def _provider_named() -> bool:
+    """Whether the environment names a tracer provider. Read once, as the API reads it once
+    (on its first use): a lookup in ``os.environ`` encodes the name each time, before every body."""
+    return "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
 def enabled() -> bool:

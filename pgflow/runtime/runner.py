@@ -294,7 +294,7 @@ def run_body(prepared: Prepared) -> tuple[Outcome, Any, BaseException | None]:
         # The run's tenant context (PGFLOW["TENANT_CONTEXT"]): none for a run without a tenant.
         with tenants.context_of(prepared.workflow):
             returned = invoke(prepared.workflow, prepared.definition, prepared.signal)
-            if inspect.isawaitable(returned):
+            if returned is not None and inspect.isawaitable(returned):
                 prepared.workflow.outputs  # noqa: B018 - read here: a query cannot run in the body's loop
                 returned = settle(returned)
     except FlowControl as control:  # first: a flow-control verb is not a failure
@@ -321,6 +321,8 @@ async def run_body_async(prepared: Prepared) -> tuple[Outcome, Any, BaseExceptio
 
 
 def _output(prepared: Prepared, returned: Any) -> tuple[Outcome, Any, BaseException | None]:
+    if returned is None:  # most steps return nothing: JSON's null, nothing to check
+        return Outcome(kind=COMPLETE), None, None
     try:
         jsonvalue.encode(returned, f"the output of step {prepared.definition.name!r}")
     except (TypeError, ValueError) as exc:

@@ -131,7 +131,7 @@ def deferred(model: type[M], values: dict[str, Any]) -> M:
     what ``from_db`` leaves is exactly ``values`` in the instance's ``__dict__`` and a
     loaded ``_state``, written here directly (``__init__`` visits every field, deferred
     ones too; benchmarks/RESULTS.md, issue 35 part K)."""
-    if _plain_init(model) and not (pre_init.has_listeners(model) or post_init.has_listeners(model)):
+    if _plain_init(model) and not _init_listened(model):
         new = model.__new__(model)
         state = new._state = ModelState()
         state.adding = False
@@ -141,6 +141,15 @@ def deferred(model: type[M], values: dict[str, Any]) -> M:
     places = _row_of(model)[0]
     names = sorted(values, key=places.__getitem__)
     return model.from_db(alias(), names, [values[name] for name in names])
+
+
+def _init_listened(model: type[Model]) -> bool:
+    """Whether a receiver of ``pre_init`` or ``post_init`` listens to ``model``. A signal's
+    receivers are looked up (``has_listeners``) only when it has any: two are asked before
+    every body, and a project rarely connects either."""
+    return bool(pre_init.receivers and pre_init.has_listeners(model)) or bool(
+        post_init.receivers and post_init.has_listeners(model)
+    )
 
 
 @functools.cache
