@@ -258,15 +258,16 @@ class Runner:
 
 
 def _logged(held: Claim, outcome: str, seconds: float, *, applied: bool) -> Result:
-    logger.info(
-        "run=%s step=%s attempt=%s outcome=%s duration=%.3fs",
-        held.run_id,
-        held.step_name,
-        held.attempt,
-        outcome,
-        seconds,
-        extra={"action": "step", "run_id": held.run_id, "step": held.step_name, "outcome": outcome},
-    )
+    if logger.isEnabledFor(logging.INFO):  # the extra's dict is built for every step otherwise
+        logger.info(
+            "run=%s step=%s attempt=%s outcome=%s duration=%.3fs",
+            held.run_id,
+            held.step_name,
+            held.attempt,
+            outcome,
+            seconds,
+            extra={"action": "step", "run_id": held.run_id, "step": held.step_name, "outcome": outcome},
+        )
     observability.attempt_ended(held, outcome, applied=applied)
     return Result(claim=held, outcome=outcome, applied=applied, seconds=seconds)
 

@@ -325,6 +325,7 @@ def _completion(done: list[tuple[Finished, str]], *, at: datetime) -> _Completio
     due_queues, fallback = completion.due_queues, completion.fallback
     # A child run that ends counts its member in its parent's batch: that goes through apply.
     children = _children_finishing(done)
+    at_text = at.isoformat()
     for item, workflow_class in done:
         claim = item.claim
         try:
@@ -367,9 +368,13 @@ def _completion(done: list[tuple[Finished, str]], *, at: datetime) -> _Completio
             events.append({"n": len(events), "run_id": claim.run_id, "step_id": None, "event": EventKind.FINISHED})
             continue
         attempt = attempt_values(workflow, nxt)
-        due = at + timedelta(seconds=delay) if delay else at
-        steps.append({"run_id": claim.run_id, **attempt, "due": due.isoformat()})
-        if due <= at:
+        if delay:
+            due = at + timedelta(seconds=delay)
+            steps.append({"run_id": claim.run_id, **attempt, "due": due.isoformat()})
+            if due <= at:
+                due_queues.add(attempt["queue"])
+        else:  # due now: the batch's one time, formatted once
+            steps.append({"run_id": claim.run_id, **attempt, "due": at_text})
             due_queues.add(attempt["queue"])
         moves[str(claim.run_id)] = {"status": RunStatus.RUNNING, "current_step": nxt.name}
     return completion
