@@ -389,8 +389,7 @@ class Claim:
         """The run as it was at the claim (no query); ``refresh_from_db()`` for now. Every
         column is the claim's (``rows.RUN_COLUMNS``), so reading a field costs no query, and
         ``run.subject`` is cached when the claim loop read it (``with_subjects``)."""
-        run = deferred(WorkflowRun, self.run_fields)  # its id set apart: no merged copy of the fields
-        run.id = self.run_id
+        run = deferred(WorkflowRun, self.run_fields, id=self.run_id)
         if self.subject is not NOT_READ:
             _SUBJECT.set_cached_value(run, self.subject)
         return run

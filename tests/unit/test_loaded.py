@@ -93,6 +93,29 @@ def test_a_deferred_instance_sends_post_init_to_a_receiver():
     assert seen == [(Step, "one")]
 
 
+@pytest.mark.parametrize("listened", [False, True])
+def test_values_kept_apart_are_loaded_as_the_others(listened):
+    # Claim.run() passes the run's id apart from the claim's fields (not copied to add it):
+    # a receiver of post_init sees it, and so does the instance built without __init__.
+    from django.db.models.signals import post_init
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.__dict__.get("id"))
+
+    fields = {"workflow_class": "shop.Orders", "status": "running"}
+    if listened:
+        post_init.connect(receiver, sender=WorkflowRun)
+    try:
+        built = deferred(WorkflowRun, fields, id=12)
+    finally:
+        post_init.disconnect(receiver, sender=WorkflowRun)
+    assert (built.pk, built.workflow_class, built.status) == (12, "shop.Orders", "running")
+    assert "id" not in built.get_deferred_fields() and "id" not in fields
+    assert seen == ([12] if listened else [])
+
+
 @pytest.mark.parametrize("build", [loaded, deferred])
 def test_an_instance_belongs_to_pgflows_database(build, settings):
     # A body's self.run.refresh_from_db() or .save() goes where the row came from: with
