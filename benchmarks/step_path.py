@@ -6,9 +6,9 @@ thread, with the commit handed to a stub.
     .venv/bin/python benchmarks/step_path.py --body logs      # a body that logs one line
     .venv/bin/python benchmarks/step_path.py --profile        # and where the time goes
 
-One thread, no other work: a busy worker's step threads take two to three times as much CPU
-a step (benchmarks/RESULTS.md, issue 35 part O), so compare trees with this, and the worker
-with ``realistic.py``. ``--body logs`` logs through the worker's relay (runtime.logwriter)
+One thread, no other work: a busy worker's step threads take more CPU a step than this
+(benchmarks/RESULTS.md, issue 35 part O), so compare trees with this, and the worker with
+``realistic.py``. ``--body logs`` logs through the worker's relay (runtime.logwriter)
 to a stream handler on /dev/null, with the example project's format.
 """
 
