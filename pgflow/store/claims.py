@@ -601,7 +601,8 @@ def claim_notified(
 
 def _kind_params(kinds: Kinds | None, limit: int) -> dict[str, Any]:
     if kinds is None:  # every attempt counts as sync, up to the limit
-        return {"async_names": "{}", "async_keys": "{}", "threads": limit, "awaiting": 0, **outputs_params(frozenset())}
+        none = text_array(())
+        return {"async_names": none, "async_keys": none, "threads": limit, "awaiting": 0, **outputs_params(frozenset())}
     keys = sorted(kinds.async_steps)
     names = sorted({key.rsplit(":", 1)[1] for key in keys})
     return {

@@ -368,13 +368,10 @@ def _completion(done: list[tuple[Finished, str]], *, at: datetime) -> _Completio
             events.append({"n": len(events), "run_id": claim.run_id, "step_id": None, "event": EventKind.FINISHED})
             continue
         attempt = attempt_values(workflow, nxt)
-        if delay:
-            due = at + timedelta(seconds=delay)
-            steps.append({"run_id": claim.run_id, **attempt, "due": due.isoformat()})
-            if due <= at:
-                due_queues.add(attempt["queue"])
-        else:  # due now: the batch's one time, formatted once
-            steps.append({"run_id": claim.run_id, **attempt, "due": at_text})
+        due = at + timedelta(seconds=delay) if delay else at
+        # Due now (most): the batch's one time, formatted once.
+        steps.append({"run_id": claim.run_id, **attempt, "due": due.isoformat() if delay else at_text})
+        if due <= at:
             due_queues.add(attempt["queue"])
         moves[str(claim.run_id)] = {"status": RunStatus.RUNNING, "current_step": nxt.name}
     return completion
