@@ -13,6 +13,10 @@ NUL = "\\u0000"  # jsonb refuses this escape, so a string holding a NUL characte
 # is refused by PostgreSQL in jsonb and in text alike.
 _SURROGATE_ESCAPE = re.compile(r"\\ud[89a-f]")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# One encoder for every check: json.dumps with any option builds a new one per call, and most
+# values checked here are small enough for that to be most of the cost. Its encode() keeps no
+# state between calls, so threads share it.
+_ENCODER = json.JSONEncoder(allow_nan=False)
 HOLDS_NUL = "holds a NUL character (\\x00), which PostgreSQL cannot store"
 HOLDS_SURROGATE = (
     "holds a lone surrogate (such as os.fsdecode makes of a non-UTF-8 name), which PostgreSQL "
@@ -77,7 +81,7 @@ def _unstorable(text: str) -> str | None:
 
 def _encoded(value: Any) -> tuple[str, TypeError | ValueError | None]:
     try:
-        return json.dumps(value, allow_nan=False), None
+        return _ENCODER.encode(value), None
     except TypeError as exc:
         return "", exc
     except ValueError as exc:
