@@ -10,9 +10,9 @@ caller's context, and queues a copy with its message rendered; one writer thread
 those copies through the real handler, in the order they were logged. Handlers of any
 other kind (mail, Sentry, a queue of the project's own) are left as they are.
 
-What it costs: a line reaches the file a moment later, and a worker killed with SIGKILL
-loses the lines still queued. A stop writes them, and so does a relay's ``flush()``, which
-``logging.shutdown()`` calls (the worker's exit that leaves a body running, ``os._exit``).
+What it costs: a line reaches the file a moment later (``PAUSE``), and a worker killed with
+SIGKILL loses the lines still queued. A stop writes them, and so does a relay's ``flush()``,
+which ``logging.shutdown()`` calls (the worker's exit that leaves a body running, ``os._exit``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 # A line to write; an event the writer sets once every line queued before it is written; or
@@ -101,10 +102,15 @@ def start() -> Callable[[], None]:
 
 
 # The lines the writer takes from the queue at once: each handler it wrote to is flushed once
-# per batch, not once per line (a write system call each), and a line waits at most a batch.
-# A line-buffered stream (sys.stderr) still writes each line: joining a batch's lines into one
-# write made no difference one could measure (benchmarks/RESULTS.md, issue 35 part L).
+# per batch, not once per line, and a line waits at most a batch.
 BATCH = 256
+# How long the writer rests after each batch while the worker logs. Each time it woke for a
+# line, and each line's write (a stream such as sys.stderr writes at every newline), gave the
+# GIL up and took it back: in a busy worker a thread switch for every line or two, which cost
+# more than formatting the line (benchmarks/RESULTS.md, issue 35 part P). Resting, it takes the
+# lines logged meanwhile as one batch and writes each stream's run of lines at once. A line
+# logged while the writer waits is written at once; under load, at most this much later.
+PAUSE = 0.02
 
 
 def _write(lines: queue.SimpleQueue[_Item]) -> None:
@@ -114,6 +120,8 @@ def _write(lines: queue.SimpleQueue[_Item]) -> None:
             batch.append(lines.get())
         if not _write_batch(batch):
             return
+        if len(batch) < BATCH:  # caught up: rest (behind, it writes on without resting)
+            time.sleep(PAUSE)
 
 
 def _write_queued(lines: queue.SimpleQueue[_Item]) -> None:
@@ -127,15 +135,23 @@ def _write_batch(batch: list[_Item]) -> bool:
     """Write ``batch`` in order, flushing each handler written to before an event is set and
     at the end. False: it held the end (what follows it is left to ``_write_queued``)."""
     written: dict[logging.Handler, None] = {}  # in order of first write
+    run = _Run()
     for item in batch:
         if isinstance(item, tuple):
-            if _emit(*item):
-                written[item[0]] = None
+            target, record = item
+            if run.target is not target:
+                run.write(written)
+            if _writes_to_stream(target):
+                run.add(target, record)
+            else:
+                _emit(target, record)
             continue
+        run.write(written)
         _flush(written)
         if item is None:
             return False
         item.set()
+    run.write(written)
     _flush(written)
     return True
 
@@ -147,25 +163,64 @@ def _flush(written: dict[logging.Handler, None]) -> None:
     written.clear()
 
 
-# Handlers whose emit() is the stream write and flush of logging's own: the writer writes for
-# them and flushes once per batch. Any other handler's emit() is called as it is.
+# Handlers whose emit() is the stream write and flush of logging's own: the writer formats
+# their lines, writes each run of them at once and flushes once per batch. Any other
+# handler's emit() is called as it is.
 _STREAM_EMITS = (logging.StreamHandler.emit, logging.FileHandler.emit)
 
 
-def _emit(target: logging.Handler, record: logging.LogRecord) -> bool:
-    """Emit ``record`` through ``target``; True when the stream still needs its flush."""
-    # Filtered already, by the relay: the lock and the write are all that is left of handle().
+def _writes_to_stream(target: logging.Handler) -> bool:
+    # A FileHandler opened with delay=True has no stream until its first emit() opens it.
+    return type(target).emit in _STREAM_EMITS and getattr(target, "stream", None) is not None
+
+
+class _Run:
+    """Consecutive lines for one stream handler, formatted, written with one write. Only
+    consecutive ones: two handlers may share a stream, and the lines keep the order logged."""
+
+    def __init__(self) -> None:
+        self.target: logging.Handler | None = None
+        self.texts: list[str] = []
+        self.last: logging.LogRecord | None = None  # the record a failed write is reported for
+
+    def add(self, target: logging.Handler, record: logging.LogRecord) -> None:
+        # Filtered already, by the relay: formatting under the lock, as emit() does, and the
+        # write are all that is left of handle().
+        self.target = target
+        target.acquire()
+        try:
+            self.texts.append(target.format(record) + target.terminator)  # type: ignore[attr-defined]
+            self.last = record
+        except Exception:  # noqa: BLE001 - a line that cannot be formatted is reported, the others written
+            with contextlib.suppress(Exception):
+                target.handleError(record)
+        finally:
+            target.release()
+
+    def write(self, written: dict[logging.Handler, None]) -> None:
+        target, texts, last = self.target, self.texts, self.last
+        self.target, self.texts, self.last = None, [], None
+        if target is None or not texts:
+            return
+        target.acquire()
+        try:
+            target.stream.write("".join(texts))  # type: ignore[attr-defined]
+            written[target] = None
+        except Exception:  # noqa: BLE001 - a stream that cannot be written must not stop the writer
+            with contextlib.suppress(Exception):
+                target.handleError(last)  # type: ignore[arg-type]
+        finally:
+            target.release()
+
+
+def _emit(target: logging.Handler, record: logging.LogRecord) -> None:
+    """Emit ``record`` through a handler that is not a plain stream handler."""
+    # Filtered already, by the relay: the lock and the emit are all that is left of handle().
     target.acquire()
     try:
-        stream = getattr(target, "stream", None)
-        if type(target).emit in _STREAM_EMITS and stream is not None:
-            stream.write(target.format(record) + target.terminator)  # type: ignore[attr-defined]
-            return True
         target.emit(record)
-        return False
     except Exception:  # noqa: BLE001 - a handler that raises must not stop the writer: lines would pile up
         with contextlib.suppress(Exception):
             target.handleError(record)
-        return False
     finally:
         target.release()

@@ -225,3 +225,47 @@ def test_two_handlers_on_one_stream_keep_the_order_their_lines_were_logged_in() 
         for index in range(30):
             (first if index % 3 else second).info("line %d", index)
     assert out.getvalue().splitlines() == [f"line {index}" for index in range(30)]
+
+
+class _CountedWrites(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def test_a_run_of_lines_for_one_stream_is_written_at_once() -> None:
+    # A line-buffered stream (sys.stderr) makes a system call of each write with a newline.
+    out = _CountedWrites()
+    with _held_writer(logging.StreamHandler(out)) as (log,):
+        for index in range(100):
+            log.info("line %d", index)
+    assert out.getvalue().splitlines() == [f"line {index}" for index in range(100)]
+    assert 1 <= out.writes < 10, out.writes  # once per batch, not once per line
+
+
+class _Refusing(io.StringIO):
+    """A stream whose first write fails, as a full disk's would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = False
+
+    def write(self, text: str) -> int:
+        if not self.refused:
+            self.refused = True
+            raise OSError(28, "No space left on device")
+        return super().write(text)
+
+
+def test_a_write_that_fails_is_reported_and_the_writer_goes_on(capsys) -> None:
+    out = _Refusing()
+    with _held_writer(logging.StreamHandler(out)) as (log,):
+        log.info("lost with the failed write")
+    assert "No space left on device" in capsys.readouterr().err  # the handler's handleError()
+    with _held_writer(logging.StreamHandler(out)) as (log,):
+        log.info("written after it")
+    assert out.getvalue().splitlines() == ["written after it"]
