@@ -87,9 +87,21 @@ def test_a_feed_gives_items_in_order_and_parks_until_one_comes():
 
     taker = threading.Thread(target=take_two, daemon=True)
     taker.start()
+    locks = []
     for item in (4, 5):  # the thread parks twice, on the same lock of its own
-        time.sleep(0.2)
-        assert taker.is_alive() and len(got) == item - 4  # parked: nothing to take
+        locks.append(_parked(feed))
+        assert len(got) == item - 4  # parked: nothing to take
         feed.put(item)
     taker.join(timeout=10)
     assert got == [4, 5]
+    assert locks[0] is locks[1]
+
+
+def _parked(feed: Feed[int]) -> threading.Lock:
+    """The lock of the one thread parked on ``feed``, once it has parked."""
+    deadline = time.monotonic() + 10
+    while not feed._parked:
+        assert time.monotonic() < deadline, "the thread never parked"
+        time.sleep(0.001)
+    (lock,) = feed._parked
+    return lock
