@@ -35,23 +35,28 @@ class _Relay(logging.Handler):
     def __init__(self, target: logging.Handler, lines: queue.SimpleQueue[_Item], drain: Callable[[], None]) -> None:
         super().__init__(target.level)
         self.target = target
+        self._plain_filter = type(target).filter is logging.Filterer.filter  # not a filter() of its own
         self._lines = lines
         self._drain = drain
 
     def handle(self, record: logging.LogRecord) -> bool:
-        verdict = self.target.filter(record)
-        if not verdict:
-            return False
-        if isinstance(verdict, logging.LogRecord):  # a filter may return the record to log (3.12)
-            record = verdict
+        # Called for every line a step logs: the target's filters are asked only if it has any.
+        if self.target.filters or not self._plain_filter:
+            verdict = self.target.filter(record)
+            if not verdict:
+                return False
+            if isinstance(verdict, logging.LogRecord):  # a filter may return the record to log (3.12)
+                record = verdict
         # A copy, with its message rendered now: the arguments may change once the caller goes
         # on, and the handlers after this one must see the record as it was logged.
         # (Not makeLogRecord: its __init__ reads the clock, the thread and the process again,
         # only to have them overwritten; the copy is a fifth of its cost.)
         line = logging.LogRecord.__new__(logging.LogRecord)
         line.__dict__.update(record.__dict__)
-        with contextlib.suppress(Exception):  # bad arguments: the real handler reports them as it would
+        try:
             line.msg, line.args = record.getMessage(), None
+        except Exception:  # noqa: BLE001, S110 - bad arguments: the real handler reports them as it would
+            pass
         self._lines.put((self.target, line))
         return True
 
