@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 from django.db.migrations.executor import MigrationExecutor
 
+from pgflow.checks import discover
 from pgflow.conf import pgflow_settings
 from pgflow.core.definitions import QUEUE_RULE, valid_queue
 from pgflow.db import connection
@@ -167,6 +168,13 @@ class Command(BaseCommand):
             if code:
                 sys.exit(code)
             return
+        # Each installed app's workflows module, imported before the worker works out its
+        # claims' kinds (the steps whose claims bring the run's outputs, the async ones) from
+        # the classes registered. manage.py's system checks import them too, but a --processes
+        # child runs this command through call_command, which skips them, as --skip-checks does.
+        problems = discover()
+        if problems:
+            raise CommandError("; ".join(f"{problem.msg} ({problem.id})" for problem in problems))
         if metrics_port is not None:
             try:
                 metrics.serve(metrics_port)
