@@ -25,12 +25,21 @@ REPORT_EVERY = 60.0  # seconds between two log lines about one class that does n
 _workflows: dict[str, type[Workflow]] = {}
 _reported: dict[str, float] = {}  # path -> monotonic time of its last log line
 _lock = threading.Lock()
+_changes = 0  # registrations so far: what was worked out from the classes is stale once it moves
 
 
 def register(workflow: type[Workflow]) -> None:
     """Record ``workflow`` under its path (called by ``Workflow.__init_subclass__``)."""
+    global _changes
     with _lock:
         _workflows[workflow.workflow_path()] = workflow
+        _changes += 1
+
+
+def changes() -> int:
+    """How many registrations there have been: a worker works out which steps read outputs,
+    or are async, again when this has moved (a class first imported since it last looked)."""
+    return _changes
 
 
 def registered() -> list[type[Workflow]]:

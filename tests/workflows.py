@@ -251,3 +251,21 @@ class LogsALine(pgflow.Workflow):
     @step
     def second(self):
         logging.getLogger("pgflow.tests").info("run %s: second logged", self.run.pk)
+
+
+class CountsItsReads(pgflow.Workflow):
+    """Its second step returns the queries its read of ``self.outputs`` cost: none when the
+    claim brought them (the worker knew the step reads them)."""
+
+    @step
+    def a(self):
+        return {"n": 1}
+
+    @step
+    def b(self):
+        from django.db import connection  # noqa: PLC0415 - here, as a body reads it
+        from django.test.utils import CaptureQueriesContext  # noqa: PLC0415
+
+        with CaptureQueriesContext(connection) as queries:
+            n = self.outputs["a"]["n"]
+        return {"n": n, "queries": len(queries)}

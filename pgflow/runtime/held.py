@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import tenants
+from .. import registry, tenants
 from ..evaluation import is_async, reads_outputs
 from ..registry import registered
 from ..store import Claim
@@ -56,6 +56,7 @@ class Held:
         # Those whose body is still running in a thread, or awaiting on the loop.
         self.bodies: set[Any] = set()
         self.awaiting: set[Any] = set()
+        self._registered = registry.changes()
         self.async_steps = async_steps()
         self.readers = output_readers()
         self._kind: dict[Any, tuple[bool, ...]] = {}  # every held attempt's kinds
@@ -92,6 +93,8 @@ class Held:
 
     def free(self) -> Kinds:
         """Free slots by kind: none of a kind while HELD_PER_SLOT times its bound are held."""
+        if registry.changes() != self._registered:  # a class imported since: its steps too
+            self._work_out_kinds()
         with self.lock:
             threads = self._room(False)
             awaiting = self._room(True) if self.async_steps else 0
@@ -113,11 +116,16 @@ class Held:
             return (False, True) if in_thread else ASYNC
         if not body_is_async(held):
             return SYNC
-        self.async_steps = async_steps()
-        self.readers = output_readers()
+        self._work_out_kinds()
         with self.lock:
             room = self._room(True) > 0
         return ASYNC if room and not in_thread else (False, True)
+
+    def _work_out_kinds(self) -> None:
+        """The steps of the classes registered now that are async, and those that read outputs."""
+        self._registered = registry.changes()
+        self.async_steps = async_steps()
+        self.readers = output_readers()
 
     def hold(self, held: Claim, slots: tuple[bool, ...]) -> None:
         with self.lock:
@@ -167,8 +175,9 @@ def async_steps() -> frozenset[str]:
 def output_readers() -> frozenset[str]:
     """The steps of the registered workflow classes whose claims bring the run's outputs
     (``evaluation.reads_outputs``), as the claim names them ("workflow path:step name"). A
-    class first imported since the worker started is not among them until they are worked
-    out again (with the async steps): its bodies read ``self.outputs`` with one query."""
+    class first imported since the worker started (its first attempt's claim imports it) is
+    among them from the next claim on (``Held.free``): the attempts claimed before then read
+    ``self.outputs`` with one query."""
     return frozenset(
         f"{workflow.workflow_path()}:{definition.name}"
         for workflow in registered()

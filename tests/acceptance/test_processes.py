@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from pgflow.models import Step, WorkflowRun
 from tests import workflows as wf
 from tests.acceptance.conftest import ROOT, wait_until
@@ -103,3 +105,21 @@ def test_a_metrics_port_range_past_the_last_port_is_refused(start_worker):
     worker = start_worker("--processes", "3", "--metrics-port", "65534")
     assert worker.proc.wait(60) == 1
     assert "--metrics-port 65534 + 2 is past the last TCP port, 65535" in worker.output()
+
+
+@pytest.mark.parametrize("args", [("--processes", "2"), ("--skip-checks",)], ids=["processes", "skip-checks"])
+def test_a_worker_that_skipped_the_checks_still_knows_which_steps_read_outputs(start_worker, args):
+    # manage.py's system checks import each app's workflows module. A --processes child runs
+    # the command through call_command, which skips them, as --skip-checks does: the worker
+    # imports the modules itself, so its claims bring the outputs the bodies read.
+    runs = [wf.CountsItsReads.start() for _ in range(6)]
+    worker = start_worker(*args, "--concurrency", "2")
+    wait_until(
+        lambda: WorkflowRun.objects.filter(pk__in=[run.pk for run in runs], status="finished").count() == len(runs),
+        timeout=60,
+        what="the runs to finish",
+    )
+    assert worker.terminate() == 0
+    outputs = Step.objects.filter(run__in=runs, step_name="b").values_list("output", flat=True)
+    assert list(outputs) == [{"n": 1, "queries": 0}] * len(runs)
+    assert_exactly_once()
