@@ -2,7 +2,7 @@
 """Real bodies next to no-op ones: the realistic 3-step workflow against ThreeNoops, one
 worker, in interleaved rounds on the durable cluster (issue #35).
 
-    .venv/bin/python benchmarks/realistic.py [--runs 2000] [--rounds 3] [--concurrency 8,64]
+    .venv/bin/python benchmarks/realistic.py [--runs 2000] [--rounds 3] [--concurrency 8,64] [--processes 1]
 
 Each measurement: RUNS runs of one workflow started in one transaction with no worker up,
 then one ``pgflow_worker --burst --concurrency N`` drains them; steps/s = finished steps /
@@ -65,6 +65,9 @@ def main() -> None:
         help=f"comma-separated, the first the base of the ratios: {', '.join(WORKLOADS)}",
     )
     parser.add_argument(
+        "--processes", type=int, default=1, help="pgflow_worker --processes: worker processes, each with --concurrency"
+    )
+    parser.add_argument(
         "--python-switch-interval",
         action="store_true",
         help="workers keep Python's own thread switch interval (5 ms), not pgflow_worker's SWITCH_INTERVAL",
@@ -92,7 +95,8 @@ def run(args: argparse.Namespace) -> None:
     filing: dict[tuple[str, int], list[tuple[float, float]]] = {(name, c): [] for name, _, _, c in jobs}
     logs = WORK / "realistic-logs"
     logs.mkdir(exist_ok=True)
-    startup = startup_cpu(concurrencies[0], logs / "startup.log", args.timeout)
+    extra = ("--processes", str(args.processes)) if args.processes > 1 else ()
+    startup = startup_cpu(concurrencies[0], logs / "startup.log", args.timeout, extra)
     print(f"worker start and stop with nothing to do: {1000 * startup:.0f} ms CPU (taken off each figure)", flush=True)
     for round_number in range(1, args.rounds + 1):
         # Each concurrency's workloads back to back, reversed every other round: the machine's
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> None:
         for name, workflow, env, c in order:
             log = logs / f"{name}-{c}-round{round_number}.log"
             rate, cpu_ms, pg, filed = measure(
-                workflow, args.runs, c, env, log, args.timeout, args.python_switch_interval, startup
+                workflow, args.runs, c, env, log, args.timeout, args.python_switch_interval, startup, extra
             )
             figures[(name, c)].append(rate)
             cpu[(name, c)].append(cpu_ms)
@@ -147,6 +151,7 @@ def measure(
     timeout: float,
     keep_switch: bool,
     startup: float,
+    extra: tuple[str, ...] = (),
 ) -> tuple[float, float, tuple[float, float], tuple[float, float]]:
     """steps/s, the worker's CPU time (user + system, its whole process tree) per step (the
     figure a loaded machine disturbs least), PostgreSQL's (CPU ms, WAL bytes) per step, and
@@ -163,7 +168,7 @@ def measure(
         for index in range(runs):
             getattr(workflows, workflow).start(input={"order": index})
     engine.analyze()
-    argv, worker_env = engine.worker_command(concurrency, "--burst")
+    argv, worker_env = engine.worker_command(concurrency, "--burst", *extra)
     if keep_switch:  # the command's sys.setswitchinterval made a no-op, then manage.py as usual
         argv = [
             argv[0],
@@ -233,13 +238,13 @@ def _stat(pid: int) -> tuple[int, int, int, int, int, int]:
     return pid, int(fields[1]), int(fields[11]), int(fields[12]), int(fields[13]), int(fields[14])
 
 
-def startup_cpu(concurrency: int, log: Path, timeout: float) -> float:
+def startup_cpu(concurrency: int, log: Path, timeout: float, extra: tuple[str, ...] = ()) -> float:
     """The CPU seconds of a burst worker that finds nothing to do (Django's and pgflow's
     imports, connecting, stopping): the fixed part of every measurement, the median of three."""
     from benchmarks import engine
 
     engine.reset()
-    argv, worker_env = engine.worker_command(concurrency, "--burst")
+    argv, worker_env = engine.worker_command(concurrency, "--burst", *extra)
     samples = []
     for _ in range(3):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
