@@ -37,8 +37,8 @@ def register(workflow: type[Workflow]) -> None:
 
 
 def changes() -> int:
-    """How many registrations there have been: a worker works out which steps read outputs,
-    or are async, again when this has moved (a class first imported since it last looked)."""
+    """How many registrations there have been: a worker works out again which steps read
+    outputs when this has moved (a class first imported since it last looked)."""
     return _changes
 
 

@@ -93,8 +93,9 @@ class Held:
 
     def free(self) -> Kinds:
         """Free slots by kind: none of a kind while HELD_PER_SLOT times its bound are held."""
-        if registry.changes() != self._registered:  # a class imported since: its steps too
-            self._work_out_kinds()
+        if registry.changes() != self._registered:  # a class imported since: its steps that read outputs
+            self._registered = registry.changes()
+            self.readers = output_readers()
         with self.lock:
             threads = self._room(False)
             awaiting = self._room(True) if self.async_steps else 0
@@ -116,16 +117,11 @@ class Held:
             return (False, True) if in_thread else ASYNC
         if not body_is_async(held):
             return SYNC
-        self._work_out_kinds()
+        self.async_steps = async_steps()
+        self.readers = output_readers()
         with self.lock:
             room = self._room(True) > 0
         return ASYNC if room and not in_thread else (False, True)
-
-    def _work_out_kinds(self) -> None:
-        """The steps of the classes registered now that are async, and those that read outputs."""
-        self._registered = registry.changes()
-        self.async_steps = async_steps()
-        self.readers = output_readers()
 
     def hold(self, held: Claim, slots: tuple[bool, ...]) -> None:
         with self.lock:
