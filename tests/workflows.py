@@ -263,7 +263,7 @@ class CountsItsReads(pgflow.Workflow):
 
     @step
     def b(self):
-        from django.db import connection  # noqa: PLC0415 - here, as a body reads it
+        from django.db import connection  # noqa: PLC0415 - the body's own imports
         from django.test.utils import CaptureQueriesContext  # noqa: PLC0415
 
         with CaptureQueriesContext(connection) as queries:

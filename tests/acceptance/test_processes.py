@@ -109,9 +109,10 @@ def test_a_metrics_port_range_past_the_last_port_is_refused(start_worker):
 
 @pytest.mark.parametrize("args", [("--processes", "2"), ("--skip-checks",)], ids=["processes", "skip-checks"])
 def test_a_worker_that_skipped_the_checks_still_knows_which_steps_read_outputs(start_worker, args):
-    # manage.py's system checks import each app's workflows module. A --processes child runs
-    # the command through call_command, which skips them, as --skip-checks does: the worker
-    # imports the modules itself, so its claims bring the outputs the bodies read.
+    # manage.py's system checks import each app's workflows module; a --processes child runs
+    # the command through call_command, which skips them, as --skip-checks does. The worker
+    # imports those modules itself now. tests.workflows is no app's: the first claim of one of
+    # its classes imports it, and the claims after bring the outputs its bodies read.
     runs = [wf.CountsItsReads.start() for _ in range(6)]
     worker = start_worker(*args, "--concurrency", "2")
     wait_until(
