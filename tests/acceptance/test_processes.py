@@ -8,8 +8,6 @@ import signal
 import subprocess
 import sys
 
-import pytest
-
 from pgflow.models import Step, WorkflowRun
 from tests import workflows as wf
 from tests.acceptance.conftest import ROOT, wait_until
@@ -107,14 +105,15 @@ def test_a_metrics_port_range_past_the_last_port_is_refused(start_worker):
     assert "--metrics-port 65534 + 2 is past the last TCP port, 65535" in worker.output()
 
 
-@pytest.mark.parametrize("args", [("--processes", "2"), ("--skip-checks",)], ids=["processes", "skip-checks"])
-def test_a_worker_that_skipped_the_checks_still_knows_which_steps_read_outputs(start_worker, args):
-    # manage.py's system checks import each app's workflows module; a --processes child runs
-    # the command through call_command, which skips them, as --skip-checks does. The worker
-    # imports those modules itself now. tests.workflows is no app's: the first claim of one of
-    # its classes imports it, and the claims after bring the outputs its bodies read.
+def test_a_worker_that_skipped_the_checks_still_knows_which_steps_read_outputs(start_worker):
+    # manage.py's system checks import each app's workflows module; --skip-checks skips them,
+    # as call_command does for a --processes child. The worker imports those modules itself
+    # now. tests.workflows is no app's: the first claim of one of its classes (an `a` step,
+    # all the runs wait there) imports it, and the claims after bring the outputs its `b`
+    # bodies read. (With --processes 2, a child's first claim of the class may be a `b`: that
+    # one body reads them with a query.)
     runs = [wf.CountsItsReads.start() for _ in range(6)]
-    worker = start_worker(*args, "--concurrency", "2")
+    worker = start_worker("--skip-checks", "--concurrency", "2")
     wait_until(
         lambda: WorkflowRun.objects.filter(pk__in=[run.pk for run in runs], status="finished").count() == len(runs),
         timeout=60,
