@@ -109,6 +109,18 @@ class Retrying(pgflow.Workflow):
         raise ConnectionError("down")
 
 
+class RetryingLater(pgflow.Workflow):
+    """Retrying, each reattempt a moment later: the worker goes idle in between."""
+
+    @step(
+        on_exception=OnException(
+            ConnectionError, action="reattempt", wait=timedelta(seconds=0.3), max_reattempts=2, terminal_action="cancel"
+        )
+    )
+    def flaky(self):
+        raise ConnectionError("down")
+
+
 class TimesOut(pgflow.Workflow):
     @step(timeout=timedelta(seconds=0.5))
     def slow(self):

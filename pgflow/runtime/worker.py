@@ -398,10 +398,12 @@ class Worker:
         if handed and not notes and self._drained and _none_due(known_due):
             self._next_due = known_due  # only hand-offs woke us: nothing else is due to claim
             return handed
-        free = self._free()
-        if free.threads + free.awaiting <= 0 and self._offering.reserving and self._holding.free().threads > 0:
-            # Only the offered slot is free, and work may be due: take the offer back first. If
-            # a start took it, its attempt comes in a notification, into that slot.
+        unreserved = self._holding.free()
+        free = self._offering.reserve(unreserved)
+        if (free.threads <= 0 < unreserved.threads) or (free.awaiting <= 0 < unreserved.awaiting):
+            # The offer reserves the only free slot of a kind, and work of that kind may be due
+            # (a re-attempt is no start: none hands it over): take the offer back first. If a
+            # start took it, its attempt comes in a notification, into that slot.
             if not self._offering.withdraw():
                 return handed
             free = self._free()

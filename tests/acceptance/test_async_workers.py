@@ -96,3 +96,21 @@ def test_500_awaiting_bodies_hold_at_most_concurrency_plus_5_connections(start_w
     worker.terminate()
     assert {r.pk for r in runs} == set(WorkflowRun.objects.filter(status="finished").values_list("pk", flat=True))
     assert assert_exactly_once() == 500
+
+
+def test_one_thread_beside_async_slots_still_claims_a_reattempt_while_idle(start_worker):
+    # Idle, a worker offers its free thread to starts (HAND_OFF), and known async steps leave
+    # it async slots beside. A reattempt is no start: the claim takes the offer back for it,
+    # rather than claim for the async slots alone and leave it waiting.
+    from tests import workflows as wf
+
+    aw.AsyncThreeSteps.start(input={"sleep": 0})  # its claim makes the async steps known
+    worker = start_worker("--concurrency", "1")
+    wait_until(lambda: finished(1), timeout=60, what="the async run to finish")
+    run = wf.RetryingLater.start()  # each reattempt is due 0.3 s on, with the worker idle
+    wait_until(
+        lambda: WorkflowRun.objects.get(pk=run.pk).status == "cancelled", timeout=30, what="three attempts and a cancel"
+    )
+    assert sorted(Step.objects.filter(run=run).values_list("attempt", flat=True)) == [1, 2, 3]
+    assert worker.terminate() == 0
+    assert_exactly_once()
