@@ -34,7 +34,6 @@ from typing import Any
 
 from .. import registry, tenants
 from ..evaluation import is_async, reads_outputs
-from ..registry import registered
 from ..store import Claim
 from ..store.claims import Kinds
 
@@ -93,8 +92,9 @@ class Held:
 
     def free(self) -> Kinds:
         """Free slots by kind: none of a kind while HELD_PER_SLOT times its bound are held."""
-        if registry.changes() != self._registered:  # a class imported since: its steps that read outputs
-            self._registered = registry.changes()
+        changes = registry.changes()
+        if changes != self._registered:  # a class imported since: its steps that read outputs
+            self._registered = changes
             self.readers = output_readers()
         with self.lock:
             threads = self._room(False)
@@ -162,7 +162,7 @@ def async_steps() -> frozenset[str]:
     ("workflow path:step name"; a fan_out's body runs in a thread)."""
     return frozenset(
         f"{workflow.workflow_path()}:{definition.name}"
-        for workflow in registered()
+        for workflow in registry.registered()
         for definition in workflow.steps()
         if not definition.fans_out and is_async(workflow, definition)
     )
@@ -176,7 +176,7 @@ def output_readers() -> frozenset[str]:
     ``self.outputs`` with one query."""
     return frozenset(
         f"{workflow.workflow_path()}:{definition.name}"
-        for workflow in registered()
+        for workflow in registry.registered()
         for definition in workflow.steps()
         if reads_outputs(workflow, definition)
     )
