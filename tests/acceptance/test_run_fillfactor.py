@@ -35,6 +35,9 @@ def test_most_of_the_steps_updates_of_their_runs_are_heap_only(start_worker):
     wait_until(lambda: run_updates()[0] - before[0] >= 3 * RUNS, timeout=10, what="the worker's statistics")
     updated, heap_only = (after - then for then, after in zip(before, run_updates(), strict=True))
     # Two of a three-step run's updates change no indexed column (the last one changes its
-    # status): with room on the page those are heap-only; on full pages most were not.
-    assert heap_only >= 0.5 * updated, (updated, heap_only)
+    # status): with room on the page most of those are heap-only; on full pages most were
+    # not. The floor sits between what full pages gave (migration 0017's commit message) and
+    # what pages with room give (benchmarks/RESULTS.md, "Capacity model"): half was their
+    # median, not their floor, on a loaded machine that prunes pages later.
+    assert heap_only >= 0.42 * updated, (updated, heap_only)
     assert assert_exactly_once() == RUNS
