@@ -123,3 +123,24 @@ def test_a_worker_that_skipped_the_checks_still_knows_which_steps_read_outputs(s
     outputs = Step.objects.filter(run__in=runs, step_name="b").values_list("output", flat=True)
     assert list(outputs) == [{"n": 1, "queries": 0}] * len(runs)
     assert_exactly_once()
+
+
+def test_a_worker_that_skipped_the_checks_imports_the_apps_workflows_modules(start_worker):
+    # tests.discovered_app's workflows module is an installed app's that nothing imports: the
+    # worker does, as it starts, so even its first claims of the class (all of them, none
+    # after another) know the step reads outputs and bring them.
+    from tests.discovered_app.workflows import ReadsOutputsFirst
+
+    runs = [ReadsOutputsFirst.start() for _ in range(4)]
+    worker = start_worker(
+        "--skip-checks", "--concurrency", "1", env={"DJANGO_SETTINGS_MODULE": "tests.discovery_settings"}
+    )
+    wait_until(
+        lambda: WorkflowRun.objects.filter(pk__in=[run.pk for run in runs], status="finished").count() == len(runs),
+        timeout=60,
+        what="the runs to finish",
+    )
+    assert worker.terminate() == 0
+    outputs = Step.objects.filter(run__in=runs).values_list("output", flat=True)
+    assert list(outputs) == [{"outputs": {}, "queries": 0}] * len(runs)
+    assert_exactly_once()
