@@ -10,6 +10,7 @@ from django.db import connection
 
 from pgflow.models import Step, WorkflowRun
 from tests import async_workflows as aw
+from tests import workflows as wf
 from tests.acceptance.conftest import wait_until
 from tests.invariants import assert_exactly_once
 
@@ -102,8 +103,6 @@ def test_one_thread_beside_async_slots_still_claims_a_reattempt_while_idle(start
     # Idle, a worker offers its free thread to starts (HAND_OFF), and known async steps leave
     # it async slots beside. A reattempt is no start: the claim takes the offer back for it,
     # rather than claim for the async slots alone and leave it waiting.
-    from tests import workflows as wf
-
     aw.AsyncThreeSteps.start(input={"sleep": 0})  # its claim makes the async steps known
     worker = start_worker("--concurrency", "1")
     wait_until(lambda: finished(1), timeout=60, what="the async run to finish")

@@ -11,6 +11,7 @@ import sys
 from pgflow.models import Step, WorkflowRun
 from tests import workflows as wf
 from tests.acceptance.conftest import ROOT, wait_until
+from tests.discovered_app.workflows import ReadsOutputsFirst
 from tests.invariants import assert_exactly_once
 
 
@@ -129,8 +130,6 @@ def test_a_worker_that_skipped_the_checks_imports_the_apps_workflows_modules(sta
     # tests.discovered_app's workflows module is an installed app's that nothing imports: the
     # worker does, as it starts, so even its first claims of the class (all of them, none
     # after another) know the step reads outputs and bring them.
-    from tests.discovered_app.workflows import ReadsOutputsFirst
-
     runs = [ReadsOutputsFirst.start() for _ in range(4)]
     worker = start_worker(
         "--skip-checks", "--concurrency", "1", env={"DJANGO_SETTINGS_MODULE": "tests.discovery_settings"}
