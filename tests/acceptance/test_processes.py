@@ -115,11 +115,7 @@ def test_a_worker_that_skipped_the_checks_still_knows_which_steps_read_outputs(s
     # one body reads them with a query.)
     runs = [wf.CountsItsReads.start() for _ in range(6)]
     worker = start_worker("--skip-checks", "--concurrency", "2")
-    wait_until(
-        lambda: WorkflowRun.objects.filter(pk__in=[run.pk for run in runs], status="finished").count() == len(runs),
-        timeout=60,
-        what="the runs to finish",
-    )
+    _wait_finished(runs)
     assert worker.terminate() == 0
     outputs = Step.objects.filter(run__in=runs, step_name="b").values_list("output", flat=True)
     assert list(outputs) == [{"n": 1, "queries": 0}] * len(runs)
@@ -134,12 +130,17 @@ def test_a_worker_that_skipped_the_checks_imports_the_apps_workflows_modules(sta
     worker = start_worker(
         "--skip-checks", "--concurrency", "1", env={"DJANGO_SETTINGS_MODULE": "tests.discovery_settings"}
     )
-    wait_until(
-        lambda: WorkflowRun.objects.filter(pk__in=[run.pk for run in runs], status="finished").count() == len(runs),
-        timeout=60,
-        what="the runs to finish",
-    )
+    _wait_finished(runs)
     assert worker.terminate() == 0
     outputs = Step.objects.filter(run__in=runs).values_list("output", flat=True)
     assert list(outputs) == [{"outputs": {}, "queries": 0}] * len(runs)
     assert_exactly_once()
+
+
+def _wait_finished(runs: list[WorkflowRun]) -> None:
+    pks = [run.pk for run in runs]
+    wait_until(
+        lambda: WorkflowRun.objects.filter(pk__in=pks, status="finished").count() == len(pks),
+        timeout=60,
+        what="the runs to finish",
+    )
