@@ -403,9 +403,9 @@ class Worker:
         if (free.threads <= 0 < unreserved.threads) or (free.awaiting <= 0 < unreserved.awaiting):
             # The offer reserves the only free slot of a kind, and work of that kind may be due
             # (a re-attempt is no start: none hands it over): take the offer back first. If a
-            # start took it, its attempt comes in a notification, into that slot.
-            if not self._offering.withdraw():
-                return handed
+            # start took it, its attempt comes in a notification, into that slot, which stays
+            # reserved; the other kind's free slots claim meanwhile.
+            self._offering.withdraw()
             free = self._free()
         total = free.threads + free.awaiting
         if total <= 0:

@@ -20,8 +20,10 @@ from pgflow.core.flow import Outcome
 from pgflow.models import Offer, Step
 from pgflow.runtime import offering as offering_module
 from pgflow.runtime.offering import Offering, handed_in
+from pgflow.runtime.worker import Worker
 from pgflow.store import offers
 from pgflow.store.claims import Kinds
+from tests import async_workflows as aw
 from tests import workflows as wf
 from tests.connections import other_connection
 from tests.invariants import assert_exactly_once
@@ -301,8 +303,6 @@ def test_a_hand_off_read_with_the_offers_own_answer_is_kept(monkeypatch):
 def test_a_worker_run_in_the_callers_thread_lets_its_sessions_mark_go(settings):
     # Run in a test's or an embedding's own thread, the worker's claim session is the
     # caller's: once stopped it holds no lock of ours, as it holds no LISTEN.
-    from pgflow.runtime.worker import Worker
-
     settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "POLL_INTERVAL": 0.2}
     worker = Worker(concurrency=1, name="w-caller")
     seen: list[int] = []
@@ -334,3 +334,33 @@ def test_a_worker_run_in_the_callers_thread_lets_its_sessions_mark_go(settings):
     (session,) = seen
     assert offers.session() == session  # the caller's connection, still open
     assert marks_held(session) == 0
+
+
+def test_async_slots_claim_while_a_taken_offers_attempt_is_on_its_way(settings, monkeypatch):
+    # A one-thread worker with async slots offered its thread, and a start took the offer: the
+    # thread stays reserved for that start's attempt until its notification comes, and the
+    # async slots go on claiming meanwhile.
+    monkeypatch.setattr(offering_module, "EXPECT", 60)  # the longest the reserved thread waits for it
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "POLL_INTERVAL": 60}
+    worker = Worker(concurrency=1, name="w-async")
+    assert worker._holding.async_steps, "no async step known: nothing to claim for the async slots"
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not Offer.objects.filter(worker="w-async").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Taken, as a start takes it, its notification not here yet (it never comes here).
+        assert Offer.objects.filter(worker="w-async").delete()[0] == 1, "the idle worker made no offer"
+        run = aw.AsyncSleeper.start(input={"sleep": 0})
+        deadline = time.monotonic() + 20
+        while run.status != "finished" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            run.refresh_from_db()
+        assert run.status == "finished", f"the async run is {run.status}: its claim waited for the taken offer"
+        assert worker._offering.reserving  # the thread is still the taken offer's
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert_exactly_once()
