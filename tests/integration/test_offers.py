@@ -360,6 +360,7 @@ def test_async_slots_claim_while_a_taken_offers_attempt_is_on_its_way(settings, 
         assert run.status == "finished", f"the async run is {run.status}: its claim waited for the taken offer"
         assert worker._offering.reserving  # the thread is still the taken offer's
     finally:
+        monkeypatch.setattr(offering_module, "EXPECT", 0.1)  # a stop waits this long for the attempt that never comes
         worker.stop()
         thread.join(30)
     assert not thread.is_alive()
