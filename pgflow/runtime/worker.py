@@ -406,7 +406,7 @@ class Worker:
             # start took it, its attempt comes in a notification, into that slot, which stays
             # reserved; the other kind's free slots claim meanwhile.
             self._offering.withdraw()
-            free = self._free()
+            free = self._offering.reserve(unreserved)
         total = free.threads + free.awaiting
         if total <= 0:
             return handed
