@@ -17,7 +17,7 @@ from django.test import override_settings
 import pgflow
 from pgflow import store
 from pgflow.core.flow import Outcome
-from pgflow.models import Offer, Step
+from pgflow.models import Offer, Step, WorkflowRun
 from pgflow.runtime import offering as offering_module
 from pgflow.runtime.offering import Offering, handed_in
 from pgflow.runtime.worker import Worker
@@ -25,6 +25,7 @@ from pgflow.store import offers
 from pgflow.store.claims import Kinds
 from tests import async_workflows as aw
 from tests import workflows as wf
+from tests.acceptance.conftest import wait_until
 from tests.connections import other_connection
 from tests.invariants import assert_exactly_once
 
@@ -347,17 +348,15 @@ def test_async_slots_claim_while_a_taken_offers_attempt_is_on_its_way(settings, 
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()
     try:
-        deadline = time.monotonic() + 20
-        while not Offer.objects.filter(worker="w-async").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(Offer.objects.filter(worker="w-async").exists, timeout=20, what="the idle worker's offer")
         # Taken, as a start takes it, its notification not here yet (it never comes here).
         assert Offer.objects.filter(worker="w-async").delete()[0] == 1, "the idle worker made no offer"
         run = aw.AsyncSleeper.start(input={"sleep": 0})
-        deadline = time.monotonic() + 20
-        while run.status != "finished" and time.monotonic() < deadline:
-            time.sleep(0.05)
-            run.refresh_from_db()
-        assert run.status == "finished", f"the async run is {run.status}: its claim waited for the taken offer"
+        wait_until(
+            lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished",
+            timeout=20,
+            what="the async run to finish (its claim waited for the taken offer)",
+        )
         assert worker._offering.reserving  # the thread is still the taken offer's
     finally:
         monkeypatch.setattr(offering_module, "EXPECT", 0.1)  # a stop waits this long for the attempt that never comes
