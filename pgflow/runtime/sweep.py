@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import psycopg
-from django.apps import apps
 
 from .. import archive, fanout, rollup, store
 from ..conf import pgflow_settings
@@ -173,10 +172,8 @@ def _repair_fan_outs(at: datetime) -> int:
     # Child runs (batch.add_run) need no django-q2: an ended child whose member was not
     # counted, open children of a cancelled parent.
     done = store.repair_children(at=at, grace=timedelta(seconds=pgflow_settings.seconds("FAN_OUT_GRACE")))
-    # Without django-q2 there are no task batches to repair (the checks refuse a @fan_out), and
-    # its tables, which the repairs read, do not exist.
-    if not apps.is_installed("django_q"):
-        return done
+    # Tasks of django.tasks backends need no django-q2 either: each kind's repair says whether
+    # it applies (django-q2's reads its tables, which exist only with it installed).
     return done + fanout.repair_lost(at=at)
 
 

@@ -134,9 +134,16 @@ def test_a_failing_django_tasks_db_member_fails_the_fan_out(start_worker, start_
     assert_exactly_once()
 
 
-def test_a_finish_no_signal_reported_is_counted_by_the_sweep(start_worker, start_db_worker):
+# The worker's settings: the example project's, and the same without django-q2, which a
+# project whose fan-outs hand out django.tasks tasks only need not install. (There the example
+# shop's django-q2 fan-out fails the checks, which are not what this tests: skipped.)
+@pytest.mark.parametrize(
+    ("settings_module", "args"),
+    [("example_project.settings", ()), ("tests.no_django_q_settings", ("--skip-checks",))],
+)
+def test_a_finish_no_signal_reported_is_counted_by_the_sweep(start_worker, start_db_worker, settings_module, args):
     run = t.DbTaskFanOut.start(input={"numbers": [1, 2]})
-    start_worker()
+    start_worker(*args, env={"DJANGO_SETTINGS_MODULE": settings_module})
     wait_until(lambda: BatchMember.objects.filter(batch__run=run).count() == 2, timeout=60, what="the batch")
     deaf = start_db_worker("manage.py", "shell", "-c", DEAF)
     assert deaf.wait(90) == 0  # ran both tasks, then exited (--batch), without counting them
