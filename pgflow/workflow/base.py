@@ -179,6 +179,9 @@ class Workflow(metaclass=WorkflowType):
             cls._pgflow_policies = policies
             cls._pgflow_cancel_conditions = conditions
             cls._pgflow_schedules = class_schedules(cls.__dict__.get("schedules", ()))
+            if cls._pgflow_schedules and not steps:
+                # A class without steps is not registered: its ticks would never be synced.
+                raise DefinitionError("schedules need a workflow with steps to start: add a @step to this class")
             problems = definition_problems(cls)
             if problems:
                 raise DefinitionError(problems[0])

@@ -244,3 +244,8 @@ def test_schedules_on_a_class_are_validated_and_not_inherited():
 
             @pgflow.step
             def work(self): ...
+
+    with pytest.raises(pgflow.DefinitionError, match=r"\.Stepless: schedules need a workflow with steps to start"):
+
+        class Stepless(pgflow.Workflow):
+            schedules = [pgflow.Schedule(name="nightly", cron="0 3 * * *")]
