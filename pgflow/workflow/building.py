@@ -94,6 +94,8 @@ RESERVED_NAMES = frozenset(
         "children",
         "step_name",
         "attempt",
+        "set_attributes",
+        "attributes_set",
         "pause",
         "cancel",
         "skip",

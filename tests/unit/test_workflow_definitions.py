@@ -744,6 +744,8 @@ def test_importing_the_module_touches_no_models() -> None:
         "start",
         "runs",
         "definition_digest",
+        "set_attributes",
+        "attributes_set",
     ],
 )
 def test_an_attribute_shadowing_the_documented_api_is_refused(name: str) -> None:
@@ -751,7 +753,7 @@ def test_an_attribute_shadowing_the_documented_api_is_refused(name: str) -> None
         type("Shadowing", (Workflow,), {name: fresh(), "only": step(fresh())})
     message = str(raised.value)
     assert f"{name!r} would shadow Workflow's own {name!r}" in message
-    assert "reserved names: attempt, cancel, cancel_conditions, children, definition_digest, finish" in message
+    assert "reserved names: attempt, attributes_set, cancel, cancel_conditions, children, definition_digest" in message
 
 
 def test_a_plain_value_or_a_mixin_shadowing_the_api_is_refused() -> None:
