@@ -56,10 +56,14 @@ def test_key_makes_start_idempotent():
     assert other_class.pk != first.pk
 
 
+class CallerFailed(Exception):
+    """The caller's own error (one that start() cannot raise): its transaction rolls back."""
+
+
 def test_a_rolled_back_start_leaves_nothing():
-    with pytest.raises(RuntimeError), transaction.atomic():
-        wf.ThreeSteps.start()
-        raise RuntimeError("the caller's transaction fails")
+    with pytest.raises(CallerFailed), transaction.atomic():
+        assert wf.ThreeSteps.start().pk is not None
+        raise CallerFailed
     assert WorkflowRun.objects.count() == 0
     assert Step.objects.count() == 0
     assert Event.objects.count() == 0

@@ -47,7 +47,8 @@ def test_a_burst_worker_runs_the_due_steps_and_stops_listening_when_it_returns(m
 
 def test_an_idle_worker_is_woken_by_the_start_not_by_its_poll(settings):
     # With a poll of 60 s, only the start's NOTIFY can get these runs going within the wait.
-    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "POLL_INTERVAL": 60}
+    # (An idle worker also claims once per silence bound, a quarter of LEASE: 150 s here.)
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "POLL_INTERVAL": 60, "LEASE": 600}
     worker = Worker(concurrency=2)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()

@@ -25,6 +25,18 @@ class _Tags(logging.Filter):
         return not str(record.msg).startswith("drop")
 
 
+class _Recording(io.StringIO):
+    """A stream that notes which threads wrote to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writers: set[str] = set()
+
+    def write(self, text: str) -> int:
+        self.writers.add(threading.current_thread().name)
+        return super().write(text)
+
+
 class _Kept(logging.Handler):
     """Not a stream handler: left in place, sees every record as it was logged."""
 
@@ -65,10 +77,18 @@ def test_lines_written_by_one_thread_in_order_with_their_callers_context(logger)
         log.info("drop this one")
 
     threads = [threading.Thread(target=body, args=(f"t{n}",), name=f"t{n}") for n in range(8)]
+    recording = _Recording()
+    stream.setStream(recording)
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    # The writer writes them while the worker runs, not only the stop: wait for every line.
+    deadline = time.monotonic() + 10
+    while recording.getvalue().count("\n") < 8 * 200 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert recording.writers == {"pgflow-log-writer"}, recording.writers
+    out.write(recording.getvalue())
     stop()
     # Put back (pytest's own capture handlers may follow them).
     assert log.handlers[:2] == [stream, kept]

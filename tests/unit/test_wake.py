@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -49,18 +50,23 @@ def test_a_readable_socket_ends_a_wait_without_setting_the_flag():
 
 
 def test_a_set_racing_a_clear_is_never_lost():
+    # clear() lowers the flag, then drains the pipe. A set() in between leaves the flag up and
+    # its byte drained: made here directly (a thread would hit that moment too rarely to test).
     wake = Wake()
-    for _ in range(200):
-        setter = threading.Thread(target=wake.set)
-        setter.start()
+    try:
         wake.clear()
-        setter.join()
-        # Either the clear came first (the flag is up again) or the set did (cleared):
-        # whenever the flag reads up, a wait must return at once.
-        if wake.is_set():
-            assert wake.wait(0) is True
+        wake.set()
+        os.read(wake._read, 4096)  # the racing clear's drain, after the set wrote
+        assert wake.is_set() and wake.wait(0) is True, "a wait must read the flag, not only the pipe"
+        # The other order: the drain first, then the set's flag and byte. A clear after it
+        # drains the byte: a wait then times out.
         wake.clear()
-    wake.close()
+        wake.set()
+        assert wake.wait(0) is True
+        wake.clear()
+        assert not wake.is_set() and wake.wait(0) is False
+    finally:
+        wake.close()
 
 
 def test_after_close_set_and_clear_touch_no_file_descriptor():
