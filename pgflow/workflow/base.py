@@ -186,8 +186,9 @@ class Workflow(metaclass=WorkflowType):
             if problems:
                 raise DefinitionError(problems[0])
         except DefinitionError as exc:
-            # Say which class, once; the messages below this point name the step.
-            raise DefinitionError(f"{cls.workflow_path()}: {exc}") from None
+            # Say which class, once; the messages below this point name the step. Workflow's
+            # own workflow_path: the refused class may have shadowed it.
+            raise DefinitionError(f"{_path_of(cls)}: {exc}") from None
         if steps:
             registry.register(cls)
 
@@ -205,7 +206,7 @@ class Workflow(metaclass=WorkflowType):
     @classmethod
     def workflow_path(cls) -> str:
         """``module.QualName``: what ``WorkflowRun.workflow_class`` stores."""
-        return f"{cls.__module__}.{cls.__qualname__}"
+        return _path_of(cls)
 
     @classmethod
     def policies(cls) -> tuple[OnException, ...]:
@@ -385,3 +386,7 @@ class Workflow(metaclass=WorkflowType):
         raise FlowControl(
             Outcome(kind=flow.REATTEMPT, wait=None if wait is None else seconds(wait, "wait", positive=False))
         )
+
+
+def _path_of(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"

@@ -768,6 +768,13 @@ def test_a_plain_value_or_a_mixin_shadowing_the_api_is_refused() -> None:
         type("Mixed", (Mixin, Workflow), {"only": step(fresh())})
 
 
+def test_a_shadowed_workflow_path_is_refused_like_any_other_name() -> None:
+    # The refusal names the class by Workflow's own path, not by the method it refuses.
+    for value in (lambda self: "x", "x", property(lambda self: "x")):
+        with pytest.raises(DefinitionError, match=r"\.Pathless: 'workflow_path' would shadow"):
+            type("Pathless", (Workflow,), {"workflow_path": value, "only": step(fresh())})
+
+
 @pytest.mark.parametrize(
     "name", ["should_skip", "should_cancel", "delay_seconds", "invoke", "evaluate", "decide", "prepare", "helper"]
 )
