@@ -66,11 +66,13 @@ def test_sigterm_lets_the_running_step_finish(start_worker, marks):
 def test_a_draining_worker_keeps_the_lease_of_the_step_it_lets_finish(start_worker, marks):
     # The body outlasts the lease several times over: only heartbeats during the drain keep
     # the other worker's sweep from taking the attempt over and running the body again.
-    run = wf.Sleeper.start(input={"sleep": 4})
+    run = wf.Sleeper.start(input={"sleep": 10})
     draining = start_worker("--concurrency", "1", lease=1.0)
     wait_until(lambda: f"{run.pk}:nap:1" in marks.read_text(), timeout=30, what="the body to start")
     other = start_worker("--concurrency", "1", lease=1.0)
     wait_until(lambda: "starting: queues=" in other.output(), timeout=60, what="the other worker to start")
+    # The drain must outlast the lease: the body still runs when the stop comes.
+    assert list(run.steps.values_list("status", flat=True)) == ["in_progress"]
     assert draining.terminate() == 0
     assert other.terminate() == 0
     run.refresh_from_db()

@@ -142,5 +142,8 @@ def test_each_stuck_run_says_why_and_the_dangerous_actions_ask_first(stuck, live
     page.once("dialog", dismiss)
     page.click("button.pgflow-button-skip")
     assert asked and asked[0].startswith("Skipping step one: later step two reads outputs['one']"), asked
-    assert "no live worker serves queue 'workflows'" in page.locator("#pgflow-why").inner_text()
+    # Step two would wait on the same queue: the page, read again, must still name step one.
+    page.reload()
+    why = page.locator("#pgflow-why").inner_text()
+    assert "no live worker serves queue 'workflows'" in why and "step one" in why, why
     assert errors == []

@@ -103,9 +103,15 @@ def test_keep_failed_archives_only_cancelled_runs_and_runs_with_a_failed_attempt
     cancelled = aw.TwoSteps.start()
     cancelled.cancel(actor="ops")
     cancelled = ended(cancelled, 40)
-    assert sweep.purge(at=now()) == 2
+    # Finished, but after a failed attempt: its step raised, the run paused, an operator skipped it.
+    recovered = run_workflow(wf.Failing.start())
+    assert recovered.status == "paused"
+    recovered.skip_step(actor="ops")
+    recovered = ended(recovered, 40)
+    assert recovered.status == "finished"
+    assert sweep.purge(at=now()) == 3
     records = [record for path in tmp_path.glob("runs/*/*.jsonl.gz") for record in lines(path)]
-    assert [record["run"]["id"] for record in records] == [cancelled.pk]
+    assert sorted(record["run"]["id"] for record in records) == sorted([cancelled.pk, recovered.pk])
     assert plain.pk not in {record["run"]["id"] for record in records}
 
 

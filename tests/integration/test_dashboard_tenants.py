@@ -80,8 +80,10 @@ def test_a_user_restricted_to_a_tenant_never_sees_anothers_runs(login, runs, ten
     assert client.get(timeline_url(theirs)).status_code == 404
     assert client.post(control_url(theirs), {"action": "pause"}).status_code == 404
     assert WorkflowRun.objects.get(pk=theirs.pk).status == "running"
-    # A bulk action posted with the other tenant's ids acts on none of them.
-    client.post(changelist_url(), {"action": "pause_runs", "_selected_action": [theirs.pk], "post": "yes"})
+    # A bulk action posted, confirmed, with the other tenant's id beside the user's own pauses
+    # only the user's.
+    client.post(changelist_url(), {"action": "pause_runs", "_selected_action": [mine.pk, theirs.pk], "confirm": "yes"})
+    assert WorkflowRun.objects.get(pk=mine.pk).status == "paused", "the action did not run: nothing was checked"
     assert WorkflowRun.objects.get(pk=theirs.pk).status == "running"
     # The insights count the user's tenants' runs only (test_dashboard_insights_tenant); another's: refused.
     assert client.get(insights_url(as_json=True)).json()["tenants"] == [tenant]
