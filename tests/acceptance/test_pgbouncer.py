@@ -7,6 +7,7 @@ is not installed, unless PGFLOW_REQUIRE_PGBOUNCER is set (CI sets it)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -25,6 +26,7 @@ from django.test import Client
 
 import pgflow
 from pgflow.models import WorkflowRun
+from pgflow.store import cursors
 from tests.acceptance.conftest import wait_until
 from tests.dashboard_support import changelist_url, control_url, run_url, timeline_url
 from tests.flowcontrol_workflows import PerTenant
@@ -118,13 +120,21 @@ def url_to(port: int) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def test_a_web_process_through_transaction_pooling(start_worker) -> None:
+def test_a_web_process_through_transaction_pooling(start_worker, monkeypatch, caplog) -> None:
     start_worker("--concurrency", "2")  # straight to PostgreSQL
-    with pgbouncer("transaction") as port, connected_through(port):
+    monkeypatch.setattr(cursors._Lost, "lost", False)  # an earlier test of this process may have set it
+    # Two server connections, and two other clients busy on them: this process's transactions
+    # land on either, as a web process's do under load.
+    with pgbouncer("transaction", pool_size=2) as port, connected_through(port), neighbours(port):
         admin = User.objects.create_superuser("ops", "ops@example.com", "pw")
         client = Client()
         client.force_login(admin)
-        runs = [ThreeSteps.start() for _ in range(20)]  # the start is prepared from its second run
+        with caplog.at_level(logging.WARNING, logger="pgflow"):
+            # The start is prepared from its second run, on one server connection; a later one
+            # lands on the other, which lacks it: the start goes on unprepared, and says so.
+            runs = [ThreeSteps.start() for _ in range(20)]
+        assert cursors._Lost.lost, "every start landed on the server connection that had prepared it"
+        assert "did not keep the start's prepared statement" in caplog.text
         waiting = WaitsForPayment.start()
         wait_until(
             lambda: waiting.steps.filter(step_name="charge", status="waiting").exists(), timeout=30, what="the wait"
