@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db.models import Count
 from django.test import Client
 
 from pgflow.models import Step, WorkflowRun
@@ -159,12 +160,17 @@ def test_metrics_of_two_workers_add_up_to_the_database_counts(start_worker, sett
     wf.Delayed.start()
     paused = wf.ThreeSteps.start()
     paused.pause()
+    # A worker may hold its first attempt: the run stays paused once that attempt ends.
+    wait_until(lambda: not paused.steps.filter(status="in_progress").exists(), timeout=30, what="its attempt")
+    assert WorkflowRun.objects.get(pk=paused.pk).status == "paused", list(paused.events.values_list("event", "actor"))
     answer = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
     assert answer.status_code == 200
     web = _parse(answer.content.decode())
     started = _total(web, "pgflow_runs_started_total", workflow_class="tests.workflows.ThreeSteps") - started_before
     assert started == 21  # this test's starts, each once
-    assert _total(web, "pgflow_runs_paused", workflow_class="tests.workflows.ThreeSteps") == 1
+    assert _total(web, "pgflow_runs_paused", workflow_class="tests.workflows.ThreeSteps") == 1, dict(
+        WorkflowRun.objects.filter(status="paused").values_list("workflow_class").annotate(Count("id"))
+    )
     assert _total(web, "pgflow_workers_live", queue="workflows") == 2
     assert (
         _total(web, "pgflow_steps_due", queue="workflows")
