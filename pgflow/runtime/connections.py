@@ -260,6 +260,14 @@ def condemned(raw: Any) -> bool:
     return _silent_at > 0 and _opened.get(raw, 0.0) < _silent_at
 
 
+def condemn_open() -> None:
+    """Every connection the process holds now reconnects before its next use: the database
+    went away (a restart kills each session, and a socket shows it only when a query on it
+    fails), or the path to it went silent."""
+    global _silent_at  # noqa: PLW0603 - one moment for the process's connections
+    _silent_at = time.monotonic()
+
+
 def leave_if_stale() -> None:
     """Close this thread's connection before its next use when it is on a read-only node or
     was opened before a silence: the next query reconnects (and finds the writable node)."""
@@ -344,8 +352,7 @@ class Watchdog:
             with self._lock:
                 late = [(key, *entry) for key, entry in self._open.items() if now - entry[0] > entry[1]]
             for key, since, _, what, wrapper in late:
-                global _silent_at  # noqa: PLW0603 - one moment for the process's connections
-                _silent_at = time.monotonic()  # the others opened before it reconnect at their next use
+                condemn_open()  # the others opened before it reconnect at their next use
                 if _shut_down(wrapper.connection):
                     logger.error(
                         "the database did not answer the %s for %.1fs: closing its connection to reconnect",

@@ -569,6 +569,10 @@ class Worker:
                 " ".join(str(exc).split()),
                 extra={"action": "database_down"},
             )
+        # Every step thread's connection too, before its next body: each was opened before the
+        # outage, and a body querying on a session the restart killed would lose its attempt
+        # (its re-attempt could land on another such thread, until the step paused).
+        pgconnections.condemn_open()
         for conn in connections.all(initialized_only=True):
             conn.close_if_unusable_or_obsolete()
             try:

@@ -2,6 +2,8 @@
 reconnect without a restart, and finish every run, bodies that query through the ORM
 (sync, on their step thread's connection, and async, on the one asgiref's thread shares)
 included: a body that failed because the database went away is re-attempted, never paused.
+And once the worker has found the database away, no body runs on a session the outage
+ended: every step thread reconnects before its next body.
 
 Runs on a private cluster of its own (the suite's database stays up)."""
 
@@ -32,6 +34,14 @@ with transaction.atomic():
         (Load, Queries, AsyncQueries)[n % 3].start()
 """
 
+START_QUERIES = """
+from django.db import transaction
+from tests.reliability_workflows import Queries
+with transaction.atomic():
+    for n in range({count}):
+        Queries.start()
+"""
+
 
 def finished(url: str) -> int:
     try:
@@ -56,6 +66,73 @@ def rows(conn: psycopg.Connection, sql: str) -> list[dict]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
+def worker_env(url: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "PGFLOW_LEASE_SECONDS": "30",
+        "PGFLOW_POLL_SECONDS": "0.5",
+        "PGFLOW_SWEEP_SECONDS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("PGFLOW_TEST_DB_NAME", None)
+    return env
+
+
+def test_no_body_runs_on_a_session_the_outage_ended():
+    """Every session of an idle worker is ended (as a restart ends them) while its four step
+    threads each hold a connection. The claim loop finds the database away first; then each
+    thread's next body must run on a fresh session, not lose its attempt on the dead one."""
+    data = Path(tempfile.mkdtemp(prefix="pgflow-sessions-"))
+    data.chmod(0o755)
+    worker = None
+    log = data / "worker.log"
+    try:
+        url = pgcluster.ensure(data)
+        env = worker_env(url)
+        manage = [sys.executable, "manage.py"]
+        subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+        start = [*manage, "shell", "-c"]
+        subprocess.run([*start, START_QUERIES.format(count=12)], cwd=ROOT, env=env, check=True)
+        with log.open("wb") as out:
+            worker = subprocess.Popen(
+                [*manage, "pgflow_worker", "--concurrency", "4"],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        libpq = url.replace("postgres://", "postgresql://")
+        deadline = time.monotonic() + 60
+        while finished(url) < 12 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert finished(url) == 12
+        with psycopg.connect(libpq, autocommit=True) as conn:
+            ended = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()[0]
+        assert ended >= 5, "the claim loop's and the step threads' sessions"
+        deadline = time.monotonic() + 20
+        while "database unavailable" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "database unavailable" in log.read_text()
+        subprocess.run([*start, START_QUERIES.format(count=24)], cwd=ROOT, env=env, check=True)
+        deadline = time.monotonic() + 60
+        while finished(url) < 36 and time.monotonic() < deadline:
+            assert worker.poll() is None
+            time.sleep(0.1)
+        assert finished(url) == 36
+        with psycopg.connect(libpq) as conn:
+            lost = conn.execute("SELECT step_name, error_message FROM pgflow_step WHERE outcome = 'lost'").fetchall()
+        assert lost == [], "bodies ran on a session the outage had ended"
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+        pgcluster.stop(data)
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def test_workers_ride_out_a_database_restart(capsys):
     data = Path(tempfile.mkdtemp(prefix="pgflow-restart-"))
     data.chmod(0o755)
@@ -64,15 +141,7 @@ def test_workers_ride_out_a_database_restart(capsys):
     try:
         url = pgcluster.ensure(data)
         port = int(url.rsplit(":", 1)[1].split("/")[0])
-        env = {
-            **os.environ,
-            "DATABASE_URL": url,
-            "PGFLOW_LEASE_SECONDS": "30",
-            "PGFLOW_POLL_SECONDS": "0.5",
-            "PGFLOW_SWEEP_SECONDS": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-        env.pop("PGFLOW_TEST_DB_NAME", None)
+        env = worker_env(url)
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
         runs = 300
