@@ -32,6 +32,7 @@ from pgflow.tasks.compat import (
 )
 from tests import django_tasks as t
 from tests.invariants import assert_exactly_once
+from tests.rollback import RolledBack
 
 from .conftest import ROOT, wait_until
 
@@ -83,10 +84,6 @@ def test_the_backend_says_what_it_supports():
     assert (backend.supports_get_result, backend.supports_priority) == (True, True)
 
 
-class ViewFailed(Exception):
-    """The view's own error (one that enqueue() cannot raise): its transaction rolls back."""
-
-
 def test_rolled_back_enqueue_leaves_nothing_and_committed_one_runs(start_worker, marks):
     sent: list = []
 
@@ -95,9 +92,9 @@ def test_rolled_back_enqueue_leaves_nothing_and_committed_one_runs(start_worker,
 
     task_enqueued.connect(on_enqueued)
     try:
-        with pytest.raises(ViewFailed), transaction.atomic():
+        with pytest.raises(RolledBack), transaction.atomic():
             assert t.add.enqueue(1, 2).id
-            raise ViewFailed
+            raise RolledBack
         with transaction.atomic():
             result = t.add.enqueue(2, b=3)
             assert sent == []  # task_enqueued waits for the commit

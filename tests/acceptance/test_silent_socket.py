@@ -127,9 +127,10 @@ def test_a_worker_notices_a_silent_socket_reconnects_and_listens_again(start_wor
         for _ in range(5):
             time.sleep(0.3)
             started = time.monotonic()
-            later = ThreeSteps.start()
-            pk = later.pk
-            wait_until(lambda: WorkflowRun.objects.get(pk=pk).status == "finished", timeout=30, what="a run after it")  # noqa: B023
+            later = ThreeSteps.start().pk
+            wait_until(
+                lambda pk=later: WorkflowRun.objects.get(pk=pk).status == "finished", timeout=30, what="a run after it"
+            )
             delays.append(time.monotonic() - started)
         notified = max(delays)
         assert notified < 1.2, f"starts after the reconnect finished {delays} s later: not woken by their NOTIFYs"

@@ -18,6 +18,7 @@ from pgflow.checks import check_settings
 from pgflow.testing import run_workflow
 from tests import approval_workflows as aw
 from tests.dashboard_support import make_user
+from tests.rollback import RolledBack
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -106,9 +107,6 @@ def test_nothing_is_mailed_before_the_run_commits_nor_when_it_rolls_back(emailin
         assert run.steps.get(step_name="review").status == "waiting"
         assert mail.outbox == []  # parked, but not committed yet
     assert len(mail.outbox) == 1
-
-    class RolledBack(Exception):
-        pass
 
     with pytest.raises(RolledBack), transaction.atomic():
         run_workflow(aw.Purchase.start())

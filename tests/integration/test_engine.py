@@ -16,6 +16,7 @@ from pgflow.runtime.runner import Runner
 from pgflow.store import scheduling
 from pgflow.testing import run_workflow
 from tests import workflows as wf
+from tests.rollback import RolledBack
 
 pytestmark = pytest.mark.django_db
 
@@ -56,14 +57,10 @@ def test_key_makes_start_idempotent():
     assert other_class.pk != first.pk
 
 
-class CallerFailed(Exception):
-    """The caller's own error (one that start() cannot raise): its transaction rolls back."""
-
-
 def test_a_rolled_back_start_leaves_nothing():
-    with pytest.raises(CallerFailed), transaction.atomic():
+    with pytest.raises(RolledBack), transaction.atomic():
         assert wf.ThreeSteps.start().pk is not None
-        raise CallerFailed
+        raise RolledBack
     assert WorkflowRun.objects.count() == 0
     assert Step.objects.count() == 0
     assert Event.objects.count() == 0

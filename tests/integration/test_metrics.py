@@ -16,6 +16,7 @@ from pgflow import store
 from pgflow.models import Step, Worker
 from pgflow.testing import run_workflow
 from tests import workflows as wf
+from tests.rollback import RolledBack
 
 pytest.importorskip("prometheus_client")
 
@@ -57,17 +58,13 @@ def fresh(settings):
     return settings
 
 
-class RequestFailed(Exception):
-    """The caller's own error (one that start() cannot raise): its transaction rolls back."""
-
-
 def test_runs_started_counts_each_committed_start_once_and_no_rolled_back_one(fresh):
     before = total(scrape(), "pgflow_runs_started_total", workflow_class=THREE)
     for _ in range(3):
         wf.ThreeSteps.start()
-    with pytest.raises(RequestFailed), transaction.atomic():
+    with pytest.raises(RolledBack), transaction.atomic():
         assert wf.ThreeSteps.start().pk is not None
-        raise RequestFailed
+        raise RolledBack
     wf.ThreeSteps.start(key="once")
     wf.ThreeSteps.start(key="once")  # the same key: the first run again, nothing started
     assert total(scrape(), "pgflow_runs_started_total", workflow_class=THREE) - before == 4

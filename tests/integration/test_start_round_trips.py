@@ -20,6 +20,7 @@ from pgflow.models import Step, WorkflowRun
 from pgflow.store import cursors, starting
 from tests import workflows as wf
 from tests.connections import other_connection
+from tests.rollback import RolledBack
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -224,17 +225,13 @@ def test_a_start_in_a_transaction_keeps_the_callers_commit():
     assert Step.objects.filter(run=run, status="scheduled").count() == 1
 
 
-class ChangedItsMind(Exception):
-    """The caller's own error (one that start() cannot raise): its transaction rolls back."""
-
-
 def test_a_start_in_a_rolled_back_transaction_leaves_nothing():
     # The waking path commits on its own: run inside the caller's atomic(), it would leave a
     # run that the caller's rollback cannot take back, and a NOTIFY already sent.
     with listener() as conn:
-        with pytest.raises(ChangedItsMind), transaction.atomic():
+        with pytest.raises(RolledBack), transaction.atomic():
             assert wf.ThreeSteps.start().pk is not None
-            raise ChangedItsMind
+            raise RolledBack
         notes = list(conn.notifies(timeout=0.5, stop_after=1))
     assert notes == []
     assert not WorkflowRun.objects.exists() and not Step.objects.exists()
