@@ -111,6 +111,21 @@ def start_worker(transactional_db: None, tmp_path: Path, marks: Path) -> Iterato
             worker.proc.wait(10)
 
 
+def cluster_env(url: str, *, lease: int) -> dict[str, str]:
+    """The environment of a process on a private cluster of a test's own (a restart, a
+    failover): its URL instead of the suite's test database, a short poll and sweep."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "PGFLOW_LEASE_SECONDS": str(lease),
+        "PGFLOW_POLL_SECONDS": "0.5",
+        "PGFLOW_SWEEP_SECONDS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("PGFLOW_TEST_DB_NAME", None)
+    return env
+
+
 def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -9,7 +9,6 @@ Runs on a private cluster of its own (the suite's database stays up)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import pytest
 
 from example_project import pgcluster
 from tests.invariants import violations
+
+from .conftest import cluster_env
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(pgcluster._system_binaries() is None, reason="needs the system's PostgreSQL")
@@ -66,19 +67,6 @@ def rows(conn: psycopg.Connection, sql: str) -> list[dict]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def worker_env(url: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "PGFLOW_LEASE_SECONDS": "30",
-        "PGFLOW_POLL_SECONDS": "0.5",
-        "PGFLOW_SWEEP_SECONDS": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    env.pop("PGFLOW_TEST_DB_NAME", None)
-    return env
-
-
 def test_no_body_runs_on_a_session_the_outage_ended():
     """Every session of an idle worker is ended (as a restart ends them) while its four step
     threads each hold a connection. The claim loop finds the database away first; then each
@@ -89,7 +77,7 @@ def test_no_body_runs_on_a_session_the_outage_ended():
     log = data / "worker.log"
     try:
         url = pgcluster.ensure(data)
-        env = worker_env(url)
+        env = cluster_env(url, lease=30)
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
         start = [*manage, "shell", "-c"]
@@ -141,7 +129,7 @@ def test_workers_ride_out_a_database_restart(capsys):
     try:
         url = pgcluster.ensure(data)
         port = int(url.rsplit(":", 1)[1].split("/")[0])
-        env = worker_env(url)
+        env = cluster_env(url, lease=30)
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
         runs = 300

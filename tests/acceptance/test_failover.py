@@ -27,6 +27,7 @@ import psycopg
 import pytest
 
 from example_project import pgcluster
+from tests.acceptance.conftest import cluster_env
 from tests.invariants import violations
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,15 +239,7 @@ def test_a_failover_to_an_asynchronous_standby_is_warned_of_and_counted(tmp_path
 def ride_out(pair: Pair, tmp_path: Path, capsys, *, synchronous: bool) -> None:
     warned = "pgflow.W003" in replication_warnings(pair.url)
     assert warned is not synchronous, "pgflow.W003 warns of an asynchronous standby, and only of one"
-    env = {
-        **os.environ,
-        "DATABASE_URL": pair.url,
-        "PGFLOW_LEASE_SECONDS": "5",
-        "PGFLOW_POLL_SECONDS": "0.5",
-        "PGFLOW_SWEEP_SECONDS": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    env.pop("PGFLOW_TEST_DB_NAME", None)
+    env = cluster_env(pair.url, lease=5)
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
     acknowledged = tmp_path / "acknowledged"

@@ -10,7 +10,6 @@ runs never finished."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.acceptance.conftest import cluster_env
 from tests.acceptance.test_failover import BINARIES, ROOT, build_pair, count, rows, start_load
 from tests.invariants import violations
 
@@ -27,22 +27,9 @@ STEP_FIELDS = "id, run_id, step_name, attempt, status, outcome, created_at, fini
 pytestmark = pytest.mark.skipif(BINARIES is None, reason="needs the system's PostgreSQL (initdb, pg_basebackup)")
 
 
-def worker_env(url: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "PGFLOW_LEASE_SECONDS": "5",
-        "PGFLOW_POLL_SECONDS": "0.5",
-        "PGFLOW_SWEEP_SECONDS": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    env.pop("PGFLOW_TEST_DB_NAME", None)
-    return env
-
-
 def test_workers_leave_a_primary_that_turned_read_only(tmp_path: Path, capsys) -> None:
     with build_pair() as pair:
-        env = worker_env(pair.url)
+        env = cluster_env(pair.url, lease=5)
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
         acknowledged = tmp_path / "acknowledged"
