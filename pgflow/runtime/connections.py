@@ -119,7 +119,7 @@ def read_only(raw: Any = None) -> bool:
 
 # (address, port) of the node the claim loop last claimed on: the writable one.
 _writable: tuple[str, int] | None = None
-_moves = 0  # how many times it changed: a thread that saw fewer checks its connection again
+_moves = 0  # how many times it changed or all were condemned: a thread that saw fewer checks its connection again
 
 
 def moves() -> int:
@@ -264,8 +264,9 @@ def condemn_open() -> None:
     """Every connection the process holds now reconnects before its next use: the database
     went away (a restart kills each session, and a socket shows it only when a query on it
     fails), or the path to it went silent."""
-    global _silent_at  # noqa: PLW0603 - one moment for the process's connections
+    global _silent_at, _moves  # noqa: PLW0603 - one moment for the process's connections
     _silent_at = time.monotonic()
+    _moves += 1  # the connection async bodies share is checked only after a move
 
 
 def leave_if_stale() -> None:

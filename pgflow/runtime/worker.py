@@ -484,8 +484,9 @@ class Worker:
 
     async def _execute_async(self, held: Claim, outputs: dict[str, Any] | None) -> Result:
         if self._async_moves != pgconnections.moves():
-            # The writable node changed: the connection async bodies share (asgiref's thread)
-            # may be on the old one, which a body would read; checked there, then reconnected.
+            # The writable node changed, or the database went away: the connection async
+            # bodies share (asgiref's thread) may be on the old node or a session that ended,
+            # which a body would read; checked there, then reconnected.
             self._async_moves = pgconnections.moves()
             await sync_to_async(pgconnections.close_if_unusable)()
         execute = functools.partial(self.runner.execute_async, outputs=outputs)

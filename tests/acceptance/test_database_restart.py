@@ -37,10 +37,10 @@ with transaction.atomic():
 
 START_QUERIES = """
 from django.db import transaction
-from tests.reliability_workflows import Queries
+from tests.reliability_workflows import AsyncQueries, Queries
 with transaction.atomic():
     for n in range({count}):
-        Queries.start()
+        (Queries, AsyncQueries)[n % 2].start()
 """
 
 
@@ -69,8 +69,9 @@ def rows(conn: psycopg.Connection, sql: str) -> list[dict]:
 
 def test_no_body_runs_on_a_session_the_outage_ended():
     """Every session of an idle worker is ended (as a restart ends them) while its four step
-    threads each hold a connection. The claim loop finds the database away first; then each
-    thread's next body must run on a fresh session, not lose its attempt on the dead one."""
+    threads and asgiref's thread (async bodies' queries) each hold a connection. The claim
+    loop finds the database away first; then each thread's next body must run on a fresh
+    session, not lose its attempt on the dead one."""
     data = Path(tempfile.mkdtemp(prefix="pgflow-sessions-"))
     data.chmod(0o755)
     worker = None
