@@ -119,11 +119,13 @@ def read_only(raw: Any = None) -> bool:
 
 # (address, port) of the node the claim loop last claimed on: the writable one.
 _writable: tuple[str, int] | None = None
-_moves = 0  # how many times it changed or all were condemned: a thread that saw fewer checks its connection again
+# How many times every connection had to be checked again (the writable node moved, or
+# condemn_open): a thread that saw a lower count checks its connection before its next use.
+_checks = 0
 
 
-def moves() -> int:
-    return _moves
+def checks() -> int:
+    return _checks
 
 
 _nodes: weakref.WeakKeyDictionary[Any, tuple[str, int] | None] = weakref.WeakKeyDictionary()
@@ -154,8 +156,8 @@ def found_writable() -> None:
     if raw is not None and not raw.closed and not read_only(raw):
         node = _node(raw)
         if node != _writable:
-            global _moves  # noqa: PLW0603 - as _writable
-            _moves += 1
+            global _checks  # noqa: PLW0603 - as _writable
+            _checks += 1
         _writable = node
 
 
@@ -264,9 +266,9 @@ def condemn_open() -> None:
     """Every connection the process holds now reconnects before its next use: the database
     went away (a restart kills each session, and a socket shows it only when a query on it
     fails), or the path to it went silent."""
-    global _silent_at, _moves  # noqa: PLW0603 - one moment for the process's connections
+    global _silent_at, _checks  # noqa: PLW0603 - one moment for the process's connections
     _silent_at = time.monotonic()
-    _moves += 1  # the connection async bodies share is checked only after a move
+    _checks += 1
 
 
 def leave_if_stale() -> None:

@@ -119,7 +119,7 @@ class Worker:
         self.loop: EventLoop | None = None
         self._signals = 0
         self._db_down_since: float | None = None
-        self._async_moves = 0  # pgconnections.moves() when the async bodies' connection was checked
+        self._async_checks = 0  # pgconnections.checks() when the async bodies' connection was checked
         self._silence_limit = float("inf")  # the watchdog's, once run() set it up
         self.completed = 0
         self.exit_code = 0
@@ -483,11 +483,11 @@ class Worker:
             raise
 
     async def _execute_async(self, held: Claim, outputs: dict[str, Any] | None) -> Result:
-        if self._async_moves != pgconnections.moves():
+        if self._async_checks != pgconnections.checks():
             # The writable node changed, or the database went away: the connection async
             # bodies share (asgiref's thread) may be on the old node or a session that ended,
             # which a body would read; checked there, then reconnected.
-            self._async_moves = pgconnections.moves()
+            self._async_checks = pgconnections.checks()
             await sync_to_async(pgconnections.close_if_unusable)()
         execute = functools.partial(self.runner.execute_async, outputs=outputs)
         return await observability.attempt_async(held, worker=self.name, execute=execute)

@@ -3,7 +3,7 @@ reconnect without a restart, and finish every run, bodies that query through the
 (sync, on their step thread's connection, and async, on the one asgiref's thread shares)
 included: a body that failed because the database went away is re-attempted, never paused.
 And once the worker has found the database away, no body runs on a session the outage
-ended: every step thread reconnects before its next body.
+ended: every step thread, and asgiref's for async bodies, reconnects before its next body.
 
 Runs on a private cluster of its own (the suite's database stays up)."""
 
@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -25,6 +27,7 @@ from tests.invariants import violations
 from .conftest import cluster_env
 
 ROOT = Path(__file__).resolve().parents[2]
+MANAGE = [sys.executable, "manage.py"]
 pytestmark = pytest.mark.skipif(pgcluster._system_binaries() is None, reason="needs the system's PostgreSQL")
 
 START_RUNS = """
@@ -67,25 +70,42 @@ def rows(conn: psycopg.Connection, sql: str) -> list[dict]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def test_no_body_runs_on_a_session_the_outage_ended():
+@dataclass(frozen=True)
+class Cluster:
+    data: Path
+    url: str
+    env: dict[str, str]
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    """A private PostgreSQL cluster, migrated, stopped and removed after the test."""
+    data = Path(tempfile.mkdtemp(prefix="pgflow-restart-"))
+    data.chmod(0o755)
+    try:
+        url = pgcluster.ensure(data)
+        env = cluster_env(url, lease=30)
+        subprocess.run([*MANAGE, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+        yield Cluster(data, url, env)
+    finally:
+        pgcluster.stop(data)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def test_no_body_runs_on_a_session_the_outage_ended(cluster):
     """Every session of an idle worker is ended (as a restart ends them) while its four step
     threads and asgiref's thread (async bodies' queries) each hold a connection. The claim
     loop finds the database away first; then each thread's next body must run on a fresh
     session, not lose its attempt on the dead one."""
-    data = Path(tempfile.mkdtemp(prefix="pgflow-sessions-"))
-    data.chmod(0o755)
+    url, env = cluster.url, cluster.env
     worker = None
-    log = data / "worker.log"
+    log = cluster.data / "worker.log"
     try:
-        url = pgcluster.ensure(data)
-        env = cluster_env(url, lease=30)
-        manage = [sys.executable, "manage.py"]
-        subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
-        start = [*manage, "shell", "-c"]
+        start = [*MANAGE, "shell", "-c"]
         subprocess.run([*start, START_QUERIES.format(count=12)], cwd=ROOT, env=env, check=True)
         with log.open("wb") as out:
             worker = subprocess.Popen(
-                [*manage, "pgflow_worker", "--concurrency", "4"],
+                [*MANAGE, "pgflow_worker", "--concurrency", "4"],
                 cwd=ROOT,
                 env=env,
                 stdout=out,
@@ -118,28 +138,21 @@ def test_no_body_runs_on_a_session_the_outage_ended():
     finally:
         if worker is not None and worker.poll() is None:
             worker.kill()
-        pgcluster.stop(data)
-        shutil.rmtree(data, ignore_errors=True)
 
 
-def test_workers_ride_out_a_database_restart(capsys):
-    data = Path(tempfile.mkdtemp(prefix="pgflow-restart-"))
-    data.chmod(0o755)
+def test_workers_ride_out_a_database_restart(cluster, capsys):
+    data, url, env = cluster.data, cluster.url, cluster.env
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
     workers: list[subprocess.Popen[bytes]] = []
     logs = [data / f"worker-{n}.log" for n in range(2)]
     try:
-        url = pgcluster.ensure(data)
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
-        env = cluster_env(url, lease=30)
-        manage = [sys.executable, "manage.py"]
-        subprocess.run([*manage, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
         runs = 300
-        subprocess.run([*manage, "shell", "-c", START_RUNS.format(count=runs)], cwd=ROOT, env=env, check=True)
+        subprocess.run([*MANAGE, "shell", "-c", START_RUNS.format(count=runs)], cwd=ROOT, env=env, check=True)
         for log in logs:
             with log.open("wb") as out:
                 workers.append(
                     subprocess.Popen(
-                        [*manage, "pgflow_worker", "--concurrency", "4"],
+                        [*MANAGE, "pgflow_worker", "--concurrency", "4"],
                         cwd=ROOT,
                         env=env,
                         stdout=out,
@@ -207,5 +220,3 @@ def test_workers_ride_out_a_database_restart(capsys):
         for worker in workers:
             if worker.poll() is None:
                 worker.kill()
-        pgcluster.stop(data)
-        shutil.rmtree(data, ignore_errors=True)
