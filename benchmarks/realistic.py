@@ -19,7 +19,9 @@ and the worker's CPU time (user + system) per step, less what a worker that find
 do spends starting and stopping: the figure a shared machine disturbs least. Beside it, what
 the drain cost PostgreSQL per step: the CPU time of the cluster's processes (the postmaster's
 children, those that exited during the drain included, background writers and autovacuum
-too) and the WAL it wrote (``pg_current_wal_lsn()`` before and after); and what filing the
+too), the WAL it wrote (``pg_current_wal_lsn()`` before and after) and the steps a commit
+(finished steps over the database's ``xact_commit``, claims' and heartbeats' transactions
+counted too: how much each transaction is shared); and what filing the
 drained runs into their day's partitions then cost it (pgflow.store.history.file_ended, the
 sweep's work a minute after a run ends), per step.
 
@@ -91,7 +93,7 @@ def run(args: argparse.Namespace) -> None:
     jobs = [(name, workflow, env, c) for c in concurrencies for name, workflow, env in variants]
     figures: dict[tuple[str, int], list[float]] = {(name, c): [] for name, _, _, c in jobs}
     cpu: dict[tuple[str, int], list[float]] = {(name, c): [] for name, _, _, c in jobs}
-    server: dict[tuple[str, int], list[tuple[float, float]]] = {(name, c): [] for name, _, _, c in jobs}
+    server: dict[tuple[str, int], list[tuple[float, float, float]]] = {(name, c): [] for name, _, _, c in jobs}
     filing: dict[tuple[str, int], list[tuple[float, float]]] = {(name, c): [] for name, _, _, c in jobs}
     logs = WORK / "realistic-logs"
     logs.mkdir(exist_ok=True)
@@ -115,7 +117,8 @@ def run(args: argparse.Namespace) -> None:
             filing[(name, c)].append(filed)
             print(
                 f"round {round_number}: {name:>10} --concurrency {c:>3}: {rate:,.0f} steps/s, "
-                f"worker CPU {cpu_ms:.3f} ms/step, PostgreSQL CPU {pg[0]:.3f} ms/step, WAL {pg[1]:,.0f} B/step; "
+                f"worker CPU {cpu_ms:.3f} ms/step, PostgreSQL CPU {pg[0]:.3f} ms/step, WAL {pg[1]:,.0f} B/step, "
+                f"{pg[2]:.1f} steps/commit; "
                 f"filing: PostgreSQL CPU {filed[0]:.3f} ms/step, WAL {filed[1]:,.0f} B/step",
                 flush=True,
             )
@@ -124,9 +127,10 @@ def run(args: argparse.Namespace) -> None:
     print(
         f"| workload | --concurrency | steps/s per round | median | × {base}, per round | median of those "
         "| worker CPU ms/step (median) | PostgreSQL CPU ms/step (median) | WAL bytes/step (median) "
+        "| steps a commit (median) "
         "| filing: PostgreSQL CPU ms/step, WAL bytes/step (median) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for c in concurrencies:
         for name, _, _ in variants:
             rates = figures[(name, c)]
@@ -135,8 +139,9 @@ def run(args: argparse.Namespace) -> None:
                 f"| {name} | {c} | {', '.join(f'{r:,.0f}' for r in rates)} | {statistics.median(rates):,.0f} "
                 f"| {', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} "
                 f"| {statistics.median(cpu[(name, c)]):.3f} "
-                f"| {statistics.median(pg for pg, _ in server[(name, c)]):.3f} "
-                f"| {statistics.median(wal for _, wal in server[(name, c)]):,.0f} "
+                f"| {statistics.median(pg for pg, _, _ in server[(name, c)]):.3f} "
+                f"| {statistics.median(wal for _, wal, _ in server[(name, c)]):,.0f} "
+                f"| {statistics.median(batch for _, _, batch in server[(name, c)]):.1f} "
                 f"| {statistics.median(pg for pg, _ in filing[(name, c)]):.3f}, "
                 f"{statistics.median(wal for _, wal in filing[(name, c)]):,.0f} |"
             )
@@ -152,7 +157,7 @@ def measure(
     keep_switch: bool,
     startup: float,
     extra: tuple[str, ...] = (),
-) -> tuple[float, float, tuple[float, float], tuple[float, float]]:
+) -> tuple[float, float, tuple[float, float, float], tuple[float, float]]:
     """steps/s, the worker's CPU time (user + system, its whole process tree) per step (the
     figure a loaded machine disturbs least), PostgreSQL's (CPU ms, WAL bytes) per step, and
     then what filing the drained runs into their day's partitions cost it per step (the
@@ -195,28 +200,32 @@ def measure(
     steps, seconds = engine.step_window()
     if steps < 3 * runs:
         raise RuntimeError(f"{workflow}: only {steps} of {3 * runs} steps finished (see {log})")
-    pg_cpu, wal = (b - a for a, b in zip(server_before, server_after, strict=True))
+    pg_cpu, wal, commits = (b - a for a, b in zip(server_before, server_after, strict=True))
     before_filing = server_cost()
     filed = history.file_ended(at=store.now() + history.SETTLE + timedelta(seconds=1), rounds=10**6)
     if filed != runs:
         raise RuntimeError(f"{workflow}: filed {filed} of {runs} runs")
-    file_cpu, file_wal = (b - a for a, b in zip(before_filing, server_cost(), strict=True))
+    file_cpu, file_wal, _ = (b - a for a, b in zip(before_filing, server_cost(), strict=True))
     return (
         steps / seconds,
         1000 * (cpu_seconds - startup) / steps,
-        (1000 * pg_cpu / steps, wal / steps),
+        (1000 * pg_cpu / steps, wal / steps, steps / commits),
         (1000 * file_cpu / steps, file_wal / steps),
     )
 
 
-def server_cost() -> tuple[float, float]:
+def server_cost() -> tuple[float, float, float]:
     """The cluster's CPU seconds so far (the postmaster's own and its exited children's, read
-    from /proc, plus each live child's) and its WAL position in bytes."""
+    from /proc, plus each live child's), its WAL position in bytes and the database's commits
+    (a burst worker's statistics are flushed as it exits)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid(), pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")
-        backend, wal = cursor.fetchone()
+        cursor.execute(
+            "SELECT pg_backend_pid(), pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0'),"
+            " (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database())"
+        )
+        backend, wal, commits = cursor.fetchone()
     postmaster = _stat(backend)[1]
     tick = os.sysconf("SC_CLK_TCK")
     _, _, utime, stime, cutime, cstime = _stat(postmaster)
@@ -229,7 +238,7 @@ def server_cost() -> tuple[float, float]:
                 continue
             if parent == postmaster:
                 seconds += (utime + stime) / tick
-    return seconds, float(wal)
+    return seconds, float(wal), float(commits)
 
 
 def _stat(pid: int) -> tuple[int, int, int, int, int, int]:
