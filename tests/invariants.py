@@ -26,7 +26,8 @@ And what the second wave added, each from its own rows:
   by at most one step (a reattempt of that step carries it), and a step's signal consumed.
 
 Each of those is pure (plain dicts in, messages out) so the checker itself is tested on
-hand-made rows; ``assert_exactly_once`` reads the rows from the database and runs them all.
+hand-made rows; ``assert_exactly_once`` reads the rows from the database and runs them all,
+and ``cluster_violations`` the runs' own from a cluster of a test's own.
 """
 
 from __future__ import annotations
@@ -335,6 +336,22 @@ def assert_exactly_once(run_ids: Iterable[Any] | None = None) -> int:
     found = violations(run_rows, step_rows, event_rows) + flow_violations(None if run_ids is None else ids)
     assert not found, f"{len(found)} exactly-once violations:\n" + "\n".join(found[:20])
     return len(run_rows)
+
+
+def cluster_violations(conn: Any) -> list[str]:
+    """``violations`` of every run in the database ``conn`` (a psycopg connection) is open on:
+    a test's own cluster, which the suite's Django connection does not reach."""
+
+    def rows(sql: str) -> list[Row]:
+        cursor = conn.execute(sql)
+        names = [column.name for column in cursor.description or []]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    return violations(
+        rows("SELECT id, status, finished_at FROM pgflow_run"),
+        rows("SELECT id, run_id, step_name, attempt, status, outcome, created_at, finished_at FROM pgflow_step"),
+        rows("SELECT id, run_id, step_id, event, created_at FROM pgflow_event"),
+    )
 
 
 def flow_violations(run_ids: list[Any] | None = None) -> list[str]:

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from example_project import pgcluster
-from tests.invariants import violations
+from tests.invariants import cluster_violations
 
 from .conftest import cluster_env
 
@@ -62,12 +62,6 @@ def paused(url: str) -> list[str]:
             return [reason for (reason,) in found]
     except psycopg.OperationalError:
         return []
-
-
-def rows(conn: psycopg.Connection, sql: str) -> list[dict]:
-    cursor = conn.execute(sql)
-    names = [column.name for column in cursor.description or []]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 @dataclass(frozen=True)
@@ -181,15 +175,7 @@ def test_workers_ride_out_a_database_restart(cluster, capsys):
                 "SELECT count(*) FROM (SELECT run_id, step_name FROM pgflow_step WHERE status = 'completed' "
                 "GROUP BY 1, 2 HAVING count(*) > 1) d"
             ).fetchone()[0]
-            # this cluster is not the suite's database: the checker reads it through psycopg
-            found = violations(
-                rows(conn, "SELECT id, status, finished_at FROM pgflow_run"),
-                rows(
-                    conn,
-                    "SELECT id, run_id, step_name, attempt, status, outcome, created_at, finished_at FROM pgflow_step",
-                ),
-                rows(conn, "SELECT id, run_id, step_id, event, created_at FROM pgflow_event"),
-            )
+            found = cluster_violations(conn)
             lost = conn.execute(
                 "SELECT count(*) FROM pgflow_step WHERE outcome = 'lost' AND error_message LIKE '%%connection%%'"
             ).fetchone()[0]

@@ -28,7 +28,7 @@ import pytest
 
 from example_project import pgcluster
 from tests.acceptance.conftest import cluster_env
-from tests.invariants import violations
+from tests.invariants import cluster_violations
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARIES = pgcluster._system_binaries()
@@ -162,12 +162,6 @@ def wait_streaming(made: Pair) -> None:
             time.sleep(0.05)
 
 
-def rows(conn: psycopg.Connection, sql: str) -> list[dict]:
-    cursor = conn.execute(sql)
-    names = [column.name for column in cursor.description or []]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
 def count(url: str, sql: str) -> int:
     try:
         with psycopg.connect(url, connect_timeout=2) as conn:
@@ -276,14 +270,7 @@ def ride_out(pair: Pair, tmp_path: Path, capsys, *, synchronous: bool) -> None:
             lost = conn.execute(
                 "SELECT count(*) FROM pgflow_step WHERE outcome = 'lost' AND error_class <> 'pgflow.LeaseExpired'"
             ).fetchone()[0]
-            found = violations(
-                rows(conn, "SELECT id, status, finished_at FROM pgflow_run"),
-                rows(
-                    conn,
-                    "SELECT id, run_id, step_name, attempt, status, outcome, created_at, finished_at FROM pgflow_step",
-                ),
-                rows(conn, "SELECT id, run_id, step_id, event, created_at FROM pgflow_event"),
-            )
+            found = cluster_violations(conn)
         missing = ids - kept
         if synchronous:
             assert missing == set(), f"{len(missing)} acknowledged starts lost with the primary"

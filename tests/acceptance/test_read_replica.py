@@ -25,8 +25,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.acceptance.test_failover import BINARIES, ROOT, Pair, build_pair, rows
-from tests.invariants import violations
+from tests.acceptance.test_failover import BINARIES, ROOT, Pair, build_pair
+from tests.invariants import cluster_violations
 
 pytestmark = pytest.mark.skipif(BINARIES is None, reason="needs the system's PostgreSQL (initdb, pg_basebackup)")
 
@@ -157,12 +157,5 @@ def test_aggregates_read_the_standby_and_the_run_page_the_primary(tmp_path: Path
         assert json.loads(figures["body"])["read_database"]["fell_back"] is True
 
         with psycopg.connect(primary) as conn:
-            found = violations(
-                rows(conn, "SELECT id, status, finished_at FROM pgflow_run"),
-                rows(
-                    conn,
-                    "SELECT id, run_id, step_name, attempt, status, outcome, created_at, finished_at FROM pgflow_step",
-                ),
-                rows(conn, "SELECT id, run_id, step_id, event, created_at FROM pgflow_event"),
-            )
+            found = cluster_violations(conn)
         assert found == [], found[:20]

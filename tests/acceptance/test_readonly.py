@@ -20,10 +20,9 @@ import psycopg
 import pytest
 
 from tests.acceptance.conftest import cluster_env
-from tests.acceptance.test_failover import BINARIES, ROOT, build_pair, count, rows, start_load
-from tests.invariants import violations
+from tests.acceptance.test_failover import BINARIES, ROOT, build_pair, count, start_load
+from tests.invariants import cluster_violations
 
-STEP_FIELDS = "id, run_id, step_name, attempt, status, outcome, created_at, finished_at"
 pytestmark = pytest.mark.skipif(BINARIES is None, reason="needs the system's PostgreSQL (initdb, pg_basebackup)")
 
 
@@ -74,11 +73,7 @@ def test_workers_leave_a_primary_that_turned_read_only(tmp_path: Path, capsys) -
                     "SELECT r.paused_reason, s.error_class FROM pgflow_run r JOIN pgflow_step s "
                     "ON s.run_id = r.id AND s.outcome <> 'completed' WHERE r.status = 'paused' LIMIT 3"
                 ).fetchall()
-                found = violations(
-                    rows(conn, "SELECT id, status, finished_at FROM pgflow_run"),
-                    rows(conn, f"SELECT {STEP_FIELDS} FROM pgflow_step"),
-                    rows(conn, "SELECT id, run_id, step_id, event, created_at FROM pgflow_event"),
-                )
+                found = cluster_violations(conn)
             assert ids - kept == set(), f"{len(ids - kept)} acknowledged starts lost"
             assert set(statuses) == {"finished"}, (statuses, paused)  # none paused, failed or stuck running
             assert failed == 0, f"{failed} attempts closed other than completed or lost"

@@ -34,6 +34,23 @@ def test_runs_the_engine_finished_pass_and_planted_breaches_fail():
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_cluster_read_through_psycopg_is_checked_as_the_suite_database_is():
+    """``cluster_violations``, for the failover and restart tests' own clusters: the same
+    breaches found from a plain psycopg connection."""
+    from tests.invariants import cluster_violations
+
+    runs = [run_workflow(wf.ThreeSteps.start()) for _ in range(2)]
+    with other_connection() as conn:
+        assert cluster_violations(conn) == []
+    Event.objects.filter(run=runs[1], event="step_completed").first().delete()
+    with other_connection() as conn:
+        assert cluster_violations(conn) == [
+            f"run {runs[1].pk} one#1 (completed, outcome completed): closing events {{}}, "
+            "expected {'step_completed': 1}"
+        ]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_one_open_attempt_index_holds_when_two_connections_race_to_open_one():
     """Two writers that both believe the run has no open attempt (what a fencing bug would
     let two workers do): the partial unique index lets exactly one commit."""
