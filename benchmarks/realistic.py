@@ -159,9 +159,9 @@ def measure(
     extra: tuple[str, ...] = (),
 ) -> tuple[float, float, tuple[float, float, float], tuple[float, float]]:
     """steps/s, the worker's CPU time (user + system, its whole process tree) per step (the
-    figure a loaded machine disturbs least), PostgreSQL's (CPU ms, WAL bytes) per step, and
-    then what filing the drained runs into their day's partitions cost it per step (the
-    sweep's work of a minute later, done here at once)."""
+    figure a loaded machine disturbs least), PostgreSQL's CPU ms and WAL bytes per step and the
+    steps a commit, and then what filing the drained runs into their day's partitions cost it
+    per step (the sweep's work of a minute later, done here at once)."""
     from django.db import transaction
 
     from benchmarks import engine, workflows
