@@ -119,6 +119,10 @@ class Worker:
         self.loop: EventLoop | None = None
         self._signals = 0
         self._db_down_since: float | None = None
+        # When the claim loop's queries began failing on a connection that is still there
+        # (a statement timeout, a cancel, a lock timeout), and how many times since.
+        self._failing_since: float | None = None
+        self._failures = 0
         self._async_checks = 0  # pgconnections.checks() when the async bodies' connection was checked
         self._silence_limit = float("inf")  # the watchdog's, once run() set it up
         self.completed = 0
@@ -265,7 +269,7 @@ class Worker:
                         # Idle: nothing due and no attempt held. An offer made while bodies
                         # run would compete with them for the CPU, on the start latency.
                         self._offering.make(free=self._holding.free(), wait=wait, now=store.now())
-                self._database_back()
+                self._got_through()
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
                 if schema_missing(exc):
                     # No retry fixes this: say what does, and exit non-zero.
@@ -277,7 +281,10 @@ class Worker:
                     )
                     self.exit_code = 1
                     return
-                self._database_away(exc)
+                if pgconnections.away(exc):
+                    self._database_away(exc)
+                else:
+                    self._claim_failed(exc)
                 wait = RECONNECT_DELAY
                 claimed = 0
             if self.burst and claimed == 0 and not self._running:
@@ -581,7 +588,34 @@ class Worker:
             except Exception:  # noqa: BLE001,S110 - a dead connection may fail to close; it is gone either way
                 pass
 
-    def _database_back(self) -> None:
+    def _claim_failed(self, exc: BaseException) -> None:
+        """A query of the claim loop failed, and the database is there (``pgconnections.away``
+        is false): its own error, such as a statement timeout or a cancel. Not an outage: the
+        step threads keep their connections and the runs' timelines record no reconnection.
+        The claim loop alone starts again on a fresh connection, as after any failure."""
+        self._offering.session_ended()
+        pgconnections.close()
+        self._failures += 1
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            logger.error(
+                "claim failed, retrying every %.0fs: %s",
+                RECONNECT_DELAY,
+                " ".join(str(exc).split()),
+                exc_info=exc,
+                extra={"action": "claim_failed"},
+            )
+
+    def _got_through(self) -> None:
+        """A pass of the claim loop went through: end what its failures began."""
+        if self._failing_since is not None:
+            logger.info(
+                "claims succeed again after %d failed over %.1fs",
+                self._failures,
+                time.monotonic() - self._failing_since,
+                extra={"action": "claim_recovered"},
+            )
+            self._failing_since, self._failures = None, 0
         if self._db_down_since is not None:
             away = time.monotonic() - self._db_down_since
             logger.info("database back after %.1fs", away, extra={"action": "database_up"})

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
 import pytest
 from django.db import connection
 
-from pgflow.models import WorkflowRun
+from pgflow.models import Event, WorkflowRun
+from pgflow.runtime import connections as pgconnections
 from pgflow.runtime.worker import Worker
 from tests import workflows as wf
+from tests.acceptance.conftest import wait_until
+from tests.connections import other_connection
+from tests.invariants import assert_exactly_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -107,3 +112,67 @@ def wf_claim():
     (held,) = store.claim(worker="t", queues=["workflows"], limit=1)
     assert held.run_id == run.pk
     return held
+
+
+# The claim loop's statements waiting on a lock: a claim, or when the next attempt is due.
+# (Only their first kilobyte is in pg_stat_activity.) A committer's claim ahead is a claim
+# too: the test below takes the lock while no attempt is being committed.
+_CLAIM_LOOP_WAITING = """
+SELECT pid FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'
+  AND (query LIKE 'WITH open_queues AS%' OR query LIKE '%min(first.scheduled_at)%')
+"""
+
+
+def test_a_claim_cancelled_on_a_live_connection_is_not_an_outage(settings, caplog):
+    # A statement timeout or an operator's pg_cancel_backend fails the claim loop's query, and
+    # the database is there all along: one claim_failed line, the step threads keep their
+    # connections, and the timeline of a run in progress records no reconnection.
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "POLL_INTERVAL": 0.2}
+    caplog.set_level("INFO", logger="pgflow")
+    worker = Worker(concurrency=2, name="w-cancelled")
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        run = wf.Sleeper.start(input={"sleep": 6})  # until well after the lock
+        wait_until(
+            lambda: WorkflowRun.objects.get(pk=run.pk).steps.filter(status="in_progress").exists(),
+            timeout=20,
+            what="the sleeper's attempt to be claimed",
+        )
+        checks = pgconnections.checks()
+        with other_connection() as locker:
+            locker.execute("LOCK TABLE pgflow_step_live IN ACCESS EXCLUSIVE MODE")
+            # Cancelled while it waits on the lock, until it says so (nothing here may read the
+            # locked table meanwhile, a timed-out wait_until's report included).
+            deadline = time.monotonic() + 20
+            with other_connection(autocommit=True) as admin:
+                while not any(getattr(r, "action", None) == "claim_failed" for r in caplog.records):
+                    assert time.monotonic() < deadline, "no claim_failed line within 20s"
+                    for (pid,) in admin.execute(_CLAIM_LOOP_WAITING).fetchall():
+                        admin.execute("SELECT pg_cancel_backend(%s)", [pid])
+                    time.sleep(0.05)
+            locker.rollback()  # the lock goes: claims get through again
+        wait_until(
+            lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished", timeout=20, what="the sleeper to finish"
+        )
+        wait_until(
+            lambda: any(getattr(r, "action", None) == "claim_recovered" for r in caplog.records),
+            timeout=10,
+            what="the claim_recovered line",
+        )
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    failed = [r for r in caplog.records if getattr(r, "action", None) == "claim_failed"]
+    assert len(failed) == 1, [r.getMessage() for r in failed]
+    assert failed[0].getMessage().startswith("claim failed, retrying every 1s: ")
+    assert "canceling statement due to user request" in failed[0].getMessage()
+    actions = {getattr(r, "action", None) for r in caplog.records}
+    assert "database_down" not in actions and "database_up" not in actions
+    assert pgconnections.checks() == checks, "the step threads were made to reconnect"
+    assert not Event.objects.filter(run_id=run.pk, event="reconnected").exists()
+    (recovered,) = [r for r in caplog.records if getattr(r, "action", None) == "claim_recovered"]
+    assert re.fullmatch(r"claims succeed again after \d+ failed over \d+\.\ds", recovered.getMessage())
+    assert_exactly_once()
