@@ -122,6 +122,16 @@ class Committer:
                 for _, answer in batch:
                     answer.set_exception(exc)
                 return []
+            if again and connections.stopped(exc):
+                # Cancelled, a lock or a statement timeout, a deadlock lost: nothing was
+                # written, and it is not the outcomes' fault. Once more before any is paused.
+                logger.warning(
+                    "applying %d outcomes was stopped (%s); trying once more",
+                    len(batch),
+                    " ".join(str(exc).split()),
+                    extra={"action": "commit_retry"},
+                )
+                return self._apply(batch, again=False)
             if len(batch) > 1:
                 # One bad item (a value PostgreSQL refused) must not fail the others: alone,
                 # each healthy one applies and only the bad one fails, with its own error.

@@ -99,6 +99,17 @@ def away(error: BaseException) -> bool:
 
 lost_with_connection = away  # a body that failed this way is re-attempted, never failed
 
+# A statement stopped before its end, not refused for what it asked: cancelled (a
+# statement_timeout, pg_cancel_backend), a lock_timeout, or chosen to lose a serialization
+# conflict or a deadlock. Nothing of its transaction was written; run again, it may pass.
+_STOPPED = ("57014", "55P03", "40001", "40P01")
+
+
+def stopped(error: BaseException) -> bool:
+    """Whether ``error`` (or its cause or context) stopped a statement that may pass if run
+    again: neither the database away (``away``) nor a value it refused."""
+    return any(getattr(link, "sqlstate", None) in _STOPPED for link in _chain(error))
+
 
 def refused_as_read_only(error: BaseException) -> bool:
     """The node refused the statement for being read-only (25006): nothing of it was written."""

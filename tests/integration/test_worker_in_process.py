@@ -176,3 +176,57 @@ def test_a_claim_cancelled_on_a_live_connection_is_not_an_outage(settings, caplo
     (recovered,) = [r for r in caplog.records if getattr(r, "action", None) == "claim_recovered"]
     assert re.fullmatch(r"claims succeed again after \d+ failed over \d+\.\ds", recovered.getMessage())
     assert_exactly_once()
+
+
+_COMMIT_WAITING = """
+SELECT pid FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'
+  AND query LIKE '%WITH runs AS (%definition_digest FROM pgflow_run%'
+"""
+
+
+def test_a_commit_cancelled_once_is_applied_not_paused(settings, caplog):
+    # The committer's statement cancelled (as a statement_timeout or pg_cancel_backend does):
+    # nothing was written and the outcome is not at fault, so it is applied on a second try
+    # and the run goes on, where the refusal used to pause it with the cancel as its error.
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "POLL_INTERVAL": 0.2}
+    caplog.set_level("INFO", logger="pgflow")
+    worker = Worker(concurrency=2, name="w-commit-cancelled")
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        run = wf.Sleeper.start(input={"sleep": 1})
+        wait_until(
+            lambda: WorkflowRun.objects.get(pk=run.pk).steps.filter(status="in_progress").exists(),
+            timeout=20,
+            what="the sleeper's attempt to be claimed",
+        )
+        with other_connection() as locker:
+            locker.execute("LOCK TABLE pgflow_step_live IN ACCESS EXCLUSIVE MODE")
+            deadline = time.monotonic() + 20
+            with other_connection(autocommit=True) as admin:
+                while not (pids := admin.execute(_COMMIT_WAITING).fetchall()):
+                    assert time.monotonic() < deadline, "the body's commit never waited on the lock"
+                    time.sleep(0.02)
+                ((pid,),) = pids
+                admin.execute("SELECT pg_cancel_backend(%s)", [pid])
+                # The second try waits on the lock in its turn (a new statement), then passes.
+                while not admin.execute(_COMMIT_WAITING).fetchall():
+                    assert time.monotonic() < deadline, "the commit was not tried again"
+                    time.sleep(0.02)
+            locker.rollback()
+        wait_until(
+            lambda: WorkflowRun.objects.get(pk=run.pk).status != "running", timeout=20, what="the sleeper to end"
+        )
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    run.refresh_from_db()
+    assert run.status == "finished", f"{run.status}: {list(run.steps.values_list('status', 'error_message'))}"
+    (retried,) = [r for r in caplog.records if getattr(r, "action", None) == "commit_retry"]
+    assert retried.getMessage() == (
+        "applying 1 outcomes was stopped (canceling statement due to user request); trying once more"
+    )
+    assert not [r for r in caplog.records if getattr(r, "action", None) == "commit_failed"]
+    assert_exactly_once()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import psycopg
-from django.db import InternalError, ProgrammingError
+from django.db import InternalError, OperationalError, ProgrammingError
 
 from pgflow.runtime import connections
 
@@ -58,3 +58,22 @@ def test_a_worker_without_session_state_prepares_nothing_whatever_its_options_sa
     assert options == {"prepare_threshold": None, "keepalives": 1}
     assert not connections.without_session_state(options)  # nothing left to turn off
     assert not connections.without_session_state({})
+
+
+def test_a_statement_cancelled_timed_out_or_chosen_to_lose_was_stopped_not_refused() -> None:
+    for error in (
+        psycopg.errors.QueryCanceled("canceling statement due to statement timeout"),
+        psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),
+        psycopg.errors.SerializationFailure("could not serialize access"),
+        psycopg.errors.DeadlockDetected("deadlock detected"),
+    ):
+        assert connections.stopped(error)
+        assert connections.stopped(_raised(error, OperationalError))  # as Django raises it
+        assert not connections.away(error)
+    for error in (
+        psycopg.errors.UntranslatableCharacter("unsupported Unicode escape sequence"),
+        psycopg.errors.AdminShutdown("terminating"),
+        psycopg.OperationalError("server closed the connection unexpectedly"),
+    ):
+        assert not connections.stopped(error)
+    assert not connections.stopped(ValueError("a body's own"))
