@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -69,6 +70,12 @@ class Cluster:
     data: Path
     url: str
     env: dict[str, str]
+
+    @property
+    def port(self) -> int:
+        port = urlsplit(self.url).port
+        assert port is not None, self.url
+        return port
 
 
 @pytest.fixture
@@ -135,8 +142,7 @@ def test_no_body_runs_on_a_session_the_outage_ended(cluster):
 
 
 def test_workers_ride_out_a_database_restart(cluster, capsys):
-    data, url, env = cluster.data, cluster.url, cluster.env
-    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    data, url, env, port = cluster.data, cluster.url, cluster.env, cluster.port
     workers: list[subprocess.Popen[bytes]] = []
     logs = [data / f"worker-{n}.log" for n in range(2)]
     try:
