@@ -179,7 +179,7 @@ def test_a_claim_cancelled_on_a_live_connection_is_not_an_outage(settings, caplo
 
 
 _COMMIT_WAITING = """
-SELECT pid FROM pg_stat_activity
+SELECT pid, query_start FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'
   AND query LIKE '%WITH runs AS (%definition_digest FROM pgflow_run%'
 """
@@ -208,10 +208,10 @@ def test_a_commit_cancelled_once_is_applied_not_paused(settings, caplog):
                 while not (pids := admin.execute(_COMMIT_WAITING).fetchall()):
                     assert time.monotonic() < deadline, "the body's commit never waited on the lock"
                     time.sleep(0.02)
-                ((pid,),) = pids
+                ((pid, began),) = pids
                 admin.execute("SELECT pg_cancel_backend(%s)", [pid])
-                # The second try waits on the lock in its turn (a new statement), then passes.
-                while not admin.execute(_COMMIT_WAITING).fetchall():
+                # The second try waits on the lock in its turn (a statement begun later), then passes.
+                while not [row for row in admin.execute(_COMMIT_WAITING).fetchall() if row[1] > began]:
                     assert time.monotonic() < deadline, "the commit was not tried again"
                     time.sleep(0.02)
             locker.rollback()
