@@ -126,8 +126,9 @@ class Committer:
                 # Cancelled, a lock or a statement timeout, a deadlock lost: nothing was
                 # written, and it is not the outcomes' fault. Once more before any is paused.
                 logger.warning(
-                    "applying %d outcomes was stopped (%s); trying once more",
+                    "applying %d outcome%s was stopped (%s); trying once more",
                     len(batch),
+                    "" if len(batch) == 1 else "s",
                     " ".join(str(exc).split()),
                     extra={"action": "commit_retry"},
                 )

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -114,6 +118,32 @@ def wf_claim():
     return held
 
 
+@contextlib.contextmanager
+def sleeper_in_progress(settings: Any, name: str, sleep: float) -> Iterator[WorkflowRun]:
+    """A worker in a thread of this process, polling every 0.2 s, and a run whose one body
+    sleeps ``sleep`` seconds, yielded once its attempt is claimed; the worker stops after."""
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "POLL_INTERVAL": 0.2}
+    worker = Worker(concurrency=2, name=name)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        run = wf.Sleeper.start(input={"sleep": sleep})
+        wait_until(
+            lambda: WorkflowRun.objects.get(pk=run.pk).steps.filter(status="in_progress").exists(),
+            timeout=20,
+            what="the sleeper's attempt to be claimed",
+        )
+        yield run
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+def logged(caplog: Any, action: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "action", None) == action]
+
+
 # The claim loop's statements waiting on a lock: a claim, or when the next attempt is due.
 # (Only their first kilobyte is in pg_stat_activity.) A committer's claim ahead is a claim
 # too: the test below takes the lock while no attempt is being committed.
@@ -128,18 +158,8 @@ def test_a_claim_cancelled_on_a_live_connection_is_not_an_outage(settings, caplo
     # A statement timeout or an operator's pg_cancel_backend fails the claim loop's query, and
     # the database is there all along: one claim_failed line, the step threads keep their
     # connections, and the timeline of a run in progress records no reconnection.
-    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "POLL_INTERVAL": 0.2}
     caplog.set_level("INFO", logger="pgflow")
-    worker = Worker(concurrency=2, name="w-cancelled")
-    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
-    thread.start()
-    try:
-        run = wf.Sleeper.start(input={"sleep": 6})  # until well after the lock
-        wait_until(
-            lambda: WorkflowRun.objects.get(pk=run.pk).steps.filter(status="in_progress").exists(),
-            timeout=20,
-            what="the sleeper's attempt to be claimed",
-        )
+    with sleeper_in_progress(settings, "w-cancelled", sleep=6) as run:  # asleep until well after the lock
         checks = pgconnections.checks()
         with other_connection() as locker:
             locker.execute("LOCK TABLE pgflow_step_live IN ACCESS EXCLUSIVE MODE")
@@ -147,7 +167,7 @@ def test_a_claim_cancelled_on_a_live_connection_is_not_an_outage(settings, caplo
             # locked table meanwhile, a timed-out wait_until's report included).
             deadline = time.monotonic() + 20
             with other_connection(autocommit=True) as admin:
-                while not any(getattr(r, "action", None) == "claim_failed" for r in caplog.records):
+                while not logged(caplog, "claim_failed"):
                     assert time.monotonic() < deadline, "no claim_failed line within 20s"
                     for (pid,) in admin.execute(_CLAIM_LOOP_WAITING).fetchall():
                         admin.execute("SELECT pg_cancel_backend(%s)", [pid])
@@ -157,15 +177,11 @@ def test_a_claim_cancelled_on_a_live_connection_is_not_an_outage(settings, caplo
             lambda: WorkflowRun.objects.get(pk=run.pk).status == "finished", timeout=20, what="the sleeper to finish"
         )
         wait_until(
-            lambda: any(getattr(r, "action", None) == "claim_recovered" for r in caplog.records),
+            lambda: logged(caplog, "claim_recovered"),
             timeout=10,
             what="the claim_recovered line",
         )
-    finally:
-        worker.stop()
-        thread.join(30)
-    assert not thread.is_alive()
-    failed = [r for r in caplog.records if getattr(r, "action", None) == "claim_failed"]
+    failed = logged(caplog, "claim_failed")
     assert len(failed) == 1, [r.getMessage() for r in failed]
     assert failed[0].getMessage().startswith("claim failed, retrying every 1s: ")
     assert "canceling statement due to user request" in failed[0].getMessage()
@@ -173,7 +189,7 @@ def test_a_claim_cancelled_on_a_live_connection_is_not_an_outage(settings, caplo
     assert "database_down" not in actions and "database_up" not in actions
     assert pgconnections.checks() == checks, "the step threads were made to reconnect"
     assert not Event.objects.filter(run_id=run.pk, event="reconnected").exists()
-    (recovered,) = [r for r in caplog.records if getattr(r, "action", None) == "claim_recovered"]
+    (recovered,) = logged(caplog, "claim_recovered")
     assert re.fullmatch(r"claims succeed again after \d+ failed over \d+\.\ds", recovered.getMessage())
     assert_exactly_once()
 
@@ -189,18 +205,8 @@ def test_a_commit_cancelled_once_is_applied_not_paused(settings, caplog):
     # The committer's statement cancelled (as a statement_timeout or pg_cancel_backend does):
     # nothing was written and the outcome is not at fault, so it is applied on a second try
     # and the run goes on, where the refusal used to pause it with the cancel as its error.
-    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "POLL_INTERVAL": 0.2}
     caplog.set_level("INFO", logger="pgflow")
-    worker = Worker(concurrency=2, name="w-commit-cancelled")
-    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
-    thread.start()
-    try:
-        run = wf.Sleeper.start(input={"sleep": 1})
-        wait_until(
-            lambda: WorkflowRun.objects.get(pk=run.pk).steps.filter(status="in_progress").exists(),
-            timeout=20,
-            what="the sleeper's attempt to be claimed",
-        )
+    with sleeper_in_progress(settings, "w-commit-cancelled", sleep=1) as run:
         with other_connection() as locker:
             locker.execute("LOCK TABLE pgflow_step_live IN ACCESS EXCLUSIVE MODE")
             deadline = time.monotonic() + 20
@@ -218,15 +224,11 @@ def test_a_commit_cancelled_once_is_applied_not_paused(settings, caplog):
         wait_until(
             lambda: WorkflowRun.objects.get(pk=run.pk).status != "running", timeout=20, what="the sleeper to end"
         )
-    finally:
-        worker.stop()
-        thread.join(30)
-    assert not thread.is_alive()
     run.refresh_from_db()
     assert run.status == "finished", f"{run.status}: {list(run.steps.values_list('status', 'error_message'))}"
-    (retried,) = [r for r in caplog.records if getattr(r, "action", None) == "commit_retry"]
+    (retried,) = logged(caplog, "commit_retry")
     assert retried.getMessage() == (
-        "applying 1 outcomes was stopped (canceling statement due to user request); trying once more"
+        "applying 1 outcome was stopped (canceling statement due to user request); trying once more"
     )
-    assert not [r for r in caplog.records if getattr(r, "action", None) == "commit_failed"]
+    assert not logged(caplog, "commit_failed")
     assert_exactly_once()
