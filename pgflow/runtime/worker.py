@@ -270,6 +270,9 @@ class Worker:
                         # run would compete with them for the CPU, on the start latency.
                         self._offering.make(free=self._holding.free(), wait=wait, now=store.now())
                 self._got_through()
+                # In the try: asking what is due fails as a claim does, and is retried as one.
+                if self.burst and claimed == 0 and not self._running and not self._due_soon():
+                    return
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
                 if schema_missing(exc):
                     # No retry fixes this: say what does, and exit non-zero.
@@ -286,10 +289,6 @@ class Worker:
                 else:
                     self._claim_failed(exc)
                 wait = RECONNECT_DELAY
-                claimed = 0
-            if self.burst and claimed == 0 and not self._running:
-                if not self._due_soon():
-                    return
             if wait > 0:
                 self._sleep(wait)
 

@@ -232,3 +232,34 @@ def test_a_commit_cancelled_once_is_applied_not_paused(settings, caplog):
     )
     assert not logged(caplog, "commit_failed")
     assert_exactly_once()
+
+
+def test_a_burst_worker_whose_claim_fails_tries_again_and_drains(caplog):
+    # A burst worker asked what was due once its claim failed, outside the loop's handling:
+    # the second failure raised out of run(). It now tries again, as any worker does, and
+    # returns 0 once the steps are drained.
+    caplog.set_level("INFO", logger="pgflow")
+    run = wf.ThreeSteps.start()
+    worker = Worker(burst=True, concurrency=2, name="w-burst-failing")
+    codes: list[int] = []
+    with other_connection() as locker:
+        locker.execute("LOCK TABLE pgflow_step_live IN ACCESS EXCLUSIVE MODE")
+        thread = threading.Thread(target=lambda: codes.append(worker.run(install_signals=False)))
+        thread.start()
+        try:
+            deadline = time.monotonic() + 20
+            with other_connection(autocommit=True) as admin:
+                while worker._failures < 2:  # a failed pass, then another: the worker went on
+                    assert thread.is_alive(), "run() ended while its claims failed"
+                    assert time.monotonic() < deadline, "the burst worker's claims were not retried"
+                    for (pid,) in admin.execute(_CLAIM_LOOP_WAITING).fetchall():
+                        admin.execute("SELECT pg_cancel_backend(%s)", [pid])
+                    time.sleep(0.05)
+        finally:
+            locker.rollback()
+            thread.join(30)
+    assert codes == [0]
+    run.refresh_from_db()
+    assert run.status == "finished"
+    assert len(logged(caplog, "claim_failed")) == 1
+    assert_exactly_once()
