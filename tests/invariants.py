@@ -27,13 +27,15 @@ And what the second wave added, each from its own rows:
 
 Each of those is pure (plain dicts in, messages out) so the checker itself is tested on
 hand-made rows; ``assert_exactly_once`` reads the rows from the database and runs them all,
-and ``cluster_violations`` the runs' own from a cluster of a test's own.
+and ``cluster_violations`` runs them all on a cluster of a test's own, with the same
+statements read through a psycopg connection.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -318,106 +320,125 @@ def signal_violations(signals: Iterable[Row], steps: Iterable[Row], received: It
     return found
 
 
+# Reads rows: an SQL statement and its parameters in, one dict per row out. The checks below
+# read through one, so the suite's Django connection and a psycopg connection to a test's own
+# cluster are checked by the same statements.
+Rows = Callable[[str, Sequence[Any]], list[Row]]
+
+
+def _reader(cursor: Any) -> Rows:
+    """A ``Rows`` on a DB-API cursor (Django's, or psycopg's: a connection's ``cursor()``)."""
+
+    def rows(sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        cursor.execute(sql, params)
+        names = [column[0] for column in cursor.description or []]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    return rows
+
+
+def _of_runs(run_ids: list[Any] | None, column: str = "run_id") -> tuple[str, list[Any]]:
+    """The condition keeping the rows of these runs (None: every row), and its parameters."""
+    return ("TRUE", []) if run_ids is None else (f"{column} = ANY(%s)", [run_ids])
+
+
+def _run_violations_read(rows: Rows, run_ids: list[Any] | None) -> tuple[int, list[str]]:
+    """How many runs were read, and the breaches of ``violations`` in them."""
+    where, params = _of_runs(run_ids, "id")
+    runs = rows(f"SELECT id, status, finished_at FROM pgflow_run WHERE {where}", params)
+    where, params = _of_runs(run_ids)
+    steps = rows(
+        "SELECT id, run_id, step_name, attempt, status, outcome, created_at, finished_at "
+        f"FROM pgflow_step WHERE {where}",
+        params,
+    )
+    events = rows(f"SELECT id, run_id, step_id, event, created_at FROM pgflow_event WHERE {where}", params)
+    return len(runs), violations(runs, steps, events)
+
+
 def assert_exactly_once(run_ids: Iterable[Any] | None = None) -> int:
     """Check every run (or those given) in the database; returns how many runs were checked."""
-    from pgflow.models import Event, Step, WorkflowRun
+    # Imported here, not at the top: the pure checkers above are tested without Django.
+    from pgflow.db import connection
 
-    runs = WorkflowRun.objects.all()
-    if run_ids is not None:
-        runs = runs.filter(pk__in=list(run_ids))
-    run_rows = list(runs.values("id", "status", "finished_at"))
-    ids = [row["id"] for row in run_rows]
-    step_rows = list(
-        Step.objects.filter(run_id__in=ids).values(
-            "id", "run_id", "step_name", "attempt", "status", "outcome", "created_at", "finished_at"
-        )
-    )
-    event_rows = list(Event.objects.filter(run_id__in=ids).values("id", "run_id", "step_id", "event", "created_at"))
-    found = violations(run_rows, step_rows, event_rows) + flow_violations(None if run_ids is None else ids)
+    ids = None if run_ids is None else list(run_ids)
+    with connection.cursor() as cursor:
+        rows = _reader(cursor)
+        checked, found = _run_violations_read(rows, ids)
+        found += _flow_violations_read(rows, ids)
     assert not found, f"{len(found)} exactly-once violations:\n" + "\n".join(found[:20])
-    return len(run_rows)
+    return checked
 
 
 def cluster_violations(conn: Any) -> list[str]:
-    """``violations`` of every run in the database ``conn`` (a psycopg connection) is open on:
-    a test's own cluster, which the suite's Django connection does not reach."""
-
-    def rows(sql: str) -> list[Row]:
-        cursor = conn.execute(sql)
-        names = [column.name for column in cursor.description or []]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-    return violations(
-        rows("SELECT id, status, finished_at FROM pgflow_run"),
-        rows("SELECT id, run_id, step_name, attempt, status, outcome, created_at, finished_at FROM pgflow_step"),
-        rows("SELECT id, run_id, step_id, event, created_at FROM pgflow_event"),
-    )
+    """Every breach ``assert_exactly_once`` looks for, in the database ``conn`` (a psycopg
+    connection) is open on: a test's own cluster, which the suite's Django connection does not
+    reach."""
+    rows = _reader(conn.cursor())
+    return _run_violations_read(rows, None)[1] + _flow_violations_read(rows, None)
 
 
 def flow_violations(run_ids: list[Any] | None = None) -> list[str]:
     """The batches, schedule ticks, gates and signals of these runs (None: of every run), read
-    and checked."""
-    # Imported here, not at the top: the pure checkers above are tested without Django.
-    from django.db.models import Q
+    and checked, and the links between runs."""
+    from pgflow.db import connection  # as assert_exactly_once's import: the pure checkers need no Django
 
-    from pgflow.models import Batch, BatchMember, Event, ScheduleTick, Signal, Step, WorkflowRun
+    with connection.cursor() as cursor:
+        return _flow_violations_read(_reader(cursor), run_ids)
 
-    def of(rows: Any, field: str = "run_id") -> Any:
-        return rows if run_ids is None else rows.filter(**{f"{field}__in": run_ids})
 
-    batches = list(of(Batch.objects).values("id", "status", "total", "succeeded", "failed"))
-    members = list(
-        BatchMember.objects.filter(batch_id__in=[b["id"] for b in batches]).values(
-            "batch_id", "position", "status", "child_id"
-        )
+def _flow_violations_read(rows: Rows, run_ids: list[Any] | None) -> list[str]:
+    where, params = _of_runs(run_ids)
+    batches = rows(f"SELECT id, status, total, succeeded, failed FROM pgflow_batch WHERE {where}", params)
+    members = rows(
+        "SELECT batch_id, position, status, child_id FROM pgflow_batch_member WHERE batch_id = ANY(%s)",
+        [[b["id"] for b in batches]],
     )
-    children = {m["child_id"] for m in members if m["child_id"] is not None}
-    child_status = dict(WorkflowRun.objects.filter(pk__in=children).values_list("id", "status"))
-    finished = of(Event.objects.filter(event="fan_out_finished")).values_list("details", flat=True)
-    # Every tick of the schedules that started these runs: a started tick without its run too.
-    schedules = of(ScheduleTick.objects).values("schedule_id")
-    ticks = list(
-        ScheduleTick.objects.filter(schedule_id__in=schedules).values(
-            "id", "schedule_id", "tick_at", "outcome", "run_id"
-        )
-    )
-    keyed = of(WorkflowRun.objects.filter(key__startswith="schedule:"), "pk").values("id", "key", "rerun_of_id")
-    ticked = WorkflowRun.objects.filter(pk__in=[t["run_id"] for t in ticks]).values("id", "key", "rerun_of_id")
-    # A gate's attempts come from every run that passed it, not only the runs checked.
-    limited = of(Step.objects).exclude(gate="", rate_gate="")
-    gated = list(
-        Step.objects.filter(Q(gate__in=limited.values("gate")) | Q(rate_gate__in=limited.values("rate_gate")))
-        .exclude(gate="", rate_gate="")
-        .values(
-            "id",
-            "run_id",
-            "status",
-            "started_at",
-            "finished_at",
-            "gate",
-            "gate_max",
-            "rate_gate",
-            "rate_limit",
-            "rate_per",
-        )
-    )
-    signals = list(of(Signal.objects).values("id", "run_id", "name", "consumed_at", "consumed_by_id"))
-    signal_steps = list(
-        Step.objects.filter(
-            Q(pk__in=of(Step.objects.filter(signal_id__isnull=False)).values("pk"))
-            | Q(pk__in=[s["consumed_by_id"] for s in signals])
-        ).values("id", "run_id", "step_name", "signal_id")
-    )
-    received = [
-        {"run_id": run_id, "name": details.get("name")}
-        for run_id, details in of(Event.objects.filter(event="signal_received")).values_list("run_id", "details")
+    children = list({m["child_id"] for m in members if m["child_id"] is not None})
+    child_status = {
+        r["id"]: r["status"] for r in rows("SELECT id, status FROM pgflow_run WHERE id = ANY(%s)", [children])
+    }
+    # As text, decoded here: Django's connection reads jsonb as text, psycopg's as objects.
+    finished = [
+        json.loads(r["details"])
+        for r in rows(f"SELECT details::text FROM pgflow_event WHERE event = 'fan_out_finished' AND {where}", params)
     ]
+    # Every tick of the schedules that started these runs: a started tick without its run too.
+    ticks = rows(
+        "SELECT id, schedule_id, tick_at, outcome, run_id FROM pgflow_schedule_tick "
+        f"WHERE schedule_id IN (SELECT schedule_id FROM pgflow_schedule_tick WHERE {where})",
+        params,
+    )
+    where_id, params_id = _of_runs(run_ids, "id")
+    keyed = rows(f"SELECT id, key, rerun_of_id FROM pgflow_run WHERE key LIKE 'schedule:%%' AND {where_id}", params_id)
+    ticked = rows(
+        "SELECT id, key, rerun_of_id FROM pgflow_run WHERE id = ANY(%s)",
+        [[t["run_id"] for t in ticks if t["run_id"] is not None]],
+    )
+    # A gate's attempts come from every run that passed it, not only the runs checked.
+    limited = f"SELECT {{}} FROM pgflow_step WHERE {where} AND (gate <> '' OR rate_gate <> '')"
+    gated = rows(
+        "SELECT id, run_id, status, started_at, finished_at, gate, gate_max, rate_gate, rate_limit, rate_per "
+        "FROM pgflow_step WHERE (gate <> '' OR rate_gate <> '') "
+        f"AND (gate IN ({limited.format('gate')}) OR rate_gate IN ({limited.format('rate_gate')}))",
+        params * 2,
+    )
+    signals = rows(f"SELECT id, run_id, name, consumed_at, consumed_by_id FROM pgflow_signal WHERE {where}", params)
+    signal_steps = rows(
+        "SELECT id, run_id, step_name, signal_id FROM pgflow_step "
+        f"WHERE (signal_id IS NOT NULL AND {where}) OR id = ANY(%s)",
+        [*params, [s["consumed_by_id"] for s in signals if s["consumed_by_id"] is not None]],
+    )
+    received = rows(
+        f"SELECT run_id, details->>'name' AS name FROM pgflow_event WHERE event = 'signal_received' AND {where}",
+        params,
+    )
     return (
         batch_violations(batches, members, finished, child_status)
         + tick_violations(ticks, [*keyed, *ticked])
         + gate_violations(gated)
         + signal_violations(signals, signal_steps, received)
-        + link_violations()
+        + _link_violations_read(rows)
     )
 
 
@@ -444,14 +465,18 @@ OWNED_ROWS = [
 def link_violations() -> list[str]:
     """Every row in the database whose link names a run that is not there, and every row of a
     run's own (an attempt, an event, a signal, a batch) whose run is gone."""
-    from pgflow.db import connection  # as flow_violations' imports: the pure checkers need no Django
+    from pgflow.db import connection  # as assert_exactly_once's import: the pure checkers need no Django
 
-    found: list[str] = []
     with connection.cursor() as cursor:
-        for table, column in [*RUN_LINKS, *OWNED_ROWS]:
-            cursor.execute(
-                f"SELECT t.id, t.{column} FROM {table} AS t WHERE t.{column} IS NOT NULL "
-                f"AND NOT EXISTS (SELECT 1 FROM pgflow_run AS r WHERE r.id = t.{column}) ORDER BY t.id"
-            )
-            found += [f"{table} {row_id}: {column} names run {run_id}, which is gone" for row_id, run_id in cursor]
+        return _link_violations_read(_reader(cursor))
+
+
+def _link_violations_read(rows: Rows) -> list[str]:
+    found: list[str] = []
+    for table, column in [*RUN_LINKS, *OWNED_ROWS]:
+        gone = rows(
+            f"SELECT t.id, t.{column} AS run_id FROM {table} AS t WHERE t.{column} IS NOT NULL "
+            f"AND NOT EXISTS (SELECT 1 FROM pgflow_run AS r WHERE r.id = t.{column}) ORDER BY t.id"
+        )
+        found += [f"{table} {row['id']}: {column} names run {row['run_id']}, which is gone" for row in gone]
     return found

@@ -90,6 +90,7 @@ def test_the_one_open_attempt_index_holds_when_two_connections_race_to_open_one(
     assert list(run.steps.filter(status="scheduled").values_list("step_name", "attempt")) == [("two", 1)]
 
 
+@pytest.mark.django_db(transaction=True)  # committed: the psycopg connection below reads them
 def test_batches_ticks_gates_and_signals_the_engine_wrote_pass_and_a_planted_breach_of_each_fails():
     from datetime import timedelta
 
@@ -100,7 +101,7 @@ def test_batches_ticks_gates_and_signals_the_engine_wrote_pass_and_a_planted_bre
     from tests import composition_workflows as cw
     from tests import flowcontrol_workflows as fc
     from tests import schedule_workflows as sw
-    from tests.invariants import flow_violations
+    from tests.invariants import cluster_violations, flow_violations
 
     parent = run_workflow(cw.Parent.start(input={"n": 3}))
     limited = [run_workflow(fc.PerTenant.start(input={"tenant": "t1", "sleep": 0})) for _ in range(3)]
@@ -142,3 +143,10 @@ def test_batches_ticks_gates_and_signals_the_engine_wrote_pass_and_a_planted_bre
     with pytest.raises(AssertionError) as failure:
         assert_exactly_once([approved.pk])
     assert "consumed twice" in str(failure.value)
+    # A test's own cluster, read through psycopg, is checked for the same breaches.
+    Batch.objects.filter(run=parent).update(succeeded=F("succeeded") + 1)
+    with other_connection() as conn:
+        found = cluster_violations(conn)
+    assert found == flow_violations()
+    assert any("consumed twice" in each for each in found)
+    assert any("counted succeeded 4, 3 members succeeded" in each for each in found)
