@@ -265,13 +265,14 @@ class Worker:
                     self._listen()
                     claimed = self._claim_and_submit(pool, handed)
                     wait = self._idle_wait(claimed)
+                    # Asked in the pass: its failure is handled and retried as a claim's is.
+                    burst_over = self.burst and claimed == 0 and not self._running and not self._due_soon()
                     if wait > 0 and self._drained and not self._running and self._listening_on is not None:
                         # Idle: nothing due and no attempt held. An offer made while bodies
                         # run would compete with them for the CPU, on the start latency.
                         self._offering.make(free=self._holding.free(), wait=wait, now=store.now())
                 self._got_through()
-                # In the try: asking what is due fails as a claim does, and is retried as one.
-                if self.burst and claimed == 0 and not self._running and not self._due_soon():
+                if burst_over:
                     return
             except (DatabaseError, DjangoInterfaceError, psycopg.Error) as exc:
                 if schema_missing(exc):
