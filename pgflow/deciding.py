@@ -20,7 +20,7 @@ from django.db.models import Q, QuerySet
 from . import store
 from .approvals import Approval, Vote, refusal, signal_name, vote_name
 from .conf import pgflow_settings
-from .core.events import EventKind
+from .core.events import EventKind, without_reason
 from .core.states import OPEN_RUN, StepStatus
 from .exceptions import ApprovalError, InputTooLarge, InvalidDecision, NotAllowedToDecide, WorkflowNotFound
 from .models import Event, Signal, Step, WorkflowRun
@@ -79,6 +79,8 @@ def requester(run: WorkflowRun, approval: Approval) -> str | None:
 
 def _requester_named(actor: str) -> str | None:
     """The username a ``started`` event's actor names as the run's requester, if any."""
+    # The reason a re-running operator typed follows who they are: "user:ann (reason: …)".
+    actor = without_reason(actor)
     if actor.startswith("user:"):
         return actor.removeprefix("user:")
     # An agent acting for a user (the MCP server's "agent:<client> for user:<username>"):

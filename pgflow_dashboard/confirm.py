@@ -19,7 +19,7 @@ from django.http import HttpRequest, QueryDict
 from django.template.response import TemplateResponse
 
 from pgflow.core import jsonvalue
-from pgflow.core.events import ACTOR_LIMIT, actor_name
+from pgflow.core.events import with_reason
 
 REASON_LIMIT = 120  # characters: with "user:<name> (reason: …)" it fits the actor column
 
@@ -40,9 +40,7 @@ def reason_of(posted: str | None) -> str:
 
 def actor(user: Any, reason: str) -> Any:
     """The actor to hand the control: the user, with the reason when one was given."""
-    if not reason:
-        return user
-    return f"{actor_name(user)} (reason: {reason})"[:ACTOR_LIMIT]
+    return with_reason(user, reason) if reason else user
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,21 @@ SYSTEM = "system"  # pgflow itself: the sweep, a policy, a worker
 ACTOR_LIMIT = 200  # characters kept (the columns' max_length)
 
 
+# What an operator typed on a confirmation page, after the actor it explains:
+# "user:ada (reason: card declined twice)". Who acted is what comes before it.
+REASON_MARK = " (reason: "
+
+
+def with_reason(actor: Any, reason: str) -> str:
+    """``actor`` named with the reason an operator gave for acting, cut to ACTOR_LIMIT."""
+    return f"{actor_name(actor)}{REASON_MARK}{reason})"[:ACTOR_LIMIT]
+
+
+def without_reason(actor: str) -> str:
+    """Who an actor names, without the reason an operator gave (``with_reason``)."""
+    return actor.partition(REASON_MARK)[0]
+
+
 def actor_name(actor: Any) -> str:
     """``None`` -> ``"system"``; a user (anything with ``get_username()``) -> ``"user:<username>"``;
     anything else (``"agent:x for user:y"``, a schedule's name) its str(), cut to ACTOR_LIMIT."""

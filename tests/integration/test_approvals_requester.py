@@ -67,3 +67,21 @@ def test_a_rerun_by_an_agent_for_a_user_makes_that_user_its_requester():
     with pytest.raises(pgflow.NotAllowedToDecide, match="ann requested this run"):
         pgflow.decide(rerun, "review", user=ann, approve=True)
     assert pgflow.decide(rerun, "review", user=bea, approve=True).settled
+
+
+def test_a_rerun_with_a_reason_keeps_the_operator_its_requester():
+    from pgflow.deciding import waiting_for
+    from pgflow_dashboard.confirm import actor
+
+    ann, bea = make_user("ann"), make_user("bea")
+    in_finance(ann, bea)
+    original = run_workflow(aw.Purchase.start(actor=bea))
+    original.cancel(actor=bea)
+    # What the dashboard's re-run records when the operator typed a reason on its confirmation.
+    rerun = run_workflow(original.rerun_from("review", actor=actor(ann, "vendor fixed the feed")))
+    assert rerun.events.get(event="started").actor == "user:ann (reason: vendor fixed the feed)"
+    with pytest.raises(pgflow.NotAllowedToDecide, match="ann requested this run"):
+        pgflow.decide(rerun, "review", user=ann, approve=True)
+    assert [w.run.pk for w in waiting_for(ann)] == []
+    assert [w.run.pk for w in waiting_for(bea)] == [rerun.pk]
+    assert pgflow.decide(rerun, "review", user=bea, approve=True).settled
