@@ -33,7 +33,7 @@ from pgflow.deciding import (
     waiting_for,
     why_not,
 )
-from pgflow.exceptions import ApprovalError, InvalidDecision
+from pgflow.exceptions import ApprovalError, InputTooLarge, InvalidDecision
 from pgflow.models import Step, WorkflowRun
 
 from .runpage import subject
@@ -187,12 +187,21 @@ def decide_page(site: admin.AdminSite, request: HttpRequest, run_id: int, step_n
     if request.POST.get("decision") not in ("approve", "reject"):
         context["problem"] = "Choose Approve or Reject."
         return TemplateResponse(request, "admin/pgflow_dashboard/decide.html", context, status=400)
-    comment = decision_form.cleaned_data["comment"] if decision_form.is_valid() else ""
+    if not decision_form.is_valid():  # a comment PostgreSQL cannot store: said by its field, not dropped
+        context["problem"] = "The comment cannot be recorded; see below."
+        return TemplateResponse(request, "admin/pgflow_dashboard/decide.html", context, status=400)
+    # Only an approval's own form reads the post: without one, there is no data to record
+    # (the post holds the CSRF token, the decision and the comment).
+    data = request.POST if approval.form is not None else None
+    comment = decision_form.cleaned_data["comment"]
     try:
-        recorded = pgflow.decide(run, step_name, user=request.user, approve=approve, data=request.POST, comment=comment)
+        recorded = pgflow.decide(run, step_name, user=request.user, approve=approve, data=data, comment=comment)
     except InvalidDecision:
         # The bound form shows its own errors by its fields (200, as the admin's own forms answer).
         return TemplateResponse(request, "admin/pgflow_dashboard/decide.html", context)
+    except InputTooLarge as exc:
+        context["problem"] = f"This decision is too large to record: {exc}."
+        return TemplateResponse(request, "admin/pgflow_dashboard/decide.html", context, status=400)
     except ApprovalError as exc:
         messages.error(request, str(exc))
         return redirect(inbox_url)

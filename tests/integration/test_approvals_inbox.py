@@ -132,3 +132,39 @@ def test_the_insights_show_approval_waits_per_step(login):
     table = page[page.index('id="pgflow-approval-waits"') :]
     table = table[: table.index("</table>")]
     assert "TwoApprovers" in table and "<td>1m</td><td>9m 6s</td>" in table
+
+
+def test_an_approval_without_a_form_records_no_data_from_the_post(login):
+    # The page's post holds the CSRF token: an approval without a form of its own recorded
+    # the whole post as the decision's data, shown on the run page and handed to the step.
+    ann, bea = make_user("ann"), make_user("bea")
+    in_finance(ann, bea)
+    run = parked(aw.TwoApprovers)
+    client = login(ann, csrf=True)
+    client.get(decide_url(run))  # sets the CSRF cookie
+    token = client.cookies["csrftoken"].value
+    done = client.post(decide_url(run), {"csrfmiddlewaretoken": token, "decision": "approve", "comment": "ok"})
+    assert done.status_code == 302
+    (vote,) = Signal.objects.filter(run=run).values_list("payload", flat=True)
+    assert vote["data"] == {} and vote["comment"] == "ok"
+    assert token not in login(make_user("root", superuser=True)).get(run_url(run)).content.decode()
+
+
+def test_a_decision_that_cannot_be_recorded_is_answered_with_what_is_wrong(login, settings):
+    ann = make_user("ann")
+    in_finance(ann)
+    run = parked(aw.TwoApprovers)
+    client = login(ann)
+    # A comment PostgreSQL cannot store: said by its field, nothing recorded (its vote was
+    # recorded with the comment dropped).
+    nul = client.post(decide_url(run), {"decision": "approve", "comment": "a\x00b"})
+    assert nul.status_code == 400
+    assert "The comment cannot be recorded" in nul.content.decode()
+    assert "Null characters are not allowed." in nul.content.decode()
+    # Larger than PGFLOW["MAX_INPUT_BYTES"]: a 400 naming the limit, not a server error.
+    settings.PGFLOW = {**getattr(settings, "PGFLOW", {}), "MAX_INPUT_BYTES": 1000}
+    big = client.post(decide_url(run), {"decision": "approve", "comment": "x" * 2000})
+    assert big.status_code == 400
+    assert "This decision is too large to record" in big.content.decode()
+    assert "MAX_INPUT_BYTES" in big.content.decode()
+    assert not Signal.objects.filter(run=run).exists()
