@@ -30,10 +30,9 @@ def _user(user_id: int) -> Any:
 def list_approvals(user_id: int, *, now: datetime) -> dict[str, Any]:
     user = _user(user_id)
     rows = []
-    keys = tenant_keys()  # PGFLOW["TENANT_VISIBLE"] for the token's user
-    for item in waiting_for(user, limit=LIMIT):
-        if keys is not None and item.run.tenant not in keys:
-            continue
+    # PGFLOW["TENANT_VISIBLE"] for the token's user, applied by the query: the LIMIT is of
+    # the approvals the user may see, as in the admin's inbox.
+    for item in waiting_for(user, limit=LIMIT, tenants=tenant_keys()):
         rows.append(
             {
                 "run_id": item.run.pk,

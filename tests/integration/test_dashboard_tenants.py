@@ -166,3 +166,16 @@ def test_approvals_of_another_tenant_are_neither_listed_nor_decided(login, runs,
     assert WorkflowRun.objects.get(pk=theirs.pk).status == "running"
     everyone = login(make_user("approver", perms=PERMS)).get(reverse("admin:pgflow_inbox")).content.decode()
     assert set(re.findall(r'data-run="(\d+)"', everyone)) == {str(waiting["acme"].pk), str(theirs.pk)}
+
+
+def test_list_approvals_limits_the_approvals_of_the_users_tenants(runs, monkeypatch):
+    # The limit applies to what the user may see: other tenants' older approvals do not fill it.
+    from pgflow_dashboard.mcp import approvals
+
+    monkeypatch.setattr(approvals, "LIMIT", 2)
+    waiting = {}
+    for tenant in ("globex", "acme"):  # globex's wait first: the older
+        with tw.as_tenant(tenant):
+            waiting[tenant] = [run_workflow(aw.ByPermission.start()) for _ in range(2)]
+    (listed,) = call_tools(make_user("acme-approver", perms=PERMS), [("list_approvals", {})])
+    assert [row["run_id"] for row in json.loads(text(listed))["approvals"]] == [run.pk for run in waiting["acme"]]
