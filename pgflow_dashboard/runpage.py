@@ -65,6 +65,16 @@ TIMELINE_FIELDS = (
 BUTTONS: dict[str, Control] = {control.action: control for control in CONTROLS.values()}
 
 
+def applied(control: Control, run: WorkflowRun, *, actor: Any, posted: Any) -> WorkflowRun:
+    """Apply ``control`` to ``run`` as the form ``posted`` asked. A skip names the step the
+    page showed (its ``step`` field): a run that moved on since, or a second click, skips
+    nothing."""
+    if control.name == "skip_step" and posted.get("step") is not None:
+        return run.skip_step(actor=actor, step=posted["step"])
+    result: WorkflowRun = getattr(run, control.name)(actor=actor)
+    return result
+
+
 def latest_steps(run: WorkflowRun, fields: tuple[str, ...], limit: int = MAX_ATTEMPTS) -> tuple[list[dict], int]:
     """The run's latest ``limit`` attempts, oldest first, and how many it has in all."""
     rows = list(Step.objects.filter(run=run).order_by("-created_at", "-id").values(*fields)[:limit])

@@ -127,7 +127,7 @@ def control(model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRu
         return run_page(model_admin, request, run, signal_form=form, status=400)
     control = runpage.BUTTONS[action]
     try:
-        getattr(run, control.name)(actor=request.user)
+        runpage.applied(control, run, actor=request.user, posted=request.POST)
     except (PgflowError, WorkflowRun.DoesNotExist) as exc:
         messages.error(request, str(exc))
     else:

@@ -185,10 +185,12 @@ class WorkflowRun(models.Model):
 
         return store.cancel(self.pk, actor=actor, into=self)
 
-    def skip_step(self, actor: Any = None) -> WorkflowRun:
+    def skip_step(self, actor: Any = None, *, step: str | None = None) -> WorkflowRun:
+        """Skip the current step; with ``step``, only if it is still that one (a page or a dry
+        run seen earlier, a repeated request)."""
         from .. import store  # facade: run controls; the store imports these models
 
-        return store.skip_step(self.pk, actor=actor, into=self)
+        return store.skip_step(self.pk, actor=actor, step=step, into=self)
 
     def rerun_from(self, step_name: str, *, input: Any = None, actor: Any = None) -> WorkflowRun:
         """A new run of the same class and subject, linked by ``rerun_of``, starting at

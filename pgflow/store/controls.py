@@ -142,21 +142,29 @@ def cancel(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -
     return _refresh(into, run)
 
 
-def skip_step(run_id: int, *, actor: Any = None, into: WorkflowRun | None = None) -> WorkflowRun:
-    """Skip the run's current step and move on; a paused run resumes with the next step."""
+def skip_step(
+    run_id: int, *, actor: Any = None, step: str | None = None, into: WorkflowRun | None = None
+) -> WorkflowRun:
+    """Skip the run's current step and move on; a paused run resumes with the next step.
+    ``step``: the step the caller means to skip; refused if the run is at another by now."""
     with locked(run_id) as run:
         at = now()  # once the lock is held: after any claim that committed first
         _check(run, "skip_step")
+        if step is not None and run.current_step != step:
+            # The page or the dry run the operator acted on is out of date, or this is a repeat.
+            raise InvalidTransition(
+                f"run {run.pk}: its current step is {run.current_step!r}, not {step!r}; nothing was skipped"
+            )
         if run.status == RunStatus.PAUSED:
             _unpause(run, at, actor=actor)
-        step = open_attempt(run)
+        attempt = open_attempt(run)
         name = run.current_step
-        if step is not None:
-            close_attempt(step, status=StepStatus.SKIPPED, outcome="skipped", at=at)
+        if attempt is not None:
+            close_attempt(attempt, status=StepStatus.SKIPPED, outcome="skipped", at=at)
         event(
             run,
             EventKind.SKIPPED,
-            step=step,
+            step=attempt,
             at=at,
             actor=actor,
             reason=f"skipped by {actor_name(actor)}",

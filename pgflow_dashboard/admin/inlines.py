@@ -257,7 +257,7 @@ def act_view(model_admin: Any, request: HttpRequest, object_id: str) -> HttpResp
             reason, reason_error = request.POST.get("reason", ""), str(exc)
         if reason_error is None:
             try:
-                getattr(run, control.name)(actor=confirm.actor(request.user, reason))
+                runpage.applied(control, run, actor=confirm.actor(request.user, reason), posted=request.POST)
             except (PgflowError, WorkflowRun.DoesNotExist) as exc:
                 messages.error(request, str(exc))
             else:
@@ -274,6 +274,8 @@ def act_view(model_admin: Any, request: HttpRequest, object_id: str) -> HttpResp
         "run_url": run_url,
         "control": control,
         "refused": control_error(control.name, run.status),
+        # The step this page shows, posted with a skip (runpage.applied).
+        "step": request.POST.get("step", "") if request.method == "POST" else run.current_step or "",
         "next_url": next_url,
         "reason": reason,
         "reason_error": reason_error,

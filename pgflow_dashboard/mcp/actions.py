@@ -27,12 +27,15 @@ CONTROLS: dict[str, tuple[str, str]] = {
 }
 
 
-def control(tool: str, run_id: int, *, actor: str, dry_run: bool) -> dict[str, Any]:
+def control(tool: str, run_id: int, *, actor: str, dry_run: bool, step: str | None = None) -> dict[str, Any]:
+    """``step``: for skip_step, the step the agent means to skip (the dry run names it)."""
     method, effect = CONTROLS[tool]
     run = find_run(run_id)
     problem = control_error(method, run.status)
     if problem is not None:
         raise Refused(f"run {run.pk} is {run.status}: {problem}")
+    if step is not None and run.current_step != step:
+        raise Refused(f"run {run.pk}: its current step is {run.current_step!r}, not {step!r}; nothing was skipped")
     where = f" at step {run.current_step}" if run.current_step else ""
     if dry_run:
         return {
@@ -44,7 +47,10 @@ def control(tool: str, run_id: int, *, actor: str, dry_run: bool) -> dict[str, A
             "changed": False,
         }
     try:
-        getattr(run, method)(actor=actor)
+        if step is not None:
+            run.skip_step(actor=actor, step=step)
+        else:
+            getattr(run, method)(actor=actor)
     except (PgflowError, WorkflowRun.DoesNotExist) as exc:
         raise Refused(f"run {run_id}: {exc}") from exc
     run.refresh_from_db()

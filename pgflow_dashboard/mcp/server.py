@@ -136,14 +136,21 @@ def build(principal: Principal) -> MCPServer:
         async def control(ctx: Context, run_id: int, dry_run: bool = True) -> dict[str, Any]:
             return await call(ctx, CHANGE, lambda actor: actions.control(tool, run_id, actor=actor, dry_run=dry_run))
 
-        server.add_tool(
-            control,
-            name=tool,
-            description=(
-                f"{effect[0].upper()}{effect[1:]}. dry_run (default true) only says what would happen; "
-                "pass dry_run=false to act. Recorded in the run's audit trail with you as the actor."
-            ),
+        async def skip(ctx: Context, run_id: int, step_name: str | None = None, dry_run: bool = True) -> dict[str, Any]:
+            return await call(
+                ctx, CHANGE, lambda actor: actions.control(tool, run_id, actor=actor, dry_run=dry_run, step=step_name)
+            )
+
+        description = (
+            f"{effect[0].upper()}{effect[1:]}. dry_run (default true) only says what would happen; "
+            "pass dry_run=false to act. Recorded in the run's audit trail with you as the actor."
         )
+        if tool == "skip_step":
+            description += (
+                " step_name: the step you mean to skip, as the dry run named it; if the run has moved on to "
+                "another step since, nothing is skipped and the answer says where it is."
+            )
+        server.add_tool(skip if tool == "skip_step" else control, name=tool, description=description)
 
     for tool in actions.CONTROLS:
         control_tool(tool)

@@ -239,6 +239,26 @@ def test_stdio_actions_dry_run_first_then_act_as_the_agent_for_the_user(users):
     assert run.step_set.get(step_name="charge", status="scheduled")  # woken by the signal
 
 
+def test_stdio_skip_step_names_the_step_and_skips_nothing_once_the_run_moved_on(users):
+    from tests import dashboard_workflows as dw
+
+    run = dw.Later.start()  # at "later" for an hour, then "after"
+
+    async def session(client: Client) -> dict[str, Any]:
+        skip = {"run_id": run.pk, "step_name": "later", "dry_run": False}
+        return {
+            "dry": await client.call_tool("skip_step", {"run_id": run.pk}),
+            "skip": await client.call_tool("skip_step", skip),
+            "again": await client.call_tool("skip_step", skip),  # a repeated call: the run moved on
+        }
+
+    got = stdio("operator", session)
+    assert "at step later" in answer(got["dry"])["would"]
+    assert answer(got["skip"])["current_step"] == "after"
+    assert f"run {run.pk}: its current step is 'after', not 'later'; nothing was skipped" in error(got["again"])
+    assert run.events.filter(event="skipped").count() == 1
+
+
 def test_stdio_rerun_from_says_what_it_would_copy_then_starts_the_linked_run(users):
     original = run_workflow(cw.Ledger.start(input={"n": 2, "amount": 3, "fail": True}))
     running = cw.Ledger.start(input={"amount": 1})

@@ -353,6 +353,24 @@ def test_each_button_calls_the_runs_control_with_the_user_as_actor(login, operat
     assert WorkflowRun.objects.get(pk=run.pk).current_step == "after"
 
 
+def test_a_skip_posted_from_a_page_seen_earlier_or_twice_skips_only_the_step_shown(login, operator):
+    # The skip button posts the step its page showed: a second click, or a page left open
+    # while the run moved on, must not skip the step after it.
+    import re
+
+    client = login(operator)
+    run = dw.Later.start()
+    page = client.get(run_url(run)).content.decode()
+    form = re.search(r'<form method="post"[^>]*>((?:(?!</form>).)*name="action" value="skip".*?)</form>', page, re.S)
+    posted = dict(re.findall(r'<input type="hidden" name="(action|step)" value="([^"]*)">', form[1]))
+    assert posted == {"action": "skip", "step": "later"}
+    client.post(control_url(run), posted)
+    again = client.post(control_url(run), posted, follow=True)
+    assert f"run {run.pk}: its current step is 'after', not 'later'; nothing was skipped" in messages_of(again)
+    assert WorkflowRun.objects.get(pk=run.pk).current_step == "after"
+    assert Event.objects.filter(run=run, event="skipped").count() == 1
+
+
 def test_a_control_that_does_not_apply_says_why_and_changes_nothing(login, operator):
     run = dw.Later.start()
     response = login(operator).post(control_url(run), {"action": "resume"}, follow=True)

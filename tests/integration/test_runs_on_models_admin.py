@@ -176,6 +176,24 @@ def test_a_control_is_confirmed_then_applied_and_returns_to_the_order():
     assert f"Run {run.pk} paused." in messages_of(client.get(order_url(ada)))
 
 
+def test_a_skip_confirmed_twice_skips_only_the_step_its_page_showed():
+    from tests import dashboard_workflows as dw
+
+    ada = order()
+    run = dw.Later.start(subject=ada)
+    client = shop_user("operator", "view_order", runs=("view_workflowrun", "change_workflowrun"))
+    page = client.get(act_url(run), {"action": "skip", "next": order_url(ada)}).content.decode()
+    posted = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', page))
+    assert posted["step"] == "later"
+    client.post(act_url(run), posted)
+    client.post(act_url(run), posted)  # the confirmation sent again
+    assert WorkflowRun.objects.get(pk=run.pk).current_step == "after"
+    assert run.events.filter(event="skipped").count() == 1
+    assert "its current step is 'after', not 'later'; nothing was skipped" in " ".join(
+        messages_of(client.get(order_url(ada)))
+    )
+
+
 def test_a_control_page_refuses_a_viewer_an_unknown_action_and_a_foreign_next():
     ada = order()
     run = wf.Delayed.start(subject=ada)
