@@ -57,6 +57,29 @@ def wrapper() -> Any:
     return connections[alias()]
 
 
+# A statement stopped before its end, not refused for what it asked: cancelled (a
+# statement_timeout, pg_cancel_backend), a lock_timeout, or chosen to lose a serialization
+# conflict or a deadlock. Nothing of its transaction was written; run again, it may pass.
+_STOPPED = ("57014", "55P03", "40001", "40P01")
+
+
+def stopped(error: BaseException) -> bool:
+    """Whether ``error`` (or its cause or context) stopped a statement that may pass if run
+    again: neither the database away (``pgflow.runtime.connections.away``) nor a value it
+    refused."""
+    return any(getattr(link, "sqlstate", None) in _STOPPED for link in error_chain(error))
+
+
+def error_chain(error: BaseException) -> list[BaseException]:
+    """``error`` and the errors it was raised from or during (Django wraps psycopg's)."""
+    seen: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None and link not in seen and len(seen) < 20:
+        seen.append(link)
+        link = link.__cause__ or link.__context__
+    return seen
+
+
 def atomic(*, savepoint: bool = True, durable: bool = False) -> transaction.Atomic:
     """``transaction.atomic()`` on pgflow's database."""
     return transaction.atomic(using=alias(), savepoint=savepoint, durable=durable)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
-from .. import store
+from .. import db, store
 from ..conf import pgflow_settings
 from ..core import errors as error_capture
 from ..core.flow import PAUSE, Outcome
@@ -122,7 +122,7 @@ class Committer:
                 for _, answer in batch:
                     answer.set_exception(exc)
                 return []
-            if again and connections.stopped(exc):
+            if again and db.stopped(exc):
                 # Cancelled, a lock or a statement timeout, a deadlock lost: nothing was
                 # written, and it is not the outcomes' fault. Once more before any is paused.
                 logger.warning(

@@ -94,26 +94,15 @@ def away(error: BaseException) -> bool:
     Decided from the error, not from the connection as it is now: async bodies share one
     connection, and the first of them to fail closes it and opens another, on which the
     others, failed with "the connection is closed" meanwhile, would look fine."""
-    return any(_of_connection(link) for link in _chain(error))
+    return any(_of_connection(link) for link in db.error_chain(error))
 
 
 lost_with_connection = away  # a body that failed this way is re-attempted, never failed
 
-# A statement stopped before its end, not refused for what it asked: cancelled (a
-# statement_timeout, pg_cancel_backend), a lock_timeout, or chosen to lose a serialization
-# conflict or a deadlock. Nothing of its transaction was written; run again, it may pass.
-_STOPPED = ("57014", "55P03", "40001", "40P01")
-
-
-def stopped(error: BaseException) -> bool:
-    """Whether ``error`` (or its cause or context) stopped a statement that may pass if run
-    again: neither the database away (``away``) nor a value it refused."""
-    return any(getattr(link, "sqlstate", None) in _STOPPED for link in _chain(error))
-
 
 def refused_as_read_only(error: BaseException) -> bool:
     """The node refused the statement for being read-only (25006): nothing of it was written."""
-    return any(isinstance(link, psycopg.errors.ReadOnlySqlTransaction) for link in _chain(error))
+    return any(isinstance(link, psycopg.errors.ReadOnlySqlTransaction) for link in db.error_chain(error))
 
 
 def read_only(raw: Any = None) -> bool:
@@ -195,15 +184,6 @@ def _of_connection(error: BaseException) -> bool:
     # SQLSTATEs of their own and stay the body's failures.
     # 25006: the node is read-only (a demoted primary, a standby); another node takes writes.
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03", "25006")
-
-
-def _chain(error: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    link: BaseException | None = error
-    while link is not None and link not in seen and len(seen) < 20:
-        seen.append(link)
-        link = link.__cause__ or link.__context__
-    return seen
 
 
 # --- a silent socket ---------------------------------------------------------------------

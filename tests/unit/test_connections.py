@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 from django.db import InternalError, OperationalError, ProgrammingError
 
+from pgflow import db
 from pgflow.runtime import connections
 
 
@@ -67,13 +68,13 @@ def test_a_statement_cancelled_timed_out_or_chosen_to_lose_was_stopped_not_refus
         psycopg.errors.SerializationFailure("could not serialize access"),
         psycopg.errors.DeadlockDetected("deadlock detected"),
     ):
-        assert connections.stopped(error)
-        assert connections.stopped(_raised(error, OperationalError))  # as Django raises it
+        assert db.stopped(error)
+        assert db.stopped(_raised(error, OperationalError))  # as Django raises it
         assert not connections.away(error)
     for error in (
         psycopg.errors.UntranslatableCharacter("unsupported Unicode escape sequence"),
         psycopg.errors.AdminShutdown("terminating"),
         psycopg.OperationalError("server closed the connection unexpectedly"),
     ):
-        assert not connections.stopped(error)
-    assert not connections.stopped(ValueError("a body's own"))
+        assert not db.stopped(error)
+    assert not db.stopped(ValueError("a body's own"))
