@@ -39,6 +39,9 @@ logger = logging.getLogger("pgflow")
 
 BATCH = 50  # schedules claimed per transaction: short transactions, even with 1,000 due
 MAX_SLEEP = 5.0  # seconds: the schedule thread looks again at least this often (buffer_one, new rows)
+# Seconds: a tick still due after a pass is another worker's, firing it now, or one whose
+# statement was stopped (a lock or statement timeout, a cancel): looked at again after this.
+STILL_DUE = 1.0
 _SYNC_LOCK = 0x70676673  # advisory lock key ("pgfs"): one sync at a time across workers
 _OPEN = [RunStatus.RUNNING, RunStatus.PAUSED]
 
@@ -304,13 +307,25 @@ def _fire_alone(row: Schedule, at: datetime) -> list[WorkflowRun]:
     """``_fire`` in a savepoint. A refused start is already a recorded tick (``_start``); this
     catches the rest (a row whose rule no longer reads, a failing write): the schedule's work
     is rolled back, the failure recorded as a skipped tick and its next tick moved on, so it
-    is not first in line again at the next look and the batch's other schedules still fire."""
+    is not first in line again at the next look and the batch's other schedules still fire.
+    A statement stopped (``db.stopped``) is no failure of the schedule's: its work is rolled
+    back and its ticks stay due, to fire at the next look."""
     try:
         with db.atomic():
             return _fire(row, at)
     except Exception as exc:  # noqa: BLE001 - one schedule's failure is recorded on that schedule
         # (a lost connection fails the writes below too, and that reaches the caller)
         problem = exc
+    if db.stopped(problem):
+        logger.warning(
+            "schedule %s of %s: a statement was stopped (%s); its due ticks are tried again",
+            row.name,
+            row.workflow_class,
+            " ".join(str(problem).split()),
+            extra={"action": "schedule_stopped", "schedule": row.pk},
+        )
+        row.refresh_from_db()  # the savepoint's rollback undid what _fire wrote; so must the instance
+        return []
     logger.error(
         "schedule %s of %s could not fire: %s: %s",
         row.name,
@@ -400,6 +415,8 @@ def _start(row: Schedule, workflow: type[Workflow], tick: datetime, *, buffered:
     except Exception as exc:  # noqa: BLE001 - whatever refused the start is the tick's reason
         # (the savepoint is rolled back; a lost connection fails this write too, and that
         # reaches the caller with the tick still due)
+        if db.stopped(exc):
+            raise  # a lock or statement timeout, a cancel: not the tick's refusal (_fire_alone)
         _record(row, tick, ScheduleTick.Outcome.SKIPPED, reason=_refusal(exc), **details)
         return None
     # The tick's key may name a run started before this transaction: held while it is linked.
@@ -448,10 +465,13 @@ def tick_loop(stopping: threading.Event) -> None:
             if not synced:
                 sync()
                 synced = True
+            began = store.now()
             while fire_due() == BATCH and not stopping.is_set():
                 pass
             nxt = next_due()
-            if nxt is not None:
+            if nxt is not None and nxt <= began:  # due before the pass, still due: not ours just now
+                wait = STILL_DUE
+            elif nxt is not None:
                 wait = max(0.0, min(MAX_SLEEP, (nxt - store.now()).total_seconds()))
         except DatabaseError as exc:
             logger.warning("schedules failed: %s", " ".join(str(exc).split()), extra={"action": "schedules_failed"})

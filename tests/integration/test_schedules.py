@@ -3,6 +3,7 @@ policies, catch-up after downtime, DST, pause/resume, start now, pgflow.testing.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -286,3 +287,59 @@ def test_testing_fires_the_next_tick_without_waiting():
 def test_a_bad_rule_in_a_row_is_refused_when_saved():
     with pytest.raises(pgflow.DefinitionError, match="cron 'every day' is not a valid cron expression"):
         make(cron="every day", every=None)
+
+
+def test_a_start_stopped_by_a_lock_timeout_keeps_the_tick_due_then_fires_it(caplog):
+    # A lock or statement timeout, or a cancel, stops the start: that is no refusal of the
+    # tick's. It used to be recorded as a skipped tick and the next tick moved on, so the
+    # tick never ran.
+    from django.db import connection
+
+    from tests.connections import other_connection
+
+    row = make(name="stopped")
+    with other_connection() as locker:
+        locker.execute("LOCK TABLE pgflow_run IN SHARE ROW EXCLUSIVE MODE")  # no run may be inserted
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        try:
+            assert schedules.fire_due(now=T0 + timedelta(seconds=2)) == 1
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = 0")
+            locker.rollback()
+    row.refresh_from_db()
+    assert outcomes(row) == [] and row.next_tick_at == T0  # still due: nothing recorded, nothing moved
+    (line,) = [r for r in caplog.records if getattr(r, "action", None) == "schedule_stopped"]
+    assert "lock timeout" in line.getMessage()
+    assert schedules.fire_due(now=T0 + timedelta(seconds=3)) == 1
+    row.refresh_from_db()
+    assert outcomes(row) == ["started"] and row.next_tick_at == T0 + timedelta(hours=1)
+    assert WorkflowRun.objects.get().key == f"schedule:{row.pk}:2025-06-02T08:00:00+00:00"
+    assert_exactly_once()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_schedule_thread_waits_a_moment_for_a_tick_it_cannot_fire_now(monkeypatch):
+    # A due schedule another worker holds (firing it), or whose start was stopped, is still
+    # due after a pass: the thread looked again at once, and again, for as long as it stayed so.
+    import threading
+
+    from tests.connections import other_connection
+
+    row = make(name="held")
+    passes = []
+    fire_due = schedules.fire_due
+    monkeypatch.setattr(schedules, "fire_due", lambda **kw: passes.append(1) or fire_due(**kw))
+    monkeypatch.setattr(schedules, "sync", lambda: None)  # the row above is the only schedule
+    stopping = threading.Event()
+    with other_connection() as holder:
+        holder.execute("SELECT 1 FROM pgflow_schedule WHERE id = %s FOR UPDATE", [row.pk])  # as a firing worker
+        thread = threading.Thread(target=schedules.tick_loop, args=(stopping,))
+        thread.start()
+        time.sleep(0.5)
+        stopping.set()
+        thread.join(5)
+        holder.rollback()
+    assert len(passes) == 1, f"{len(passes)} passes in 0.5 s"
+    assert not WorkflowRun.objects.exists()
