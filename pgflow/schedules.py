@@ -178,6 +178,10 @@ def _apply(row: Schedule, declaration: ticks.Schedule, at: datetime) -> bool:
 # --- admin-made schedules ---------------------------------------------------------------------
 
 
+# What the ticks write on a schedule, never an operator's form.
+TICK_FIELDS = ("next_tick_at", "last_tick_at", "last_run_id", "buffered_tick_at")
+
+
 def save(row: Schedule, *, now: datetime | None = None) -> Schedule:
     """Save an admin-made (or edited) schedule; a new or changed rule recomputes its next tick.
     Fields a declared ``pgflow.Schedule`` would refuse raise DefinitionError naming them."""
@@ -199,16 +203,21 @@ def save(row: Schedule, *, now: datetime | None = None) -> Schedule:
     except (TypeError, ValueError) as exc:
         raise DefinitionError(f"Schedule {row.name!r}: {exc}") from None
     rule = row.rule()
-    if row.pk is None:
-        row.created_at = at
-        row.next_tick_at = rule.next_after(at)
-    else:
-        before = Schedule.objects.filter(pk=row.pk).values_list("cron", "every", "timezone", "paused").first()
-        resumed = before is not None and before[3] and not row.paused  # no catching up a pause
-        if resumed or before is None or before[:3] != (row.cron, row.every, row.timezone):
+    with db.atomic():
+        before = None if row.pk is None else Schedule.objects.select_for_update().filter(pk=row.pk).first()
+        if before is None:
+            row.created_at = row.created_at or at
             row.next_tick_at = rule.next_after(at)
-    row.updated_at = at
-    row.save()
+        else:
+            # Under the row's lock, what the ticks wrote since the form was loaded is kept: a
+            # tick fired meanwhile must not fire again, nor its open run be forgotten.
+            for name in TICK_FIELDS:
+                setattr(row, name, getattr(before, name))
+            resumed = before.paused and not row.paused  # no catching up a pause
+            if resumed or (before.cron, before.every, before.timezone) != (row.cron, row.every, row.timezone):
+                row.next_tick_at = rule.next_after(at)
+        row.updated_at = at
+        row.save()
     return row
 
 

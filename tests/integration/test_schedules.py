@@ -343,3 +343,23 @@ def test_the_schedule_thread_waits_a_moment_for_a_tick_it_cannot_fire_now(monkey
         holder.rollback()
     assert len(passes) == 1, f"{len(passes)} passes in 0.5 s"
     assert not WorkflowRun.objects.exists()
+
+
+def test_saving_a_form_loaded_before_a_tick_fired_keeps_what_the_tick_wrote():
+    # The admin's form holds the row as it was loaded: saving it wrote back the next tick the
+    # tick had just moved on (so it fired again) and forgot the run it started (so overlap
+    # no longer saw that run open).
+    row = make(name="edited", overlap="skip")
+    loaded = Schedule.objects.get(pk=row.pk)
+    (run,) = schedules.fire(row.pk, now=T0 + timedelta(seconds=2))
+    loaded.input = {"n": 2}  # an edit that leaves the rule alone
+    schedules.save(loaded, now=T0 + timedelta(seconds=3))
+    assert (loaded.last_run_id, loaded.last_tick_at, loaded.next_tick_at) == (run.pk, T0, T0 + timedelta(hours=1))
+    assert schedules.fire_due(now=T0 + timedelta(seconds=4)) == 0  # the tick does not fire again
+    loaded.every = timedelta(hours=2)  # a new rule: a next tick of its own, the open run still known
+    schedules.save(loaded, now=T0 + timedelta(seconds=5))
+    row.refresh_from_db()
+    assert (row.input, row.last_run_id, row.next_tick_at) == ({"n": 2}, run.pk, T0 + timedelta(hours=2))
+    assert schedules.fire_due(now=T0 + timedelta(hours=2, seconds=1)) == 1
+    assert outcomes(row) == ["started", "skipped"]  # the first run is still open: overlap skip
+    assert WorkflowRun.objects.count() == 1
