@@ -137,20 +137,28 @@ class DjangoTasksHandoff:
         for batch_id, position, task_id, kwargs in rows:
             alias = kwargs[TASK_KEY]["backend"]
             try:
-                result = task_backends[alias].get_result(task_id)
+                succeeded, failure = outcome(task_backends[alias].get_result(task_id))
             except TaskResultDoesNotExist:
-                error = f"its result {task_id} no longer exists in backend {alias!r} (deleted before it was counted)"
-                done += member_finished(batch_id, position, succeeded=False, error=error, at=at)
-                continue
+                succeeded = False
+                failure = f"its result {task_id} no longer exists in backend {alias!r} (deleted before it was counted)"
             except Exception:
                 # A backend removed from TASKS, or down: try again on the next sweep.
                 logger.exception(
                     "fan_out: reading task %s of backend %r failed", task_id, alias, extra={"action": "sweep_error"}
                 )
                 continue
-            succeeded, failure = outcome(result)
-            if succeeded is not None:
+            if succeeded is None:
+                continue
+            try:
                 done += member_finished(batch_id, position, succeeded=succeeded, error=failure, at=at)
+            except Exception:
+                # One member that cannot be counted must not hold up the others, first in line each sweep.
+                logger.exception(
+                    "fan_out: counting member %s of batch %s failed",
+                    position,
+                    batch_id,
+                    extra={"action": "sweep_error"},
+                )
         return done
 
 

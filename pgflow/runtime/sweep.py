@@ -18,7 +18,7 @@ advisory lock held for a transaction (:func:`leading`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
@@ -66,19 +66,22 @@ def run(*, worker: str = "sweep", at: datetime | None = None) -> dict[str, int]:
         counts = {
             "lost_leases": _each(_expired_leases(at), lambda step_id: store.recover_lost(step_id, at=at)),
             "wait_timeouts": _each(_past_deadline(at), lambda step_id: _time_out(step_id, at)),
-            "stale_waits": _repair_waits(at),
+            "stale_waits": _stage("repairing stale signal waits", repair_waits, at),
         }
         if not leader:
             return counts
         logger.debug("sweep: housekeeping began", extra={"action": "sweep_housekeeping"})
+        # Each stage on its own: one that fails (a role that may not create the next day's
+        # partitions, a row that cannot be stored) must not stop retention or the alerts.
+        # (The rollup's hours missed are counted live by the insights until a sweep rolls them.)
         counts.update(
             {
-                "fan_out_repairs": _repair_fan_outs(at),
-                "rolled_hours": _roll(at),
-                "filed_runs": _file(at),
-                "purged_runs": purge(at=at),
-                "forgotten_workers": presence.forget_gone(at=at),
-                "alerts": _alerts(at),
+                "fan_out_repairs": _stage("repairing fan-outs", _repair_fan_outs, at),
+                "rolled_hours": _stage("rollup", rollup.roll, at),
+                "filed_runs": _stage("filing history", _file, at),
+                "purged_runs": _stage("retention", purge, at),
+                "forgotten_workers": _stage("forgetting gone workers", presence.forget_gone, at),
+                "alerts": _stage("alerts", alerts.run, at),
             }
         )
         logger.debug("sweep: housekeeping ended", extra={"action": "sweep_housekeeping"})
@@ -121,20 +124,15 @@ def _each(ids: list[int], repair: object) -> int:
     return done
 
 
-def _roll(at: datetime) -> int:
+def _stage(name: str, stage: Callable[..., int], at: datetime) -> int:
+    """What one stage of the sweep did; 0 when it failed, logged (``sweep_error``). With the
+    database away the others would fail the same way: that reaches the caller."""
     try:
-        return rollup.roll(at=at)
-    except Exception:
-        # The insights count the hours it missed live until the next sweep rolls them.
-        logger.exception("sweep: rollup failed", extra={"action": "sweep_error"})
-        return 0
-
-
-def _alerts(at: datetime) -> int:
-    try:
-        return alerts.run(at)
-    except Exception:
-        logger.exception("sweep: alerts failed", extra={"action": "sweep_error"})
+        return stage(at=at)
+    except Exception as exc:
+        if connections.away(exc):
+            raise
+        logger.exception("sweep: %s failed", name, extra={"action": "sweep_error"})
         return 0
 
 
@@ -160,15 +158,7 @@ def _time_out(step_id: int, at: datetime) -> bool:
     return store.time_out(step_id, at=at)
 
 
-def _repair_waits(at: datetime) -> int:
-    try:
-        return repair_waits(at=at)
-    except Exception:
-        logger.exception("sweep: repairing stale signal waits failed", extra={"action": "sweep_error"})
-        return 0
-
-
-def _repair_fan_outs(at: datetime) -> int:
+def _repair_fan_outs(*, at: datetime) -> int:
     # Child runs (batch.add_run) need no django-q2: an ended child whose member was not
     # counted, open children of a cancelled parent.
     done = store.repair_children(at=at, grace=timedelta(seconds=pgflow_settings.seconds("FAN_OUT_GRACE")))
@@ -177,7 +167,7 @@ def _repair_fan_outs(at: datetime) -> int:
     return done + fanout.repair_lost(at=at)
 
 
-def _file(at: datetime) -> int:
+def _file(*, at: datetime) -> int:
     """Make the coming days' partitions, then file the ended runs into theirs."""
     history.make_ahead(at)
     return history.file_ended(at=at, rounds=FILE_ROUNDS)

@@ -536,13 +536,13 @@ def test_a_sweep_pass_holds_the_kept_parts_back_to_before_its_clock(monkeypatch)
     # up to seconds later: its open transaction must keep the kept parts from passing them.
     seen: dict[str, datetime] = {}
 
-    def repair_waits(at: datetime) -> int:
+    def repair_waits(*, at: datetime) -> int:
         time.sleep((rollup.STAMP_MARGIN + S / 2).total_seconds())  # a pass's later repairs
         _, seen["ends"], seen["starts"] = rollup._watermark_and_settled()
         seen["at"] = at
         return 0
 
-    monkeypatch.setattr(sweep, "_repair_waits", repair_waits)
+    monkeypatch.setattr(sweep, "repair_waits", repair_waits)
     sweep.run()
     assert seen["ends"] <= seen["at"] - rollup.STAMP_MARGIN and seen["starts"] <= seen["ends"]
 

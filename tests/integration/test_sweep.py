@@ -132,3 +132,24 @@ def test_claim_over_several_queues_takes_the_highest_priority_then_the_longest_d
     assert {c.run_id for c in store.claim(worker="t", queues=["a", "b"], limit=2)} == set(order[:2])
     taken = [store.claim(worker="t", queues=["b", "a"], limit=1) for _ in range(4)]
     assert [[c.run_id for c in claims] for claims in taken] == [[order[2]], [order[3]], [order[4]], []]
+
+
+def test_a_failing_housekeeping_stage_does_not_stop_retention_or_the_alerts(settings, monkeypatch, caplog):
+    # Filing raised out of the sweep (a role that may not create the next day's partitions):
+    # retention, forgetting gone workers and the alerts after it never ran, sweep after sweep.
+    from django.db import ProgrammingError
+
+    settings.PGFLOW = {**settings.PGFLOW, "RETENTION": timedelta(days=1)}
+    old = run_workflow(wf.ThreeSteps.start())
+    WorkflowRun.objects.filter(pk=old.pk).update(finished_at=store.now() - timedelta(days=2))
+
+    def refused(at):
+        raise ProgrammingError("permission denied for schema public")
+
+    monkeypatch.setattr(sweep.history, "make_ahead", refused)
+    counts = sweep.run()
+    assert (counts["filed_runs"], counts["purged_runs"], counts["alerts"]) == (0, 1, 0)
+    assert not WorkflowRun.objects.filter(pk=old.pk).exists()
+    (failed,) = [r for r in caplog.records if getattr(r, "action", None) == "sweep_error"]
+    assert failed.getMessage() == "sweep: filing history failed"
+    assert str(failed.exc_info[1]) == "permission denied for schema public"
