@@ -31,6 +31,10 @@ from django.core.management import call_command
 logger = logging.getLogger("pgflow")
 
 RESTART_DELAY = 1.0  # seconds before a child that died is started again
+# A child that keeps dying soon after it started (a crash in a C extension, the OOM killer)
+# waits twice as long each time, up to this, rather than being started every second for ever.
+MAX_RESTART_DELAY = 60.0
+LIVED = 60.0  # seconds a child must have run for its next death to count as the first again
 # A child that exits with 1 this soon after it started met a configuration error (the
 # database lacks a migration, a setting is wrong): starting it again cannot help.
 GIVE_UP_WITHIN = 10.0
@@ -40,6 +44,8 @@ PARENT_CHECK = 1.0  # seconds between a child's looks at whether its parent is s
 def serve(argv: list[str], parent: int) -> None:
     """A child: run ``pgflow_worker`` with ``argv`` in this process; stop (draining, as on a
     SIGTERM) when the parent is gone, so a killed parent leaves no worker behind."""
+    # Until the worker installs its own handlers, a stop finds nothing claimed: exit as asked.
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(0))
     os.setpgrp()
     django.setup()
 
@@ -58,6 +64,12 @@ def serve(argv: list[str], parent: int) -> None:
         os._exit(1)
 
 
+def restart_delay(deaths: int) -> float:
+    """Seconds before a child that died is started again, after ``deaths`` deaths in a row,
+    each soon after its start: RESTART_DELAY, doubled for each one after the first."""
+    return min(MAX_RESTART_DELAY, RESTART_DELAY * 2 ** min(deaths - 1, 16))
+
+
 class Supervisor:
     """Starts ``count`` children, child ``i`` running ``pgflow_worker`` with ``argv_for(i)``."""
 
@@ -69,6 +81,8 @@ class Supervisor:
         self._children: dict[int, BaseProcess] = {}
         self._started_at: dict[int, float] = {}
         self._restart_at: dict[int, float] = {}
+        self._quick_deaths: dict[int, int] = {}  # deaths in a row, each within LIVED of its start
+        self._told: set[int] = set()  # the pids a stop was passed on to
         self._stopping = False
         self.exit_code = 0
 
@@ -96,10 +110,14 @@ class Supervisor:
         child.start()
         self._children[index] = child
         self._started_at[index] = time.monotonic()
+        if self._stopping and child.pid not in self._told:  # the signal came while it started
+            self._tell(child)
 
     def _ended(self, index: int, child: BaseProcess) -> None:
         del self._children[index]
         code = child.exitcode
+        if self._stopping and code == -signal.SIGTERM:
+            code = 0  # stopped by our SIGTERM before it could take it as a stop: as asked
         if self._stopping or (self.burst and code == 0):
             if code and not self.exit_code:
                 self.exit_code = code if code > 0 else 1
@@ -116,15 +134,18 @@ class Supervisor:
             self.stop()
             return
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with {code}"
+        lived = time.monotonic() - self._started_at[index]
+        self._quick_deaths[index] = self._quick_deaths.get(index, 0) + 1 if lived < LIVED else 1
+        delay = restart_delay(self._quick_deaths[index])
         logger.warning(
             "worker process %d (pid %s) %s; starting it again in %.0fs",
             index,
             child.pid,
             how,
-            RESTART_DELAY,
+            delay,
             extra={"action": "processes_restart"},
         )
-        self._restart_at[index] = time.monotonic() + RESTART_DELAY
+        self._restart_at[index] = time.monotonic() + delay
 
     def _start_due(self) -> None:
         now = time.monotonic()
@@ -145,11 +166,15 @@ class Supervisor:
         makes them exit at once, as for a single worker process."""
         self._stopping = True
         for child in self._children.values():
-            if child.pid is not None and child.exitcode is None:
-                try:
-                    os.kill(child.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+            self._tell(child)
+
+    def _tell(self, child: BaseProcess) -> None:
+        if child.pid is not None and child.exitcode is None:
+            self._told.add(child.pid)
+            try:
+                os.kill(child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     def _install_signals(self) -> None:
         def handle(signum: int, frame: FrameType | None) -> None:

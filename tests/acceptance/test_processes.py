@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 from pgflow.models import Step, WorkflowRun
 from tests import workflows as wf
@@ -144,3 +145,35 @@ def _wait_finished(runs: list[WorkflowRun]) -> None:
         timeout=60,
         what="the runs to finish",
     )
+
+
+def spawned(parent: int) -> set[int]:
+    """The pids of the live processes whose parent is ``parent``."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(") ", 1)[1].split()[1]) == parent:
+                        found.add(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+    return found
+
+
+def test_a_stop_while_the_processes_start_is_a_clean_exit(start_worker):
+    # A SIGTERM while the children were still starting: one not yet listed by the parent got
+    # no stop (the parent waited for it for ever), and one still setting Django up died of
+    # the signal, which made the command exit 1 on a routine restart.
+    worker = start_worker("--processes", "3", "--concurrency", "1")
+    wait_until(lambda: "starting 3 worker processes" in worker.output(), timeout=30, what="the command to start")
+    kids = spawned(worker.proc.pid)
+    worker.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and worker.proc.poll() is None:
+        kids |= spawned(worker.proc.pid)
+        time.sleep(0.01)
+    assert worker.proc.wait(60) == 0, worker.output()
+    assert kids, "no worker process seen"
+    wait_until(lambda: not [pid for pid in kids if alive(pid)], timeout=10, what="the worker processes to exit")
+    assert "exited with" not in worker.output() and "killed by signal" not in worker.output()
