@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -37,12 +38,22 @@ class AccessTokenAdmin(admin.ModelAdmin):
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return ("user", "name") if obj is None else ("user", "name", *self.readonly_fields)
 
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        # A token acts with its user's permissions: anyone but a superuser makes one only for
+        # themselves, or the add permission alone would let a staff user act as a superuser.
+        if db_field.name == "user" and not request.user.is_superuser:
+            kwargs["queryset"] = get_user_model()._default_manager.filter(pk=request.user.pk or 0)
+            kwargs["initial"] = request.user.pk
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return self.readonly_fields if obj is None else ("user", "name", *self.readonly_fields)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if change:
             return  # nothing of a token is edited after it is made
+        if obj.user_id != request.user.pk and not request.user.is_superuser:  # as the form's choices
+            raise PermissionError("only a superuser makes a token for another user")
         secret = new_secret()
         obj.digest, obj.prefix, obj.created_at = digest(secret), secret[:12], timezone.now()
         obj.save()
