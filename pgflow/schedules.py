@@ -148,8 +148,9 @@ def _declaration_of(row: Schedule) -> ticks.Schedule | None:
 
 
 def _apply(row: Schedule, declaration: ticks.Schedule, at: datetime) -> bool:
-    """Copy ``declaration`` onto ``row``; True when anything changed. A changed rule
-    recomputes the next tick; paused stays the operator's choice."""
+    """Copy ``declaration`` onto ``row``; True when anything changed. A changed rule, or a
+    declaration back after it was removed, recomputes the next tick; paused stays the
+    operator's choice."""
     rule_changed = (row.cron, row.every, row.timezone) != (
         declaration.cron or "",
         declaration.every,
@@ -167,9 +168,12 @@ def _apply(row: Schedule, declaration: ticks.Schedule, at: datetime) -> bool:
         "disabled_reason": "",
     }
     changed = row.pk is None or any(getattr(row, name) != value for name, value in values.items())
+    # Declared again after it left the code: the ticks due while it was disabled are not
+    # caught up, as a resumed schedule's are not.
+    declared_again = row.pk is not None and not row.enabled
     for name, value in values.items():
         setattr(row, name, value)
-    if rule_changed or row.next_tick_at is None:
+    if rule_changed or declared_again or row.next_tick_at is None:
         row.next_tick_at = declaration.rule.next_after(at)
         changed = True
     return changed

@@ -84,11 +84,13 @@ def test_a_changed_declaration_updates_the_row_and_recomputes_the_next_tick():
 def test_declaring_a_removed_schedule_again_enables_it():
     schedules.sync()
     code = Schedule.objects.filter(workflow_class=sw.Report.workflow_path(), name="nightly")
-    # What the sync of a release without the declaration left; this release declares it again.
-    code.update(enabled=False, disabled_reason="removed from the code (synced 2025-06-01 08:00 UTC)")
+    # What the sync of a release without the declaration left (its next tick long past by
+    # now); this release declares it again: the ticks while it was gone are not caught up.
+    code.update(enabled=False, disabled_reason="removed from the code (synced 2025-06-01 08:00 UTC)", next_tick_at=T0)
     assert schedules.sync()["updated"] == 1
     row = code.get()
     assert (row.enabled, row.disabled_reason) == (True, "")
+    assert row.next_tick_at > pgflow.store.now()
     assert schedules.fire_due(now=row.next_tick_at + timedelta(seconds=1)) >= 1  # it ticks again
     assert row.ticks.filter(outcome="started").count() == 1
 
