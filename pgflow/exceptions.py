@@ -21,6 +21,12 @@ class StepTimeout(PgflowError):
     """A step body ran past its ``timeout``. Goes through the exception policies."""
 
 
+class LeaseExpired(PgflowError):
+    """What a lost attempt records as its error: its worker stopped heartbeating (it died, or
+    lost the database) and the lease ran out. Never raised; named so the recorded class
+    imports (a Django task's ``TaskError.exception_class``)."""
+
+
 class FanOutFailed(PgflowError):
     """At least one member of a fan_out batch failed for good, or its batch vanished."""
 

@@ -37,3 +37,19 @@ def test_a_task_with_run_after_later_is_due_then():
     (attempt,) = Step.objects.filter(run_id=int(result.id))
     assert (attempt.status, attempt.scheduled_at) == ("scheduled", later)
     assert t.plain.get_result(result.id).status == "READY"
+
+
+def test_a_lost_attempts_error_class_imports():
+    # A task whose worker died: its result's error names pgflow.LeaseExpired, which Django's
+    # TaskError.exception_class imports (it named a class that did not exist).
+    import pgflow
+    from pgflow import store
+    from pgflow.runtime import sweep
+
+    result = t.add.enqueue(1, 2)
+    held = store.claim(worker="doomed", queues=["workflows"], limit=1)[0]
+    expires = Step.objects.get(pk=held.step_id).lease_expires_at
+    assert sweep.run(at=expires + timedelta(seconds=1))["lost_leases"] == 1
+    (error,) = t.add.get_result(result.id).errors
+    assert error.exception_class is pgflow.LeaseExpired
+    assert "worker doomed stopped heartbeating" in error.traceback

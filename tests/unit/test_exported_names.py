@@ -17,6 +17,7 @@ PUBLIC = [
     "InputTooLarge",
     "InvalidDecision",
     "InvalidTransition",
+    "LeaseExpired",
     "Limit",
     "NotAllowedToDecide",
     "OnException",
