@@ -30,8 +30,10 @@ def _mark(line: str) -> None:
 
 def _heard(kind: str) -> Any:
     def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        if task_result.task.name in ("add", "failing"):
-            _mark(f"signal {kind} {task_result.task.name} {task_result.id} {task_result.status}")
+        if task_result.task.name in ("add", "failing", "not_storable"):
+            # The errors a receiver reads: the one that failed the task is among them.
+            errors = ",".join(error.exception_class_path for error in task_result.errors)
+            _mark(f"signal {kind} {task_result.task.name} {task_result.id} {task_result.status} [{errors}]")
 
     return receiver
 
@@ -50,6 +52,11 @@ def add(a: int, b: int) -> int:
 @task
 def complex_value(name: str) -> Any:
     return {"name": name, "pair": (1, 2), "nested": [{"x": None, "y": 1.5}], "ok": True}
+
+
+@task()
+def not_storable() -> Any:
+    return {"ratio": float("nan")}  # JSON to Python's json module, not to PostgreSQL's jsonb
 
 
 @task()

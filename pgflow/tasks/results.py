@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from datetime import datetime
 from typing import Any
 
@@ -55,10 +56,26 @@ def task_result(task: Any, run: WorkflowRun, attempts: list[mapping.Attempt], *,
     return result
 
 
-def with_state(result: Any, status: str, *, finished_at: datetime | None = None, value: Any = None) -> Any:
-    """``result`` moved to ``status`` in memory: what a signal's receivers see before the commit."""
+def with_state(
+    result: Any,
+    status: str,
+    *,
+    finished_at: datetime | None = None,
+    value: Any = None,
+    error: BaseException | None = None,
+) -> Any:
+    """``result`` moved to ``status`` in memory: what a signal's receivers see before the commit,
+    with ``error``, the one that failed it, as its last error (the rows have it once committed)."""
     object.__setattr__(result, "status", TaskResultStatus(status))
     if finished_at is not None:
         object.__setattr__(result, "finished_at", finished_at)
     object.__setattr__(result, "_return_value", value)
+    if error is not None:
+        kind = type(error)
+        result.errors.append(
+            TaskError(
+                exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+                traceback="".join(traceback.format_exception(error)),
+            )
+        )
     return result

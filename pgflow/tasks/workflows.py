@@ -17,6 +17,7 @@ from django.utils.dateparse import parse_datetime
 
 from .. import registry
 from ..conf import pgflow_settings
+from ..core import jsonvalue
 from ..core.policy import OnException
 from ..workflow import Workflow, step
 from ..workflow.building import WorkflowType
@@ -151,9 +152,10 @@ def run_task(workflow: TaskWorkflow) -> Any:
         raw = task.call(TaskContext(task_result=result), *args, **kwargs)
     else:
         raw = task.call(*args, **kwargs)
-    # What get_result will read (tuples as lists); a value JSON cannot hold fails the task here,
-    # with json's own TypeError ("Object of type function is not JSON serializable").
-    value = json.loads(json.dumps(raw))
+    # What get_result will read (tuples as lists). A value the run cannot store fails the task
+    # here, before task_finished says it succeeded: not JSON (json's own TypeError, "Object of
+    # type function is not JSON serializable"), NaN, a NUL character.
+    value = json.loads(jsonvalue.encode(raw, f"the return value of task {task.module_path}"))
     task_finished.send(
         sender=_backend_class(),
         task_result=results.with_state(result, mapping.SUCCESSFUL, finished_at=timezone.now(), value=value),
@@ -172,7 +174,8 @@ def _after_failure(workflow: TaskWorkflow, error: BaseException) -> None:
         if wait is not None:
             workflow.reattempt(wait=max(float(wait), 0.0) or None)
     task_finished.send(
-        sender=_backend_class(), task_result=results.with_state(result, mapping.FAILED, finished_at=timezone.now())
+        sender=_backend_class(),
+        task_result=results.with_state(result, mapping.FAILED, finished_at=timezone.now(), error=error),
     )
     workflow.cancel()
 

@@ -265,19 +265,27 @@ def test_a_missing_result_and_another_tasks_result():
 
 def test_djangos_signals_are_sent_in_the_worker(start_worker, marks):
     # tests/django_tasks.py's receivers write what they hear to the marks file, in the worker.
+    # task_finished says FAILED with the error that failed the task, and a value the run
+    # cannot store fails the task before task_finished could say it succeeded.
     result = t.add.enqueue(4, 4)
     failed = t.failing.enqueue()
+    unstorable = t.not_storable.enqueue()
     start_worker()
-    finished(result)
-    finished(failed)
+    for each in (result, failed, unstorable):
+        finished(each)
     heard = [line for line in marks.read_text().splitlines() if line.startswith("signal")]
     assert sorted(heard) == sorted(
         [
-            f"signal started add {result.id} RUNNING",
-            f"signal finished add {result.id} SUCCESSFUL",
-            f"signal started failing {failed.id} RUNNING",
-            f"signal finished failing {failed.id} FAILED",
+            f"signal started add {result.id} RUNNING []",
+            f"signal finished add {result.id} SUCCESSFUL []",
+            f"signal started failing {failed.id} RUNNING []",
+            f"signal finished failing {failed.id} FAILED [builtins.ValueError]",
+            f"signal started not_storable {unstorable.id} RUNNING []",
+            f"signal finished not_storable {unstorable.id} FAILED [builtins.ValueError]",
         ]
+    )
+    assert "ValueError: the return value of task tests.django_tasks.not_storable must be JSON-serialisable" in (
+        unstorable.errors[0].traceback
     )
 
 
