@@ -58,10 +58,16 @@ def serve(argv: list[str], parent: int) -> None:
     try:
         call_command("pgflow_worker", *argv)
     except SystemExit as exc:  # the command's exit code is the process's
-        os._exit(exc.code if isinstance(exc.code, int) else 1)
+        code = exc.code if isinstance(exc.code, int) else 1
     except Exception:
         logger.exception("worker process failed")
-        os._exit(1)
+        code = 1
+    else:
+        return
+    # os._exit skips atexit: the handlers that send in the background (a queue listener, an
+    # error tracker's) get the line that says why the process ended first.
+    logging.shutdown()
+    os._exit(code)
 
 
 def restart_delay(deaths: int) -> float:
