@@ -146,8 +146,10 @@ class TaskFanOut(pgflow.Workflow):
         return sorted(child.outputs["task"] for child in self.children("spread"))
 
 
+@options(max_attempts=2)
 @task
 def exits() -> None:
+    _mark("exits attempt")
     raise SystemExit("This task failed due to SystemExit")
 
 

@@ -101,7 +101,12 @@ def _make(task: Any) -> type[Workflow]:
     # No wait declared: the backend starts a task due at its run_after (store.start_run's
     # due_at), so a task due now takes the plain start's one statement.
     step_options: dict[str, Any] = {
-        "on_exception": [*(task.on_exception or ()), OnException(handler=_after_failure, report="always")],
+        # Any error, SystemExit too, as Django's own backends fail a task on any: a blanket
+        # policy matches Exception only, and what it leaves pauses the run.
+        "on_exception": [
+            *(task.on_exception or ()),
+            OnException(BaseException, handler=_after_failure, report="always"),
+        ],
     }
     if task.timeout is not None:
         step_options["timeout"] = task.timeout

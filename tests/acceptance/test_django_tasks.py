@@ -403,6 +403,8 @@ def test_system_exit_and_keyboard_interrupt_fail_the_task_not_the_worker(start_w
     for result in (exits, interrupted, after):
         finished(result)
     assert exits.status == TaskResultStatus.FAILED and exits.errors[0].exception_class is SystemExit
+    # Its policy applies as to any error: attempted max_attempts times, then given up (cancelled).
+    assert len(exits.errors) == 2 and WorkflowRun.objects.get(pk=exits.id).status == "cancelled"
     assert interrupted.status == TaskResultStatus.FAILED and interrupted.errors[0].exception_class is KeyboardInterrupt
     assert after.return_value == 2  # the same worker ran on
     assert worker.proc.poll() is None
