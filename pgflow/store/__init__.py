@@ -49,7 +49,7 @@ from .mailbox import deliver, time_out, wake_stale
 from .rerun import rerun_from, rerun_plan
 from .retention import purge_runs
 from .scheduling import outputs_of_runs
-from .starting import start_run
+from .starting import created, start_run
 
 # Exactly the names used outside the store (tests/unit/test_store_exports.py reads the
 # sources and fails on a name missing here or listed and unused).
@@ -95,6 +95,7 @@ __all__ = [
     "skip_member",
     "skip_step",
     "start_run",
+    "created",
     "time_out",
     "wake_stale",
 ]

@@ -93,7 +93,7 @@ def start_run(
         and not due_later
         and scheduled_plainly(first, singleton=workflow.singleton, delay_worked_out=due_at is not None)
     ):
-        return _start_plain(workflow, run, first)
+        return _created(_start_plain(workflow, run, first))
     with db.atomic():
         if key is not None:
             existing = WorkflowRun.objects.filter(workflow_class=path, key=key).first()
@@ -119,14 +119,30 @@ def start_run(
         event(run, EventKind.STARTED, at=at, actor=actor, workflow=path, key=key, **details)
         if first is None:
             finish_run(run, at, reason="the workflow has no steps")
-            return run
+            return _created(run)
         # The run's row already names its first step (set above): no UPDATE after this insert.
         if due_at is None:
             delay = delay_of(workflow, run, first, at, dict)
         else:
             delay = (due_at - at).total_seconds() if due_later else None
         schedule_attempt(run, workflow, first, at=at, delay=delay, attempt=1)
+    return _created(run)
+
+
+# Marks the run objects start_run made, on the object itself (not a column): the run of an
+# existing key, or of a racing start that committed it first, is returned unmarked.
+_CREATED = "_pgflow_created"
+
+
+def _created(run: WorkflowRun) -> WorkflowRun:
+    run.__dict__[_CREATED] = True
     return run
+
+
+def created(run: WorkflowRun) -> bool:
+    """Whether ``run`` is one ``start_run`` just made, not the run an existing key named (a
+    clock compared with ``created_at`` cannot tell a racing start's run from one's own)."""
+    return bool(run.__dict__.get(_CREATED, False))
 
 
 def _start_plain(workflow: type[Workflow], run: WorkflowRun, first: StepDefinition) -> WorkflowRun:

@@ -15,7 +15,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.utils import timezone
 
 from .. import db, store
 from ..core.limits import Limit, Rate, Singleton
@@ -107,16 +106,14 @@ class PgflowBackend(BaseTaskBackend):
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
         key = task.key(*args, **kwargs) if callable(task.key) else task.key
-        before = timezone.now()
         try:
             stored = stored_input(task, args, kwargs)
         except TypeError as exc:
             raise InvalidTask(f"{task.module_path}: its args and kwargs must be JSON: {exc}") from None
         run = store.start_run(workflows.variant_of(task), input=stored, key=key, due_at=task.run_after)
-        result = results.task_result(
-            task, run, [] if run.created_at >= before else results.attempts_of(run.pk), alias=self.alias
-        )
-        if run.created_at >= before:  # a new run, not the run of an existing key
+        new = store.created(run)  # not the run of an existing key, nor a racing enqueue's
+        result = results.task_result(task, run, [] if new else results.attempts_of(run.pk), alias=self.alias)
+        if new:
             # Sent once the run is visible to workers (at once outside a transaction).
             db.on_commit(lambda: task_enqueued.send(type(self), task_result=result))
         return result

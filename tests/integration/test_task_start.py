@@ -53,3 +53,35 @@ def test_a_lost_attempts_error_class_imports():
     (error,) = t.add.get_result(result.id).errors
     assert error.exception_class is pgflow.LeaseExpired
     assert "worker doomed stopped heartbeating" in error.traceback
+
+
+def test_a_start_says_whether_it_made_the_run_even_when_a_racing_start_made_it():
+    # The backend sent task_enqueued when the run's created_at was after its own clock's
+    # reading: a racing enqueue's run, committed first, passed for its own (a second signal).
+    import threading
+
+    from django.db import transaction
+
+    from pgflow import store
+    from tests import workflows as wf
+
+    first = store.start_run(wf.ThreeSteps, key="k-1")
+    assert store.created(first) and not store.created(store.start_run(wf.ThreeSteps, key="k-1"))
+    assert not store.created(type(first).objects.get(pk=first.pk))
+    got: list[object] = []
+    with transaction.atomic():
+        mine = store.start_run(wf.ThreeSteps, key="k-2")  # uncommitted: the other start waits on it
+
+        def racer() -> None:
+            try:
+                got.append(store.start_run(wf.ThreeSteps, key="k-2"))
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=racer)
+        thread.start()
+        thread.join(0.5)
+        assert thread.is_alive(), "the racing start did not wait on the uncommitted one"
+    thread.join(10)
+    (theirs,) = got
+    assert theirs.pk == mine.pk and store.created(mine) and not store.created(theirs)
