@@ -36,8 +36,10 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         response = HttpResponse(status=401)
         response["WWW-Authenticate"] = "Bearer"
         return response
-    if request.method not in ("POST", "GET", "DELETE"):
-        return HttpResponse(status=405, headers={"Allow": "POST, GET, DELETE"})
+    # No GET: it opens the stream of server-sent messages, which a stateless exchange never
+    # ends, holding a worker of the site for ever. MCP's answer for a server without one is 405.
+    if request.method not in ("POST", "DELETE"):
+        return HttpResponse(status=405, headers={"Allow": "POST, DELETE"})
     server = build(Principal(user_id=token.user_id, token_name=token.name))
     status, headers, body = async_to_sync(_serve)(server, _scope(request), request.body)
     response = HttpResponse(body, status=status)

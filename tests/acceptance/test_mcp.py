@@ -399,6 +399,15 @@ def test_http_without_a_valid_token_is_401_and_says_nothing(http_server, users):
         assert response.content == b""
 
 
+def test_http_get_is_refused_not_a_stream_held_open(http_server, users):
+    # A GET asks for the stream of server-sent messages: a stateless exchange never ended it,
+    # and the request held one of the site's workers for ever. MCP's answer without one: 405.
+    _, secret = tokens.issue(users["viewer"], "viewer-bot")
+    headers = {"Authorization": f"Bearer {secret}", "Accept": "text/event-stream"}
+    answer = httpx2.get(http_server, headers=headers, timeout=10)
+    assert answer.status_code == 405 and answer.headers["Allow"] == "POST, DELETE"
+
+
 def test_http_tools_act_as_the_tokens_user(http_server, users):
     run = run_workflow(wf.Failing.start(input={"secret": "s3", "n": 1}))
     token, secret = tokens.issue(users["operator"], "ops-bot")
