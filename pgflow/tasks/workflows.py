@@ -79,14 +79,19 @@ def variant_of(task: Any) -> type[Workflow]:
     queue or priority) a subclass of the same path whose first attempt takes them. The registered
     class stays the registered one, so re-attempts go to the task's declared queue and priority."""
     cls = workflow_of(task)
-    if (pgflow_queue(task.queue_name), task.priority) == (cls.queue, cls.priority):
+    priority = int(task.priority)  # Django takes a whole float (5.0); a step's priority is an int
+    if (pgflow_queue(task.queue_name), priority) == (cls.queue, cls.priority):
         return cls
     with _lock:
-        wanted = (task.module_path, task.queue_name, task.priority)
+        wanted = (task.module_path, task.queue_name, priority)
         found = _variants.get(wanted)
         if found is None:
-            namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-            namespace.update(queue=pgflow_queue(task.queue_name), priority=task.priority)
+            namespace: dict[str, Any] = {
+                "__module__": cls.__module__,
+                "__qualname__": cls.__qualname__,
+                "queue": pgflow_queue(task.queue_name),
+                "priority": priority,
+            }
             found = WorkflowType(cls.__name__, (cls,), namespace)
             registry.register(cls)  # making the variant registered it under the same path: undo that
             _variants[wanted] = found
@@ -115,7 +120,7 @@ def _make(task: Any) -> type[Workflow]:
         "__qualname__": task.func.__qualname__,
         "__doc__": f"The task {task.module_path}, run by pgflow.tasks.PgflowBackend.",
         "queue": pgflow_queue(task.queue_name),
-        "priority": task.priority,
+        "priority": int(task.priority),  # as in variant_of
         "concurrency": task.concurrency,
         "rate": task.rate,
         "singleton": task.singleton,

@@ -85,3 +85,11 @@ def test_a_start_says_whether_it_made_the_run_even_when_a_racing_start_made_it()
     thread.join(10)
     (theirs,) = got
     assert theirs.pk == mine.pk and store.created(mine) and not store.created(theirs)
+
+
+def test_a_whole_float_priority_django_accepts_is_the_steps_priority():
+    # Django's validate_task takes 5.0 (a whole number); the start refused it with pgflow's
+    # DefinitionError ("priority must be a whole number").
+    result = t.add.using(priority=5.0).enqueue(1, 1)
+    assert t.add.get_result(result.id).task.priority == 5
+    assert Step.objects.get(run_id=int(result.id)).priority == 5
